@@ -1,0 +1,37 @@
+# Two commands for a fresh machine:  `make run`  and  `make test`.
+PYTHON ?= python3.11
+VENV ?= .venv
+PORT ?= 8000
+PY := $(VENV)/bin/python
+TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/draservice
+TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: run test venv bench clean
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## run: the service with its demo fleet on the embedded default (SQLite, tasks in-process) at http://127.0.0.1:$(PORT)/
+run: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py load_demo_fleet
+	$(PY) manage.py serve --port $(PORT)
+
+## test: the whole suite against the machine's real PostgreSQL and Redis (and Debian Chromium for browser tests)
+test: venv
+	./scripts/ensure-services.sh
+	./scripts/ensure-chromium.sh
+	DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	./scripts/ensure-services.sh
+	for b in benchmarks/*.py; do DATABASE_URL=$(TEST_DATABASE_URL) $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) var staticfiles

@@ -1,0 +1,4 @@
+"""draservice: Kubernetes DRA device allocation as a service."""
+from .celery import app as celery_app
+
+__all__ = ("celery_app",)

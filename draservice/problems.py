@@ -1,0 +1,110 @@
+"""One exception handler: every API error is ``application/problem+json`` (RFC 9457).
+
+Validation errors carry ``errors: [{"field": "spec.devices.requests[0].name", "reason": "..."}]``
+so a client sees exactly which field of its object is wrong.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+log = logging.getLogger(__name__)
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+class FieldError(exceptions.APIException):
+    """A 4xx with a list of (field path, reason). Raise it from services and views."""
+
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "The object is invalid."
+    default_code = "invalid"
+
+    def __init__(self, errors: list[tuple[str, str]] | list[dict], detail: str | None = None,
+                 status_code: int | None = None, title: str | None = None):
+        self.errors = [e if isinstance(e, dict) else {"field": e[0], "reason": e[1]} for e in errors]
+        if detail is None:
+            detail = "; ".join(f"{e['field']}: {e['reason']}" if e["field"] else e["reason"] for e in self.errors)
+        super().__init__(detail=detail)
+        if status_code is not None:
+            self.status_code = status_code
+        self.title = title
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The object was changed by someone else."
+    default_code = "conflict"
+
+
+class PreconditionFailed(exceptions.APIException):
+    status_code = status.HTTP_412_PRECONDITION_FAILED
+    default_detail = "If-Match does not match the current ETag."
+    default_code = "precondition_failed"
+
+
+def flatten_errors(data: Any, prefix: str = "") -> list[dict]:
+    """Turn DRF's nested error structure into a flat list of field paths and reasons."""
+    out: list[dict] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key in ("non_field_errors", "__all__"):
+                out.extend(flatten_errors(value, prefix))
+            else:
+                out.extend(flatten_errors(value, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(data, list):
+        if all(not isinstance(v, (dict, list)) for v in data):
+            out.extend({"field": prefix, "reason": str(v)} for v in data)
+        else:
+            for i, value in enumerate(data):
+                if value:
+                    out.extend(flatten_errors(value, f"{prefix}[{i}]"))
+    else:
+        out.append({"field": prefix, "reason": str(data)})
+    return out
+
+
+def problem(status_code: int, title: str, detail: str, **extra) -> dict:
+    body = {"type": "about:blank", "title": title, "status": status_code, "detail": detail}
+    body.update(extra)
+    return body
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "Not found.")
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # unexpected: let Django log it and answer 500
+    title = response.status_text if hasattr(response, "status_text") else "Error"
+    if isinstance(exc, FieldError):
+        body = problem(response.status_code, exc.title or "Invalid object", str(exc.detail), errors=exc.errors)
+    elif isinstance(exc, exceptions.ValidationError):
+        errors = flatten_errors(exc.detail)
+        detail = "; ".join(f"{e['field']}: {e['reason']}" if e["field"] else e["reason"] for e in errors)
+        body = problem(response.status_code, "Invalid object", detail or "Invalid input.", errors=errors)
+    else:
+        detail = exc.detail if isinstance(getattr(exc, "detail", None), str) else str(getattr(exc, "detail", exc))
+        body = problem(response.status_code, title, detail)
+    response.data = body
+    response.content_type = PROBLEM_CONTENT_TYPE
+    return response
+
+
+def problem_response(status_code: int, title: str, detail: str, **extra) -> Response:
+    return Response(problem(status_code, title, detail, **extra), status=status_code, content_type=PROBLEM_CONTENT_TYPE)
+
+
+def json_problem(status_code: int, title: str, detail: str) -> JsonResponse:
+    """For plain Django views (404/500 handlers on API paths)."""
+    resp = JsonResponse(problem(status_code, title, detail), status=status_code)
+    resp["Content-Type"] = PROBLEM_CONTENT_TYPE
+    return resp
