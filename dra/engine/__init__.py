@@ -1,0 +1,65 @@
+"""The matching engine: Kubernetes DRA structured allocation (resource.k8s.io/v1), fleet-wide.
+
+Pure Python: no Django, no database. Everything the rest of the product needs is importable from here.
+
+Contract
+--------
+Inputs are Kubernetes JSON dicts wrapped in small dataclasses (``dra.engine.types``):
+
+* ``FleetSnapshot(clusters=[ClusterInventory(...)], device_classes=[v1 DeviceClass...])``; each
+  ``ClusterInventory`` holds ``name``, ``labels``, ``stale``, ``nodes`` (``[{"name", "labels"}]``),
+  ``resource_slices`` (normalized v1 ResourceSlice JSON), ``device_taint_rules`` (v1 DeviceTaintRule JSON)
+  and ``device_classes`` (cluster-specific classes that override fleet classes of the same name).
+* ``AllocatedDevice(cluster, driver, pool, device, share_id=None, consumed_capacity=None)``: devices in use.
+* ``ClaimGroup(claims=[v1 ResourceClaim...], allowed_clusters=None, preferred_cluster=None, node=None,
+  key="")``: one consumer's claims, allocated together or not at all. Claims must already be defaulted and
+  validated (``dra.k8s.claims.default_claim`` / ``validate_claim``); the engine re-checks what it relies on.
+
+``Engine(snapshot, allocated, features=None, budget=None)`` is long-lived: build it once per snapshot and call
+``allocate(group) -> GroupOutcome`` many times. Each success updates the engine's own in-use state, so the next
+group sees those devices as taken; ``release(devices)`` gives devices back. Indexes (free devices per node and
+class, memoized CEL selector results) are built once and updated incrementally.
+
+``GroupOutcome`` (``to_dict()`` is JSON-safe):
+
+* success: ``allocated=True``, ``cluster``, ``node`` (``None`` when only network-attached devices were used),
+  ``claims=[ClaimOutcome(name, namespace, uid, allocation=<v1 AllocationResult dict>)]`` in input order, and
+  ``devices=[AllocatedDevice...]`` to persist. An ``AllocationResult`` holds ``devices.results``
+  (``request, driver, pool, device`` and, where they apply, ``adminAccess``, ``tolerations``,
+  ``bindingConditions``, ``bindingFailureConditions``, ``shareID``, ``consumedCapacity``), ``devices.config``
+  (class configs, then claim configs, each once) and ``nodeSelector`` (built as upstream does it).
+* failure: ``allocated=False``, ``reason`` (a ``Reason`` code: ``unsatisfiable``, ``search_budget_exceeded``,
+  ``no_eligible_cluster``, ``invalid_pools``), ``message`` and structured ``diagnostics``: per request the
+  number of devices considered and where they dropped out (class selector, request selector, taint,
+  allocated, counters, capacity, constraint, node mismatch, pool incomplete/invalid, cluster stale), per
+  cluster and node, and a nearest miss.
+* input errors (unknown class, CEL compile/runtime error, limits, ``All`` over an incomplete pool, a feature
+  in use but disabled) raise ``AllocationError`` with the upstream wording; ``allocate(group,
+  raise_errors=False)`` returns them as ``GroupOutcome.error`` instead.
+
+``simulate(snapshot, allocated, claims, node=None, features=None)`` runs one group against a throw-away
+engine: the function behind ``POST /api/v1/simulate`` and the conformance tests.
+
+Determinism: pools are ordered by (driver, pool), slices by name, devices in slice order; clusters and nodes
+by the bin-packing policy (``dra.engine.policy``) with names as the final tie-break. Equal input gives equal
+output.
+"""
+from .types import (
+    AllocatedDevice,
+    AllocationError,
+    ClaimGroup,
+    ClaimOutcome,
+    ClusterInventory,
+    ErrorCode,
+    Features,
+    FleetSnapshot,
+    GroupOutcome,
+    Reason,
+    SearchBudget,
+    allocated_from_dicts,
+)
+
+__all__ = [
+    "AllocatedDevice", "AllocationError", "ClaimGroup", "ClaimOutcome", "ClusterInventory", "ErrorCode",
+    "Features", "FleetSnapshot", "GroupOutcome", "Reason", "SearchBudget", "allocated_from_dicts",
+]
