@@ -1,12 +1,78 @@
-"""Bearer-token authentication (tokens are defined in inventory.models)."""
-from rest_framework.authentication import BaseAuthentication
+"""Bearer-token authentication: ``Authorization: Bearer dra_<prefix>_<secret>``.
+
+``request.auth`` is the ``APIToken``; ``request.user`` is a ``TokenPrincipal`` (not a Django user) so that
+DRF's ``IsAuthenticated`` and templates work unchanged. Session-authenticated Django users keep
+``request.auth = None``; ``inventory.permissions.access_for(request)`` treats staff as admins and everyone
+else as read-only.
+"""
+from __future__ import annotations
+
+import hmac
+from datetime import timedelta
+
+from django.utils import timezone
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+
+from inventory.models import APIToken
+from inventory.services.tokens import split_secret
+
+# last_used_at is informational; writing it on every request would turn every read into a write.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+class TokenPrincipal:
+    """Who a token request acts as. Quacks enough like a Django user for DRF and templates."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+
+    def __init__(self, token: APIToken):
+        self.token = token
+        self.is_staff = token.is_admin and not token.read_only
+        self.is_superuser = False
+        self.username = f"token:{token.name}"
+        self.pk = None
+        self.id = None
+
+    def __str__(self) -> str:
+        return self.username
+
+    def get_username(self) -> str:
+        return self.username
 
 
 class BearerTokenAuthentication(BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request):
-        return None
+        header = get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None  # not ours: let session authentication try
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Malformed Authorization header: expected 'Bearer <token>'.")
+        try:
+            secret = header[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        token = self.authenticate_secret(secret)
+        return TokenPrincipal(token), token
+
+    @staticmethod
+    def authenticate_secret(secret: str) -> APIToken:
+        prefix = split_secret(secret)
+        token = APIToken.objects.select_related("cluster").filter(prefix=prefix).first() if prefix else None
+        # Compare hashes in constant time; an unknown prefix and a wrong secret look the same to the caller.
+        if token is None or not hmac.compare_digest(token.secret_hash, APIToken.hash_secret(secret)):
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        now = timezone.now()
+        if token.is_expired(now):
+            raise exceptions.AuthenticationFailed("Token has expired.")
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            APIToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now
+        return token
 
     def authenticate_header(self, request):
         return self.keyword

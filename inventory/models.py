@@ -1,1 +1,259 @@
+"""The fleet's ``resource.k8s.io/v1`` inventory, one row per Kubernetes object (plus flattened devices).
 
+What a cluster pushes is kept as normalized v1 JSON (``ResourceSlice.object``, ``DeviceClass.object``,
+``DeviceTaintRule.object``) so that reading an object back gives exactly what was stored. The other columns
+are projections of that JSON for filtering and indexing; they are rewritten together with the JSON by
+``inventory.services`` and never edited on their own.
+"""
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster whose agent pushes its DRA inventory."""
+
+    name = models.CharField(max_length=63, unique=True)
+    labels = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Freshness: the newest of the two decides whether the cluster's devices may be offered.
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Set by sweep_stale_clusters() when the cluster went silent; cleared by the next sync or heartbeat.
+    stale_since = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=128, blank=True, default="")
+    agent_status = models.JSONField(default=dict, blank=True)
+    # Bumped by every inventory change so the allocation worker can tell "nothing changed" cheaply.
+    inventory_version = models.BigIntegerField(default=0)
+    # Bumped by every write of the cluster object itself (name/labels); the ETag.
+    resource_version = models.BigIntegerField(default=1)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def last_seen_at(self):
+        seen = [t for t in (self.last_sync_at, self.last_heartbeat_at) if t is not None]
+        return max(seen) if seen else None
+
+    def is_stale(self, now=None) -> bool:
+        """Live staleness: silent for longer than settings.STALE_CLUSTER_SECONDS (or never heard from)."""
+        seen = self.last_seen_at
+        if seen is None:
+            return True
+        now = now or timezone.now()
+        return now - seen > timedelta(seconds=settings.STALE_CLUSTER_SECONDS)
+
+    @property
+    def stale(self) -> bool:
+        return self.is_stale()
+
+
+class Node(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    labels = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster_id", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="inventory_node_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.name}"
+
+
+class ResourceSlice(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="resource_slices")
+    name = models.CharField(max_length=253)
+    driver = models.CharField(max_length=63)
+    pool_name = models.CharField(max_length=253)
+    pool_generation = models.BigIntegerField()
+    resource_slice_count = models.BigIntegerField()
+    # Exactly one of the four node-selection fields is set (validated before storing).
+    node_name = models.CharField(max_length=253, blank=True, default="")
+    node_selector = models.JSONField(null=True, blank=True)
+    all_nodes = models.BooleanField(default=False)
+    per_device_node_selection = models.BooleanField(default=False)
+    device_count = models.IntegerField(default=0)
+    object = models.JSONField()  # the normalized v1 ResourceSlice
+    # SHA-256 of the canonical JSON of `object`: a periodic full push compares hashes, not documents, so an
+    # unchanged slice costs nothing to re-push.
+    content_hash = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster_id", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="inventory_slice_unique")]
+        indexes = [models.Index(fields=["cluster", "driver", "pool_name"], name="inventory_slice_pool")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Pool(models.Model):
+    """A pool is (cluster, driver, pool name); its state is recomputed from its slices on every change."""
+
+    COMPLETE, INCOMPLETE, INVALID = "complete", "incomplete", "invalid"
+    STATES = [(COMPLETE, "complete"), (INCOMPLETE, "incomplete"), (INVALID, "invalid")]
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
+    driver = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    generation = models.BigIntegerField()  # the highest generation seen; only its slices count
+    resource_slice_count = models.BigIntegerField()
+    slice_count = models.IntegerField()  # slices present at `generation`
+    device_count = models.IntegerField()  # devices in those slices
+    state = models.CharField(max_length=16, choices=STATES)
+    reason = models.TextField(blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster_id", "driver", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "driver", "name"], name="inventory_pool_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+
+class Device(models.Model):
+    """One device of one slice, flattened for filtering. Rewritten whenever its slice is."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="devices")
+    resource_slice = models.ForeignKey(ResourceSlice, on_delete=models.CASCADE, related_name="devices")
+    # Null for devices not bound to one node (allNodes / nodeSelector: network-attached).
+    node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="devices")
+    node_name = models.CharField(max_length=253, blank=True, default="")
+    driver = models.CharField(max_length=63)
+    pool_name = models.CharField(max_length=253)
+    pool_generation = models.BigIntegerField()
+    name = models.CharField(max_length=63)
+    attributes = models.JSONField(default=dict)  # v1 form: {"productName": {"string": "..."}}
+    capacity = models.JSONField(default=dict)  # v1 form: {"memory": {"value": "80Gi"}}
+    consumes_counters = models.JSONField(default=list)
+    taints = models.JSONField(default=list)
+    allow_multiple_allocations = models.BooleanField(default=False)
+    binds_to_node = models.BooleanField(default=False)
+    binding_conditions = models.JSONField(default=list)
+    binding_failure_conditions = models.JSONField(default=list)
+    # Per-device node selection (perDeviceNodeSelection slices); inherited from the slice otherwise.
+    all_nodes = models.BooleanField(default=False)
+    node_selector = models.JSONField(null=True, blank=True)
+    # Flattened, fully qualified, stringified attributes ({"gpu.nvidia.com/productName": "NVIDIA H100..."})
+    # for `?attribute=name=value` equality filters. On PostgreSQL a GIN (jsonb_path_ops) index serves them;
+    # it is created by migration 0002 only there, because SQLite (the embedded default) has no GIN.
+    attribute_index = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["cluster_id", "driver", "pool_name", "name"]
+        indexes = [
+            models.Index(fields=["cluster", "driver", "pool_name", "name"], name="inventory_device_key"),
+            models.Index(fields=["cluster", "node_name"], name="inventory_device_node"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool_name}/{self.name}"
+
+
+class DeviceClass(models.Model):
+    """A v1 DeviceClass. Fleet-wide (cluster null, admin-managed) or pushed by one cluster's agent."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, null=True, blank=True,
+                                related_name="device_classes")
+    name = models.CharField(max_length=253)
+    object = models.JSONField()
+    resource_version = models.BigIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "cluster_id"]
+        # NULL is distinct in a plain unique constraint, so fleet-wide names need their own partial one.
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="inventory_class_unique"),
+            models.UniqueConstraint(fields=["name"], condition=models.Q(cluster__isnull=True),
+                                    name="inventory_class_fleet_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DeviceTaintRule(models.Model):
+    """A v1alpha3/v1 DeviceTaintRule. Fleet-wide (cluster null, admin-managed) or pushed by one cluster."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, null=True, blank=True,
+                                related_name="device_taint_rules")
+    name = models.CharField(max_length=253)
+    driver = models.CharField(max_length=63, blank=True, default="")
+    pool_name = models.CharField(max_length=253, blank=True, default="")
+    device_name = models.CharField(max_length=63, blank=True, default="")
+    effect = models.CharField(max_length=32, blank=True, default="")
+    object = models.JSONField()
+    resource_version = models.BigIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "cluster_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="inventory_taintrule_unique"),
+            models.UniqueConstraint(fields=["name"], condition=models.Q(cluster__isnull=True),
+                                    name="inventory_taintrule_fleet_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class APIToken(models.Model):
+    """A bearer token. Only a prefix (for lookup) and the SHA-256 of the whole secret are stored.
+
+    The secret is ``dra_<prefix>_<random>``; it is shown once, when issued (inventory.services.tokens).
+    """
+
+    ADMIN, CLUSTER, NAMESPACE = "admin", "cluster", "namespace"
+    KINDS = [(ADMIN, "admin"), (CLUSTER, "cluster"), (NAMESPACE, "namespace")]
+
+    name = models.CharField(max_length=128)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=KINDS)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, null=True, blank=True, related_name="tokens")
+    namespaces = models.JSONField(default=list, blank=True)
+    read_only = models.BooleanField(default=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(kind="cluster", cluster__isnull=False) | ~models.Q(kind="cluster")),
+                name="inventory_token_cluster_has_cluster",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+    @staticmethod
+    def hash_secret(secret: str) -> str:
+        return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+    def is_expired(self, now=None) -> bool:
+        return self.expires_at is not None and (now or timezone.now()) >= self.expires_at
+
+    @property
+    def is_admin(self) -> bool:
+        return self.kind == self.ADMIN

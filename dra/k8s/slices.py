@@ -1,0 +1,738 @@
+"""ResourceSlice, DeviceClass and DeviceTaintRule: conversion to ``resource.k8s.io/v1`` and validation.
+
+Pure functions on JSON-shaped dicts, no Django. ``normalize_*`` accept v1, v1beta2 and v1beta1 (DeviceTaintRule
+also v1alpha3), return one normalized v1 object, and raise ``ObjectInvalid`` with every problem found as
+``(field path, reason)``. Paths are in the v1 shape (``spec.devices[5].attributes[productName]``), as upstream
+reports them after its own v1beta1 normalization.
+
+Limits and messages follow upstream ``pkg/apis/resource/validation/validation.go`` and
+``k8s.io/api/resource/v1/types.go``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any, Callable
+
+GROUP = "resource.k8s.io"
+V1 = f"{GROUP}/v1"
+ACCEPTED_VERSIONS = {f"{GROUP}/v1", f"{GROUP}/v1beta2", f"{GROUP}/v1beta1"}
+
+# --- upstream limits (k8s.io/api/resource/v1/types.go) ---------------------------------------------------
+MAX_DEVICES = 128
+MAX_DEVICES_ADVANCED = 64  # any device with taints, consumesCounters or list attributes
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_ATTRIBUTE_VALUES = 48
+MAX_ATTRIBUTE_VALUE_LENGTH = 64
+MAX_DOMAIN_LENGTH = 63
+MAX_ID_LENGTH = 32
+MAX_POOL_NAME_LENGTH = 253
+MAX_COUNTER_SETS = 8
+MAX_COUNTERS_PER_SET = 32
+MAX_CONSUMPTIONS_PER_DEVICE = 2
+MAX_COUNTERS_PER_CONSUMPTION = 32
+MAX_TAINTS = 16
+MAX_BINDING_CONDITIONS = 4
+MAX_SELECTORS = 32
+MAX_CONFIGS = 32
+MAX_CEL_LENGTH = 10 * 1024
+MAX_OPAQUE_PARAMETERS_LENGTH = 10 * 1024
+TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
+NODE_SELECTOR_OPERATORS = ("DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?"
+    r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?$"
+)
+# resource.Quantity: sign, digits with optional fraction, then a binary SI suffix, a decimal SI suffix or
+# a decimal exponent.
+_QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+
+DNS_LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                 "start and end with an alphanumeric character")
+DNS_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+                     "'.', and must start and end with an alphanumeric character")
+C_IDENTIFIER_MSG = ("a valid C identifier must start with alphabetic character or '_', followed by a string of "
+                    "alphanumeric characters or '_'")
+LABEL_MSG = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+             "alphanumeric character")
+
+Errors = list[tuple[str, str]]
+
+
+class ObjectInvalid(ValueError):
+    """A Kubernetes object failed conversion or validation; ``errors`` is a list of (field path, reason)."""
+
+    def __init__(self, errors: Errors):
+        self.errors = errors
+        super().__init__("; ".join(f"{p}: {r}" if p else r for p, r in errors))
+
+    def prefixed(self, prefix: str) -> "ObjectInvalid":
+        return ObjectInvalid([(_join(prefix, p), r) for p, r in self.errors])
+
+
+def _join(prefix: str, path: str) -> str:
+    if not prefix:
+        return path
+    if not path:
+        return prefix
+    return prefix + path if path.startswith("[") else f"{prefix}.{path}"
+
+
+# --- names -------------------------------------------------------------------------------------------------
+
+def is_dns_label(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
+
+
+def is_dns_subdomain(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
+
+
+def _too_long(limit: int) -> str:
+    return f"must have at most {limit} bytes"
+
+
+def check_dns_label(value: Any, path: str) -> Errors:
+    if not isinstance(value, str) or value == "":
+        return [(path, "Required value")]
+    errs = [] if len(value) <= 63 else [(path, _too_long(63))]
+    if not _DNS_LABEL.match(value):
+        errs.append((path, f"Invalid value: {value!r}: {DNS_LABEL_MSG}"))
+    return errs
+
+
+def check_dns_subdomain(value: Any, path: str, limit: int = 253) -> Errors:
+    if not isinstance(value, str) or value == "":
+        return [(path, "Required value")]
+    errs = [] if len(value) <= limit else [(path, _too_long(limit))]
+    if not _DNS_SUBDOMAIN.match(value):
+        errs.append((path, f"Invalid value: {value!r}: {DNS_SUBDOMAIN_MSG}"))
+    return errs
+
+
+def check_driver_name(value: Any, path: str) -> Errors:
+    """Upstream reuses CSI driver name validation: at most 63 characters, a DNS subdomain (case-insensitive)."""
+    if not isinstance(value, str) or value == "":
+        return [(path, "Required value")]
+    errs = [] if len(value) <= 63 else [(path, _too_long(63))]
+    if not _DNS_SUBDOMAIN.match(value.lower()):
+        errs.append((path, f"Invalid value: {value!r}: {DNS_SUBDOMAIN_MSG}"))
+    return errs
+
+
+def check_pool_name(value: Any, path: str) -> Errors:
+    if not isinstance(value, str) or value == "":
+        return [(path, "Required value")]
+    errs = [] if len(value) <= MAX_POOL_NAME_LENGTH else [(path, _too_long(MAX_POOL_NAME_LENGTH))]
+    for part in value.split("/"):
+        errs += check_dns_subdomain(part, path)
+    return errs
+
+
+def check_c_identifier(value: str, path: str) -> Errors:
+    errs = [] if len(value) <= MAX_ID_LENGTH else [(path, _too_long(MAX_ID_LENGTH))]
+    if not _C_IDENTIFIER.match(value):
+        errs.append((path, f"Invalid value: {value!r}: {C_IDENTIFIER_MSG}"))
+    return errs
+
+
+def check_qualified_name(value: str, path: str) -> Errors:
+    """An attribute/capacity name: a C identifier, or a driver-style domain, '/', and a C identifier."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        return check_c_identifier(value, path)
+    if len(parts) > 2:
+        return [(path, f"Invalid value: {value!r}: must not contain more than one slash")]
+    errs: Errors = []
+    errs += [(path, "the domain must not be empty")] if not parts[0] else check_driver_name(parts[0], path)
+    errs += [(path, "the name must not be empty")] if not parts[1] else check_c_identifier(parts[1], path)
+    return errs
+
+
+def check_label_name(value: Any, path: str) -> Errors:
+    """A label key / taint key / condition type: optional DNS-subdomain prefix and a name of at most 63."""
+    if not isinstance(value, str) or value == "":
+        return [(path, "Required value")]
+    prefix, _, name = value.rpartition("/")
+    errs: Errors = []
+    if "/" in value and not prefix:
+        errs.append((path, "prefix part must be non-empty"))
+    elif prefix:
+        errs += [(path, f"prefix part {m}") for _, m in check_dns_subdomain(prefix, path)]
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        errs.append((path, f"Invalid value: {value!r}: {LABEL_MSG} (at most 63 characters)"))
+    return errs
+
+
+def check_label_value(value: Any, path: str) -> Errors:
+    if not isinstance(value, str):
+        return [(path, "must be a string")]
+    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        return [(path, f"Invalid value: {value!r}: a valid label value must be an empty string or consist of "
+                       "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+                       "character (at most 63 characters)")]
+    return []
+
+
+def is_quantity(value: Any) -> bool:
+    return isinstance(value, str) and bool(_QUANTITY.match(value))
+
+
+def _quantity(value: Any, path: str, errs: Errors) -> Any:
+    """Quantities arrive as strings or JSON numbers (both valid for Kubernetes); store the string form."""
+    if isinstance(value, bool):
+        errs.append((path, "must be a quantity"))
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text[:-2] if text.endswith(".0") else text
+    if not is_quantity(value):
+        errs.append((path, f"Invalid value: {value!r}: must be a quantity (e.g. '80Gi', '100m', '8')"))
+    return value
+
+
+# --- small type helpers ------------------------------------------------------------------------------------
+
+def _dict(value: Any, path: str, errs: Errors, required: bool = False) -> dict:
+    if value is None:
+        if required:
+            errs.append((path, "Required value"))
+        return {}
+    if not isinstance(value, dict):
+        errs.append((path, "must be an object"))
+        return {}
+    return value
+
+
+def _list(value: Any, path: str, errs: Errors) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        errs.append((path, "must be a list"))
+        return []
+    return value
+
+
+def _unknown(obj: dict, known: frozenset, path: str, errs: Errors) -> None:
+    for key in obj:
+        if key not in known:
+            errs.append((_join(path, str(key)), "unknown field"))
+
+
+def _string_list(value: Any, path: str, errs: Errors, limit: int, check: Callable[[Any, str], Errors]) -> list:
+    items = _list(value, path, errs)
+    if len(items) > limit:
+        errs.append((path, f"Too many: {len(items)}: must have at most {limit} items"))
+        return items
+    seen = set()
+    for i, item in enumerate(items):
+        errs += check(item, f"{path}[{i}]")
+        if isinstance(item, str):
+            if item in seen:
+                errs.append((f"{path}[{i}]", f"Duplicate value: {item!r}"))
+            seen.add(item)
+    return items
+
+
+# --- envelope ----------------------------------------------------------------------------------------------
+
+def _envelope(obj: Any, kind: str, versions: set[str], errs: Errors) -> tuple[str, dict, dict]:
+    """Check apiVersion/kind; return (apiVersion, metadata, spec). Missing apiVersion means v1."""
+    if not isinstance(obj, dict):
+        errs.append(("", f"must be a {kind} object"))
+        return V1, {}, {}
+    api_version = obj.get("apiVersion") or V1
+    if api_version not in versions:
+        errs.append(("apiVersion", f"Unsupported value: {api_version!r}: supported values: "
+                                   + ", ".join(f'"{v}"' for v in sorted(versions))))
+    if obj.get("kind", kind) != kind:
+        errs.append(("kind", f"Invalid value: {obj.get('kind')!r}: expected {kind!r}"))
+    metadata = _dict(obj.get("metadata"), "metadata", errs, required=True)
+    return api_version, metadata, _dict(obj.get("spec"), "spec", errs, required=True)
+
+
+def _metadata(metadata: dict, errs: Errors) -> dict:
+    """Keep what identifies and describes the object; drop server-side bookkeeping (uid, resourceVersion...)."""
+    errs += check_dns_subdomain(metadata.get("name"), "metadata.name")
+    out: dict = {"name": metadata.get("name")}
+    for key in ("labels", "annotations"):
+        values = _dict(metadata.get(key), f"metadata.{key}", errs)
+        for k, v in values.items():
+            errs += check_label_name(k, f"metadata.{key}[{k}]")
+            if key == "labels":
+                errs += check_label_value(v, f"metadata.{key}[{k}]")
+            elif not isinstance(v, str):
+                errs.append((f"metadata.{key}[{k}]", "must be a string"))
+        if values:
+            out[key] = dict(values)
+    return out
+
+
+def _finish(kind: str, metadata: dict, spec: dict, errs: Errors) -> dict:
+    if errs:
+        raise ObjectInvalid(errs)
+    return {"apiVersion": V1, "kind": kind, "metadata": metadata, "spec": spec}
+
+
+# --- node selectors ----------------------------------------------------------------------------------------
+
+def check_node_selector(value: Any, path: str, errs: Errors) -> dict:
+    selector = _dict(value, path, errs)
+    _unknown(selector, frozenset({"nodeSelectorTerms"}), path, errs)
+    terms = _list(selector.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms", errs)
+    if len(terms) != 1:
+        errs.append((f"{path}.nodeSelectorTerms", "must have exactly one node selector term"))
+    for t, term in enumerate(terms):
+        tpath = f"{path}.nodeSelectorTerms[{t}]"
+        term = _dict(term, tpath, errs)
+        _unknown(term, frozenset({"matchExpressions", "matchFields"}), tpath, errs)
+        for field in ("matchExpressions", "matchFields"):
+            for i, req in enumerate(_list(term.get(field), f"{tpath}.{field}", errs)):
+                rpath = f"{tpath}.{field}[{i}]"
+                req = _dict(req, rpath, errs)
+                if field == "matchFields":
+                    if req.get("key") != "metadata.name":
+                        errs.append((f"{rpath}.key", f"Unsupported value: {req.get('key')!r}: supported values: "
+                                                     '"metadata.name"'))
+                else:
+                    errs += check_label_name(req.get("key"), f"{rpath}.key")
+                op, values = req.get("operator"), req.get("values") or []
+                if op not in NODE_SELECTOR_OPERATORS:
+                    errs.append((f"{rpath}.operator", f"Unsupported value: {op!r}: supported values: "
+                                 + ", ".join(f'"{o}"' for o in NODE_SELECTOR_OPERATORS)))
+                elif op in ("In", "NotIn") and not values:
+                    errs.append((f"{rpath}.values", "Required value: must be specified when `operator` is 'In' "
+                                                    "or 'NotIn'"))
+                elif op in ("Exists", "DoesNotExist") and values:
+                    errs.append((f"{rpath}.values", "Forbidden: may not be specified when `operator` is 'Exists' "
+                                                    "or 'DoesNotExist'"))
+                elif op in ("Gt", "Lt") and (len(values) != 1 or not str(values[0]).lstrip("-").isdigit()):
+                    errs.append((f"{rpath}.values", "must be specified single integer value when `operator` is "
+                                                    "'Lt' or 'Gt'"))
+    return selector
+
+
+# --- ResourceSlice -----------------------------------------------------------------------------------------
+
+SLICE_SPEC_FIELDS = frozenset({"driver", "pool", "nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection",
+                               "devices", "sharedCounters", "partitionTypeAttribute", "skipNodeOperations"})
+DEVICE_FIELDS = frozenset({"name", "attributes", "capacity", "consumesCounters", "nodeName", "nodeSelector",
+                           "allNodes", "taints", "bindsToNode", "bindingConditions", "bindingFailureConditions",
+                           "allowMultipleAllocations", "nodeAllocatableResources"})
+BASIC_FIELDS = DEVICE_FIELDS - {"name"}
+ATTRIBUTE_TYPES = {"int": int, "bool": bool, "string": str, "version": str,
+                   "ints": list, "bools": list, "strings": list, "versions": list}
+
+
+def _from_v1beta1_slice_spec(spec: dict, errs: Errors) -> dict:
+    """v1beta1: per-device fields under ``basic``; nodeName "" and allNodes false mean unset."""
+    spec = dict(spec)
+    if spec.get("nodeName") == "":
+        del spec["nodeName"]
+    if spec.get("allNodes") is False:
+        del spec["allNodes"]
+    devices = []
+    for i, device in enumerate(_list(spec.get("devices"), "spec.devices", errs)):
+        path = f"spec.devices[{i}]"
+        if not isinstance(device, dict):
+            devices.append(device)
+            continue
+        flat = {k: v for k, v in device.items() if k != "basic"}
+        basic = _dict(device.get("basic"), f"{path}.basic", errs)
+        _unknown(basic, BASIC_FIELDS, f"{path}.basic", errs)
+        for key, value in basic.items():
+            if key == "capacity" and isinstance(value, dict):
+                # v1alpha3 capacities were bare quantities; v1beta1 wraps them as {value: ...}.
+                value = {k: (v if isinstance(v, dict) else {"value": v}) for k, v in value.items()}
+            flat[key] = value
+        devices.append(flat)
+    if "devices" in spec:
+        spec["devices"] = devices
+    return spec
+
+
+def normalize_resource_slice(obj: Any) -> dict:
+    """Any accepted version of a ResourceSlice -> normalized, validated v1 ResourceSlice."""
+    errs: Errors = []
+    api_version, metadata, spec = _envelope(obj, "ResourceSlice", ACCEPTED_VERSIONS, errs)
+    if api_version.endswith("/v1beta1"):
+        spec = _from_v1beta1_slice_spec(spec, errs)
+    metadata = _metadata(metadata, errs)
+    spec = copy.deepcopy(spec)
+    _check_slice_spec(spec, errs)
+    return _finish("ResourceSlice", metadata, spec, errs)
+
+
+def _check_slice_spec(spec: dict, errs: Errors) -> None:
+    _unknown(spec, SLICE_SPEC_FIELDS, "spec", errs)
+    errs += check_driver_name(spec.get("driver"), "spec.driver")
+    pool = _dict(spec.get("pool"), "spec.pool", errs, required=True)
+    _unknown(pool, frozenset({"name", "generation", "resourceSliceCount"}), "spec.pool", errs)
+    errs += check_pool_name(pool.get("name"), "spec.pool.name")
+    generation, count = pool.get("generation", 0), pool.get("resourceSliceCount")
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        errs.append(("spec.pool.generation", f"Invalid value: {generation!r}: must be greater than or equal to zero"))
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        errs.append(("spec.pool.resourceSliceCount", f"Invalid value: {count!r}: must be greater than zero"))
+
+    set_fields = []
+    if "nodeName" in spec:
+        if isinstance(spec["nodeName"], str) and spec["nodeName"]:
+            set_fields.append("`nodeName`")
+            errs += check_dns_subdomain(spec["nodeName"], "spec.nodeName")
+        else:
+            errs.append(("spec.nodeName", "must be either unset or set to a non-empty string"))
+    if "nodeSelector" in spec:
+        set_fields.append("`nodeSelector`")
+        check_node_selector(spec["nodeSelector"], "spec.nodeSelector", errs)
+    for flag in ("allNodes", "perDeviceNodeSelection"):
+        if flag in spec:
+            if spec[flag] is True:
+                set_fields.append(f"`{flag}`")
+            else:
+                errs.append((f"spec.{flag}", f"Invalid value: {spec[flag]!r}: must be either unset or set to true"))
+    one_of = "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
+    if not set_fields:
+        errs.append(("spec", one_of))
+    elif len(set_fields) > 1:
+        errs.append(("spec", f"{{{', '.join(set_fields)}}}: {one_of}, but multiple fields are set"))
+
+    if "sharedCounters" in spec and "devices" in spec:
+        errs.append(("spec", "only one of `sharedCounters` or `devices` is allowed"))
+    per_device = spec.get("perDeviceNodeSelection") is True
+    devices = _list(spec.get("devices"), "spec.devices", errs)
+    advanced = any(isinstance(d, dict) and (d.get("taints") or d.get("consumesCounters") or any(
+        isinstance(a, dict) and any(k in a for k in ("ints", "bools", "strings", "versions"))
+        for a in (d.get("attributes") or {}).values() if isinstance(d.get("attributes"), dict)))
+        for d in devices)
+    limit = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
+    if len(devices) > limit:
+        errs.append(("spec.devices", f"Too many: {len(devices)}: must have at most {limit} items"
+                     + (" (devices with taints, consumesCounters or list attributes)" if advanced else "")))
+    else:
+        names = set()
+        for i, device in enumerate(devices):
+            name = _check_device(device, f"spec.devices[{i}]", per_device, errs)
+            if name in names:
+                errs.append((f"spec.devices[{i}]", f"Duplicate value: {name!r}"))
+            names.add(name)
+
+    counter_sets = _list(spec.get("sharedCounters"), "spec.sharedCounters", errs)
+    if len(counter_sets) > MAX_COUNTER_SETS:
+        errs.append(("spec.sharedCounters", f"Too many: {len(counter_sets)}: must have at most {MAX_COUNTER_SETS} items"))
+    else:
+        names = set()
+        for i, counter_set in enumerate(counter_sets):
+            path = f"spec.sharedCounters[{i}]"
+            counter_set = _dict(counter_set, path, errs)
+            _unknown(counter_set, frozenset({"name", "counters"}), path, errs)
+            errs += check_dns_label(counter_set.get("name"), f"{path}.name")
+            _counters(counter_set, path, MAX_COUNTERS_PER_SET, errs)
+            if counter_set.get("name") in names:
+                errs.append((path, f"Duplicate value: {counter_set.get('name')!r}"))
+            names.add(counter_set.get("name"))
+    if "partitionTypeAttribute" in spec:
+        value = spec["partitionTypeAttribute"]
+        if not isinstance(value, str) or "/" not in value:
+            errs.append(("spec.partitionTypeAttribute", "a fully qualified name must be a domain and a name "
+                                                        "separated by a slash"))
+        else:
+            errs += check_qualified_name(value, "spec.partitionTypeAttribute")
+    skip = _string_list(spec.get("skipNodeOperations"), "spec.skipNodeOperations", errs, 3,
+                        lambda v, p: [] if v in ("NodePrepareResources", "NodeUnprepareResources", "*")
+                        else [(p, f"Unsupported value: {v!r}")])
+    if "NodePrepareResources" in skip and not {"NodeUnprepareResources", "*"} & set(skip):
+        errs.append(("spec.skipNodeOperations",
+                     "NodePrepareResources cannot be skipped unless NodeUnprepareResources is also skipped"))
+
+
+def _counters(holder: dict, path: str, limit: int, errs: Errors) -> None:
+    counters = _dict(holder.get("counters"), f"{path}.counters", errs, required=True)
+    if not counters and isinstance(holder.get("counters"), dict):
+        errs.append((f"{path}.counters", "Required value"))
+    if len(counters) > limit:
+        errs.append((f"{path}.counters", f"Too many: {len(counters)}: must have at most {limit} items"))
+        return
+    for name, counter in counters.items():
+        cpath = f"{path}.counters[{name}]"
+        errs += check_dns_label(name, cpath)
+        counter = _dict(counter, cpath, errs)
+        _unknown(counter, frozenset({"value"}), cpath, errs)
+        if "value" not in counter:
+            errs.append((f"{cpath}.value", "Required value"))
+        else:
+            counter["value"] = _quantity(counter["value"], f"{cpath}.value", errs)
+
+
+def _check_device(device: Any, path: str, per_device: bool, errs: Errors) -> Any:
+    device = _dict(device, path, errs, required=True)
+    _unknown(device, DEVICE_FIELDS, path, errs)
+    errs += check_dns_label(device.get("name"), f"{path}.name")
+    attributes = _dict(device.get("attributes"), f"{path}.attributes", errs)
+    capacity = _dict(device.get("capacity"), f"{path}.capacity", errs)
+    if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
+        errs.append((path, f"Invalid value: {len(attributes) + len(capacity)}: the total number of attributes and "
+                           f"capacities must not exceed {MAX_ATTRIBUTES_AND_CAPACITIES}"))
+    values = 0
+    for name, attribute in attributes.items():
+        apath = f"{path}.attributes[{name}]"
+        errs += check_qualified_name(str(name), f"{path}.attributes")
+        attribute = _dict(attribute, apath, errs)
+        set_keys = [k for k in attribute if k in ATTRIBUTE_TYPES]
+        _unknown(attribute, frozenset(ATTRIBUTE_TYPES), apath, errs)
+        if len(set_keys) != 1:
+            errs.append((apath, "exactly one value must be specified"))
+            continue
+        key = set_keys[0]
+        value = attribute[key]
+        if not isinstance(value, ATTRIBUTE_TYPES[key]) or (key in ("int", "ints") and isinstance(value, bool)):
+            errs.append((f"{apath}.{key}", f"must be of type {key}"))
+            continue
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, list) and not value:
+            errs.append((f"{apath}.{key}", "must not be empty if specified"))
+        values += len(items) if isinstance(value, list) else 1
+        for j, item in enumerate(items):
+            ipath = f"{apath}.{key}[{j}]" if isinstance(value, list) else f"{apath}.{key}"
+            if key in ("strings", "versions", "ints", "bools"):
+                expected = {"strings": str, "versions": str, "ints": int, "bools": bool}[key]
+                if not isinstance(item, expected) or (expected is int and isinstance(item, bool)):
+                    errs.append((ipath, f"must be of type {key[:-1]}"))
+                    continue
+            if key in ("string", "strings", "version", "versions") and len(item) > MAX_ATTRIBUTE_VALUE_LENGTH:
+                errs.append((ipath, f"Too long: may not be more than {MAX_ATTRIBUTE_VALUE_LENGTH} bytes"))
+            if key in ("version", "versions") and not _SEMVER.match(item):
+                errs.append((ipath, f"Invalid value: {item!r}: must be a string compatible with semver.org spec 2.0.0"))
+    if values > MAX_ATTRIBUTE_VALUES:
+        errs.append((path, f"Invalid value: {values}: the total number of attribute values must not exceed "
+                           f"{MAX_ATTRIBUTE_VALUES}"))
+    multi = device.get("allowMultipleAllocations") is True
+    for name, cap in capacity.items():
+        cpath = f"{path}.capacity[{name}]"
+        errs += check_qualified_name(str(name), f"{path}.capacity")
+        cap = _dict(cap, cpath, errs)
+        _unknown(cap, frozenset({"value", "requestPolicy"}), cpath, errs)
+        if "value" not in cap:
+            errs.append((f"{cpath}.value", "Required value"))
+        else:
+            cap["value"] = _quantity(cap["value"], f"{cpath}.value", errs)
+        if "requestPolicy" in cap:
+            if not multi:
+                errs.append((f"{cpath}.requestPolicy", "Forbidden: allowMultipleAllocations must be true"))
+            _request_policy(cap["requestPolicy"], f"{cpath}.requestPolicy", errs)
+    for flag in ("allowMultipleAllocations", "bindsToNode"):
+        if flag in device and not isinstance(device[flag], bool):
+            errs.append((f"{path}.{flag}", "must be a boolean"))
+    taints = _list(device.get("taints"), f"{path}.taints", errs)
+    if len(taints) > MAX_TAINTS:
+        errs.append((f"{path}.taints", f"Too many: {len(taints)}: must have at most {MAX_TAINTS} items"))
+    else:
+        for i, taint in enumerate(taints):
+            check_taint(taint, f"{path}.taints[{i}]", errs)
+    consumptions = _list(device.get("consumesCounters"), f"{path}.consumesCounters", errs)
+    if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
+        errs.append((f"{path}.consumesCounters",
+                     f"Too many: {len(consumptions)}: must have at most {MAX_CONSUMPTIONS_PER_DEVICE} items"))
+    else:
+        seen = set()
+        for i, consumption in enumerate(consumptions):
+            cpath = f"{path}.consumesCounters[{i}]"
+            consumption = _dict(consumption, cpath, errs)
+            _unknown(consumption, frozenset({"counterSet", "counters", "compatibilityGroups"}), cpath, errs)
+            errs += check_dns_label(consumption.get("counterSet"), f"{cpath}.counterSet")
+            _counters(consumption, cpath, MAX_COUNTERS_PER_CONSUMPTION, errs)
+            _string_list(consumption.get("compatibilityGroups"), f"{cpath}.compatibilityGroups", errs, 2,
+                         check_dns_label)
+            if consumption.get("counterSet") in seen:
+                errs.append((cpath, f"Duplicate value: {consumption.get('counterSet')!r}"))
+            seen.add(consumption.get("counterSet"))
+    node_fields = [f for f in ("nodeName", "nodeSelector", "allNodes") if f in device]
+    if per_device:
+        if "nodeName" in device:
+            if isinstance(device["nodeName"], str) and device["nodeName"]:
+                errs += check_dns_subdomain(device["nodeName"], f"{path}.nodeName")
+            else:
+                errs.append((f"{path}.nodeName", "must not be empty"))
+        if "nodeSelector" in device:
+            check_node_selector(device["nodeSelector"], f"{path}.nodeSelector", errs)
+        if "allNodes" in device and device["allNodes"] is not True:
+            errs.append((f"{path}.allNodes", f"Invalid value: {device['allNodes']!r}: must be either unset or set to true"))
+        if len(node_fields) != 1:
+            errs.append((path, "exactly one of `nodeName`, `nodeSelector`, or `allNodes` is required when "
+                               "`perDeviceNodeSelection` is set to true in the ResourceSlice spec"))
+    elif node_fields:
+        errs.append((path, "`nodeName`, `nodeSelector` and `allNodes` can only be set if `perDeviceNodeSelection` "
+                           "is set to true in the ResourceSlice spec"))
+    conditions = _string_list(device.get("bindingConditions"), f"{path}.bindingConditions", errs,
+                              MAX_BINDING_CONDITIONS, check_label_name)
+    failures = _string_list(device.get("bindingFailureConditions"), f"{path}.bindingFailureConditions", errs,
+                            MAX_BINDING_CONDITIONS, check_label_name)
+    for i, condition in enumerate(failures):
+        if condition in conditions:
+            errs.append((f"{path}.bindingFailureConditions[{i}]",
+                         "bindingFailureConditions must not overlap with bindingConditions"))
+    if conditions and not failures:
+        errs.append((f"{path}.bindingFailureConditions", "bindingFailureConditions are required to use bindingConditions"))
+    if failures and not conditions:
+        errs.append((f"{path}.bindingConditions", "bindingConditions are required to use bindingFailureConditions"))
+    if "nodeAllocatableResources" in device:
+        _dict(device["nodeAllocatableResources"], f"{path}.nodeAllocatableResources", errs)
+    return device.get("name")
+
+
+def _request_policy(value: Any, path: str, errs: Errors) -> None:
+    policy = _dict(value, path, errs)
+    _unknown(policy, frozenset({"default", "validValues", "validRange"}), path, errs)
+    if policy.get("validValues") and policy.get("validRange") is not None:
+        errs.append((path, 'Forbidden: exactly one policy can be specified, cannot specify "validValues" and '
+                           '"validRange" at the same time'))
+    if "default" in policy and policy["default"] is not None:
+        policy["default"] = _quantity(policy["default"], f"{path}.default", errs)
+    valid_values = _list(policy.get("validValues"), f"{path}.validValues", errs)
+    if len(valid_values) > 10:
+        errs.append((f"{path}.validValues", f"Too many: {len(valid_values)}: must have at most 10 items"))
+    for i, item in enumerate(valid_values):
+        valid_values[i] = _quantity(item, f"{path}.validValues[{i}]", errs)
+    if (valid_values or policy.get("validRange") is not None) and policy.get("default") is None:
+        errs.append((f"{path}.default", "Required value: required when validValues or validRange is defined"))
+    if policy.get("validRange") is not None:
+        rng = _dict(policy["validRange"], f"{path}.validRange", errs)
+        _unknown(rng, frozenset({"min", "max", "step"}), f"{path}.validRange", errs)
+        if rng.get("min") is None:
+            errs.append((f"{path}.validRange.min", "Required value: required when validRange is defined"))
+        for key in ("min", "max", "step"):
+            if rng.get(key) is not None:
+                rng[key] = _quantity(rng[key], f"{path}.validRange.{key}", errs)
+
+
+def check_taint(value: Any, path: str, errs: Errors) -> dict:
+    taint = _dict(value, path, errs, required=True)
+    _unknown(taint, frozenset({"key", "value", "effect", "timeAdded"}), path, errs)
+    errs += check_label_name(taint.get("key"), f"{path}.key")
+    if taint.get("value"):
+        errs += check_label_value(taint["value"], f"{path}.value")
+    effect = taint.get("effect")
+    if not effect:
+        errs.append((f"{path}.effect", "Required value"))
+    elif effect not in TAINT_EFFECTS:
+        errs.append((f"{path}.effect", f"Unsupported value: {effect!r}: supported values: "
+                     + ", ".join(f'"{e}"' for e in TAINT_EFFECTS)))
+    if "timeAdded" in taint and taint["timeAdded"] is not None and not isinstance(taint["timeAdded"], str):
+        errs.append((f"{path}.timeAdded", "must be an RFC 3339 timestamp"))
+    return taint
+
+
+# --- DeviceClass -------------------------------------------------------------------------------------------
+
+def normalize_device_class(obj: Any, compile_cel: Callable[[str], Any] | None = None) -> dict:
+    """Any accepted version of a DeviceClass -> normalized v1. ``compile_cel(expression)`` raises on a bad
+    expression (its message becomes the reason at ``spec.selectors[i].cel.expression``)."""
+    errs: Errors = []
+    _, metadata, spec = _envelope(obj, "DeviceClass", ACCEPTED_VERSIONS, errs)
+    metadata = _metadata(metadata, errs)
+    spec = copy.deepcopy(spec)
+    _unknown(spec, frozenset({"selectors", "config", "extendedResourceName"}), "spec", errs)
+    selectors = _list(spec.get("selectors"), "spec.selectors", errs)
+    if len(selectors) > MAX_SELECTORS:
+        errs.append(("spec.selectors", f"Too many: {len(selectors)}: must have at most {MAX_SELECTORS} items"))
+        selectors = []
+    for i, selector in enumerate(selectors):
+        check_cel_selector(selector, f"spec.selectors[{i}]", errs, compile_cel)
+    configs = _list(spec.get("config"), "spec.config", errs)
+    if len(configs) > MAX_CONFIGS:
+        errs.append(("spec.config", f"Too many: {len(configs)}: must have at most {MAX_CONFIGS} items"))
+        configs = []
+    for i, config in enumerate(configs):
+        check_opaque_config(config, f"spec.config[{i}]", errs)
+    if "extendedResourceName" in spec and not _is_extended_resource_name(spec["extendedResourceName"]):
+        errs.append(("spec.extendedResourceName",
+                     f"Invalid value: {spec['extendedResourceName']!r}: must be a valid extended resource name"))
+    return _finish("DeviceClass", metadata, spec, errs)
+
+
+def check_cel_selector(value: Any, path: str, errs: Errors, compile_cel: Callable[[str], Any] | None) -> None:
+    selector = _dict(value, path, errs, required=True)
+    _unknown(selector, frozenset({"cel"}), path, errs)
+    cel = _dict(selector.get("cel"), f"{path}.cel", errs, required=True)
+    _unknown(cel, frozenset({"expression"}), f"{path}.cel", errs)
+    expression = cel.get("expression")
+    epath = f"{path}.cel.expression"
+    if not isinstance(expression, str) or not expression.strip():
+        errs.append((epath, "Required value"))
+    elif len(expression) > MAX_CEL_LENGTH:
+        errs.append((epath, f"Too long: may not be more than {MAX_CEL_LENGTH} bytes"))
+    elif compile_cel is not None:
+        try:
+            compile_cel(expression)
+        except Exception as exc:  # the CEL library's own error type; its message is the reason
+            errs.append((epath, f"Invalid value: compilation failed: {exc}"))
+
+
+def check_opaque_config(value: Any, path: str, errs: Errors) -> None:
+    config = _dict(value, path, errs, required=True)
+    _unknown(config, frozenset({"opaque", "requests"}), path, errs)
+    opaque = _dict(config.get("opaque"), f"{path}.opaque", errs, required=True)
+    _unknown(opaque, frozenset({"driver", "parameters"}), f"{path}.opaque", errs)
+    errs += check_driver_name(opaque.get("driver"), f"{path}.opaque.driver")
+    params = opaque.get("parameters")
+    if not isinstance(params, dict):
+        errs.append((f"{path}.opaque.parameters", "Required value" if params is None else "must be a valid JSON object"))
+    elif len(json.dumps(params, separators=(",", ":"))) > MAX_OPAQUE_PARAMETERS_LENGTH:
+        errs.append((f"{path}.opaque.parameters", f"Too long: may not be more than {MAX_OPAQUE_PARAMETERS_LENGTH} bytes"))
+
+
+def _is_extended_resource_name(value: Any) -> bool:
+    """core/v1 helper IsExtendedResourceName: qualified, outside kubernetes.io, not requests.-prefixed."""
+    if not isinstance(value, str) or "/" not in value or value.startswith("requests."):
+        return False
+    domain = value.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return False
+    return not check_label_name("requests." + value, "")
+
+
+# --- DeviceTaintRule ---------------------------------------------------------------------------------------
+
+TAINT_RULE_VERSIONS = ACCEPTED_VERSIONS | {f"{GROUP}/v1alpha3"}
+
+
+def normalize_device_taint_rule(obj: Any) -> dict:
+    errs: Errors = []
+    _, metadata, spec = _envelope(obj, "DeviceTaintRule", TAINT_RULE_VERSIONS, errs)
+    metadata = _metadata(metadata, errs)
+    spec = copy.deepcopy(spec)
+    _unknown(spec, frozenset({"deviceSelector", "taint"}), "spec", errs)
+    if "deviceSelector" in spec:
+        selector = _dict(spec["deviceSelector"], "spec.deviceSelector", errs)
+        for removed in ("deviceClassName", "selectors"):
+            if removed in selector:
+                errs.append((f"spec.deviceSelector.{removed}", "Forbidden: removed after v1alpha3 and not supported: "
+                                                                "select devices by driver, pool and device"))
+        _unknown(selector, frozenset({"driver", "pool", "device", "deviceClassName", "selectors"}),
+                 "spec.deviceSelector", errs)
+        if "driver" in selector:
+            errs += check_driver_name(selector["driver"], "spec.deviceSelector.driver")
+        if "pool" in selector:
+            errs += check_pool_name(selector["pool"], "spec.deviceSelector.pool")
+        if "device" in selector:
+            errs += check_dns_label(selector["device"], "spec.deviceSelector.device")
+    check_taint(spec.get("taint"), "spec.taint", errs)
+    return _finish("DeviceTaintRule", metadata, spec, errs)
+
+
+def taint_rule_matches(rule_spec: dict, driver: str, pool: str, device: str) -> bool:
+    """Upstream: all selector criteria must match; an empty selector matches all, no selector matches none."""
+    selector = rule_spec.get("deviceSelector")
+    if selector is None:
+        return False
+    return all(selector.get(key) in (None, value) for key, value in
+               (("driver", driver), ("pool", pool), ("device", device)))

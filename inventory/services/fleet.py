@@ -1,0 +1,78 @@
+"""Admin-managed, fleet-wide DeviceClasses and DeviceTaintRules (cluster-scoped ones come with pushes)."""
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+
+from dra.k8s import slices as k8s
+from draservice.problems import Conflict, FieldError, PreconditionFailed
+from inventory.etag import check_if_match
+from inventory.models import DeviceClass, DeviceTaintRule
+from inventory.services.sync import cel_compiler, taint_rule_columns
+from inventory.signals import send_after_commit
+
+KINDS = {
+    DeviceClass: (lambda obj: k8s.normalize_device_class(obj, cel_compiler()), lambda obj: {}, "deviceclass"),
+    DeviceTaintRule: (k8s.normalize_device_taint_rule, taint_rule_columns, "devicetainterule"),
+}
+
+
+def _normalize(model, body, url_name: str | None):
+    normalize, _, _ = KINDS[model]
+    if isinstance(body, dict) and "object" in body and "spec" not in body:
+        body = body["object"]  # accept the read representation back
+    if url_name and isinstance(body, dict) and isinstance(body.get("metadata"), dict) \
+            and not body["metadata"].get("name"):
+        body = {**body, "metadata": {**body["metadata"], "name": url_name}}
+    try:
+        obj = normalize(body)
+    except k8s.ObjectInvalid as exc:
+        raise FieldError(exc.errors)
+    if url_name and obj["metadata"]["name"] != url_name:
+        raise FieldError([("metadata.name", f"Invalid value: {obj['metadata']['name']!r}: must match the name "
+                                            f"in the URL ({url_name!r})")])
+    return obj
+
+
+def create_fleet_object(model, body):
+    obj = _normalize(model, body, None)
+    _, columns, reason = KINDS[model]
+    try:
+        with transaction.atomic():
+            row = model.objects.create(cluster=None, name=obj["metadata"]["name"], object=obj, **columns(obj))
+    except IntegrityError:
+        raise Conflict(f"{model.__name__} {obj['metadata']['name']!r} already exists.")
+    send_after_commit(cluster=None, cluster_id=None, inventory_version=None, reason=reason)
+    return row
+
+
+def replace_fleet_object(model, name: str, body, if_match: list[str] | None):
+    """PUT: replace (or create when absent and If-Match is not given). Returns (row, created)."""
+    obj = _normalize(model, body, name)
+    _, columns, reason = KINDS[model]
+    with transaction.atomic():
+        row = model.objects.select_for_update().filter(cluster=None, name=name).first()
+        if row is None:
+            if if_match is not None:
+                raise PreconditionFailed(f"{model.__name__} {name!r} does not exist, so If-Match cannot match.")
+            row = model.objects.create(cluster=None, name=name, object=obj, **columns(obj))
+            created = True
+        else:
+            check_if_match(if_match, row.resource_version)
+            created = False
+            if row.object != obj:
+                row.object = obj
+                for key, value in columns(obj).items():
+                    setattr(row, key, value)
+                row.resource_version += 1
+                row.save()
+        send_after_commit(cluster=None, cluster_id=None, inventory_version=None, reason=reason)
+    return row, created
+
+
+def delete_fleet_object(model, name: str, if_match: list[str] | None) -> None:
+    _, _, reason = KINDS[model]
+    with transaction.atomic():
+        row = model.objects.select_for_update().get(cluster=None, name=name)
+        check_if_match(if_match, row.resource_version)
+        row.delete()
+        send_after_commit(cluster=None, cluster_id=None, inventory_version=None, reason=reason)

@@ -1,0 +1,439 @@
+"""What agents write: a cluster's full inventory, or one slice or node at a time.
+
+Every write is one transaction holding the cluster's row lock, so two pushes for the same cluster never
+interleave and a rejected push leaves nothing behind. Objects are validated and normalized (pure CPU, in
+``dra.k8s.slices``) before the transaction starts; a single bad object fails the whole push with a 422 that
+names its field path. Writes are bulk: unchanged slices are recognised by a content hash and skipped,
+devices go in with PostgreSQL COPY (bulk_create elsewhere), and nothing is written per device.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from dra.k8s import slices as k8s
+from draservice.problems import FieldError, PreconditionFailed
+from inventory.etag import check_if_match
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, ResourceSlice
+from inventory.services.pools import compute_pool_states, device_rows
+from inventory.signals import send_after_commit
+
+MAX_REPORTED_ERRORS = 100
+PUSH_KEYS = {"resourceSlices": "ResourceSlice", "nodes": "Node", "deviceClasses": "DeviceClass",
+             "deviceTaintRules": "DeviceTaintRule"}
+KIND_TO_KEY = {kind: key for key, kind in PUSH_KEYS.items()}
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+
+@dataclass
+class Inventory:
+    slices: list[dict] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)  # {"name", "labels"}
+    classes: list[dict] = field(default_factory=list)
+    rules: list[dict] = field(default_factory=list)
+
+
+def content_hash(obj: dict) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def cel_compiler():
+    """``dra.cel.compile_expression`` when the CEL library is installed in this tree, else None."""
+    try:
+        from dra.cel import compile_expression
+    except ImportError:
+        return None
+    return compile_expression
+
+
+def normalize_node(obj, path: str = "") -> dict:
+    """``{"name", "labels"}`` or a core/v1 Node (only its name and labels are kept)."""
+    errs: list = []
+    if not isinstance(obj, dict):
+        raise k8s.ObjectInvalid([(path, "must be an object")])
+    if "metadata" in obj:
+        source, base = (obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}), "metadata."
+    else:
+        source, base = obj, ""
+        k8s._unknown(obj, frozenset({"name", "labels", "apiVersion", "kind"}), "", errs)
+    if obj.get("kind", "Node") != "Node":
+        errs.append(("kind", f"Invalid value: {obj.get('kind')!r}: expected 'Node'"))
+    errs += k8s.check_dns_subdomain(source.get("name"), f"{base}name")
+    labels = source.get("labels") or {}
+    if not isinstance(labels, dict):
+        errs.append((f"{base}labels", "must be an object"))
+        labels = {}
+    for key, value in labels.items():
+        errs += k8s.check_label_name(key, f"{base}labels[{key}]") + k8s.check_label_value(value, f"{base}labels[{key}]")
+    if errs:
+        raise k8s.ObjectInvalid(errs).prefixed(path)
+    return {"name": source["name"], "labels": dict(labels)}
+
+
+def _raise(errors: list[tuple[str, str]]) -> None:
+    shown = errors[:MAX_REPORTED_ERRORS]
+    detail = None
+    if len(errors) > len(shown):
+        detail = (f"{len(errors)} problems; the first {len(shown)}: "
+                  + "; ".join(f"{p}: {r}" for p, r in shown[:5]) + "; ...")
+    raise FieldError(shown, detail=detail, title="Invalid inventory")
+
+
+def parse_inventory(body) -> Inventory:
+    """The push body -> normalized v1 objects, or FieldError listing every problem with its path."""
+    if isinstance(body, list):
+        body = {"kind": "List", "items": body}
+    if not isinstance(body, dict):
+        raise FieldError([("", "the body must be an object with resourceSlices/nodes/deviceClasses/"
+                               "deviceTaintRules, or a Kubernetes List")])
+    buckets: dict[str, list[tuple[str, object]]] = {key: [] for key in PUSH_KEYS}
+    errors: list[tuple[str, str]] = []
+    if "items" in body and str(body.get("kind", "List")).endswith("List"):
+        items = body["items"] if isinstance(body["items"], list) else []
+        if not isinstance(body["items"], list):
+            errors.append(("items", "must be a list"))
+        default_kind = body.get("kind", "List")[:-4] or None  # "ResourceSliceList" -> "ResourceSlice"
+        for i, item in enumerate(items):
+            kind = item.get("kind", default_kind) if isinstance(item, dict) else None
+            key = KIND_TO_KEY.get(kind or "")
+            if key is None:
+                errors.append((f"items[{i}].kind", f"Unsupported value: {kind!r}: supported values: "
+                               + ", ".join(f'"{k}"' for k in KIND_TO_KEY)))
+            else:
+                buckets[key].append((f"items[{i}]", item))
+    else:
+        for key, value in body.items():
+            if key not in PUSH_KEYS:
+                errors.append((key, "unknown field (expected resourceSlices, nodes, deviceClasses, deviceTaintRules)"))
+            elif value is not None and not isinstance(value, list):
+                errors.append((key, "must be a list"))
+            else:
+                buckets[key] = [(f"{key}[{i}]", item) for i, item in enumerate(value or [])]
+    inventory = Inventory()
+    compile_cel = cel_compiler()
+    normalizers = {
+        "resourceSlices": (k8s.normalize_resource_slice, inventory.slices),
+        "nodes": (normalize_node, inventory.nodes),
+        "deviceClasses": (lambda o: k8s.normalize_device_class(o, compile_cel), inventory.classes),
+        "deviceTaintRules": (k8s.normalize_device_taint_rule, inventory.rules),
+    }
+    for key, items in buckets.items():
+        normalize, out = normalizers[key]
+        seen: dict[str, str] = {}
+        for path, item in items:
+            try:
+                obj = normalize(item)
+            except k8s.ObjectInvalid as exc:
+                errors.extend(exc.prefixed(path).errors)
+                continue
+            name = obj["name"] if key == "nodes" else obj["metadata"]["name"]
+            if name in seen:
+                name_path = f"{path}.name" if key == "nodes" and "metadata" not in item else f"{path}.metadata.name"
+                errors.append((name_path, f"Duplicate value: {name!r} (also at {seen[name]})"))
+            seen[name] = path
+            out.append(obj)
+    if errors:
+        _raise(errors)
+    return inventory
+
+
+def _normalize_one(normalize, obj, url_name: str, name_path: str = "metadata.name"):
+    """Incremental PUTs: the URL names the object; a body without a name takes it, a different one is an error."""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and not meta.get("name"):
+            obj = {**obj, "metadata": {**meta, "name": url_name}}
+    try:
+        result = normalize(obj)
+    except k8s.ObjectInvalid as exc:
+        _raise(exc.errors)
+    name = result["name"] if "name" in result else result["metadata"]["name"]
+    if name != url_name:
+        _raise([(name_path, f"Invalid value: {name!r}: must match the name in the URL ({url_name!r})")])
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+def _lock_cluster(name: str) -> Cluster:
+    return Cluster.objects.select_for_update().get(name=name)
+
+
+def _insert_devices(cluster: Cluster, slice_rows: list[tuple[int, dict]], node_ids: dict[str, int]) -> int:
+    """Insert the devices of (slice id, normalized slice) pairs; COPY on PostgreSQL."""
+    columns = ["cluster_id", "resource_slice_id", "node_id", "node_name", "driver", "pool_name", "pool_generation",
+               "name", "attributes", "capacity", "consumes_counters", "taints", "allow_multiple_allocations",
+               "binds_to_node", "binding_conditions", "binding_failure_conditions", "all_nodes", "node_selector",
+               "attribute_index"]
+    json_columns = {"attributes", "capacity", "consumes_counters", "taints", "binding_conditions",
+                    "binding_failure_conditions", "node_selector", "attribute_index"}
+    count = 0
+    if connection.vendor == "postgresql":
+        dumps = json.dumps
+        with connection.cursor() as cursor:
+            with cursor.cursor.copy(f"COPY {Device._meta.db_table} ({', '.join(columns)}) FROM STDIN") as copy:
+                for slice_id, obj in slice_rows:
+                    for row in device_rows(obj):
+                        row.update(cluster_id=cluster.pk, resource_slice_id=slice_id,
+                                   node_id=node_ids.get(row["node_name"]))
+                        copy.write_row([dumps(row[c]) if c in json_columns and row[c] is not None else row[c]
+                                        for c in columns])
+                        count += 1
+        return count
+    batch = []
+    for slice_id, obj in slice_rows:
+        for row in device_rows(obj):
+            batch.append(Device(cluster=cluster, resource_slice_id=slice_id, node_id=node_ids.get(row["node_name"]),
+                                **row))
+    Device.objects.bulk_create(batch, batch_size=2000)
+    return len(batch)
+
+
+def _slice_fields(obj: dict) -> dict:
+    spec = obj["spec"]
+    return {
+        "driver": spec["driver"], "pool_name": spec["pool"]["name"],
+        "pool_generation": spec["pool"].get("generation", 0),
+        "resource_slice_count": spec["pool"]["resourceSliceCount"],
+        "node_name": spec.get("nodeName", ""), "node_selector": spec.get("nodeSelector"),
+        "all_nodes": bool(spec.get("allNodes")), "per_device_node_selection": bool(spec.get("perDeviceNodeSelection")),
+        "device_count": len(spec.get("devices") or ()), "object": obj, "content_hash": content_hash(obj),
+    }
+
+
+SLICE_UPDATE_FIELDS = ["driver", "pool_name", "pool_generation", "resource_slice_count", "node_name", "node_selector",
+                       "all_nodes", "per_device_node_selection", "device_count", "object", "content_hash",
+                       "updated_at"]
+
+
+def _write_pools(cluster: Cluster, states: dict, scope: set | None) -> dict[str, int]:
+    """Make the Pool rows match ``states``; ``scope`` limits deletions to those keys (None: the whole cluster)."""
+    existing = {(p.driver, p.name): p for p in Pool.objects.filter(cluster=cluster)}
+    create, update = [], []
+    for key, st in states.items():
+        values = {"generation": st.generation, "resource_slice_count": st.resource_slice_count,
+                  "slice_count": st.slice_count, "device_count": st.device_count, "state": st.state,
+                  "reason": st.reason}
+        pool = existing.get(key)
+        if pool is None:
+            create.append(Pool(cluster=cluster, driver=key[0], name=key[1], **values))
+        elif any(getattr(pool, k) != v for k, v in values.items()):
+            for k, v in values.items():
+                setattr(pool, k, v)
+            pool.updated_at = timezone.now()
+            update.append(pool)
+    gone = [p.pk for key, p in existing.items() if key not in states and (scope is None or key in scope)]
+    Pool.objects.bulk_create(create, batch_size=2000)
+    Pool.objects.bulk_update(update, ["generation", "resource_slice_count", "slice_count", "device_count", "state",
+                                      "reason", "updated_at"], batch_size=2000)
+    if gone:
+        Pool.objects.filter(pk__in=gone).delete()
+    summary = {"complete": 0, "incomplete": 0, "invalid": 0}
+    for st in states.values():
+        summary[st.state] += 1
+    return summary
+
+
+def _replace_scoped(model, cluster: Cluster, objects: list[dict], extra=lambda obj: {}) -> dict[str, int]:
+    """Cluster-scoped DeviceClasses / DeviceTaintRules: make the stored set equal ``objects``."""
+    existing = {row.name: row for row in model.objects.filter(cluster=cluster)}
+    stats = {"created": 0, "updated": 0, "deleted": 0, "unchanged": 0}
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        row = existing.pop(name, None)
+        if row is None:
+            model.objects.create(cluster=cluster, name=name, object=obj, **extra(obj))
+            stats["created"] += 1
+        elif row.object != obj:
+            row.object = obj
+            for k, v in extra(obj).items():
+                setattr(row, k, v)
+            row.resource_version += 1
+            row.save()
+            stats["updated"] += 1
+        else:
+            stats["unchanged"] += 1
+    if existing:
+        model.objects.filter(pk__in=[r.pk for r in existing.values()]).delete()
+        stats["deleted"] = len(existing)
+    return stats
+
+
+def taint_rule_columns(obj: dict) -> dict:
+    selector = obj["spec"].get("deviceSelector") or {}
+    return {"driver": selector.get("driver", ""), "pool_name": selector.get("pool", ""),
+            "device_name": selector.get("device", ""), "effect": obj["spec"]["taint"]["effect"]}
+
+
+def _sync_nodes(cluster: Cluster, nodes: list[dict], referenced: set[str], replace: bool) -> tuple[dict, dict]:
+    """Upsert nodes (and bare rows for nodes that slices name but the push did not list)."""
+    wanted = {n["name"]: n["labels"] for n in nodes}
+    for name in referenced - wanted.keys():
+        wanted[name] = None  # keep existing labels if known, {} otherwise
+    existing = {n.name: n for n in Node.objects.filter(cluster=cluster)}
+    stats = {"created": 0, "updated": 0, "deleted": 0, "unchanged": 0}
+    create, update = [], []
+    for name, labels in wanted.items():
+        node = existing.get(name)
+        if node is None:
+            create.append(Node(cluster=cluster, name=name, labels=labels or {}))
+        elif labels is not None and node.labels != labels:
+            node.labels = labels
+            node.updated_at = timezone.now()
+            update.append(node)
+        else:
+            stats["unchanged"] += 1
+    Node.objects.bulk_create(create, batch_size=2000)
+    Node.objects.bulk_update(update, ["labels", "updated_at"], batch_size=2000)
+    stats["created"], stats["updated"] = len(create), len(update)
+    if replace:
+        gone = [n.pk for name, n in existing.items() if name not in wanted]
+        if gone:
+            Node.objects.filter(pk__in=gone).delete()
+        stats["deleted"] = len(gone)
+    ids = dict(Node.objects.filter(cluster=cluster).values_list("name", "pk"))
+    if create:
+        # Devices pushed before their node existed get linked now.
+        for name in (n.name for n in create):
+            Device.objects.filter(cluster=cluster, node_name=name, node__isnull=True).update(node_id=ids[name])
+    return stats, ids
+
+
+def _touch(cluster: Cluster, changed: bool, reason: str) -> Cluster:
+    now = timezone.now()
+    was_stale = cluster.is_stale(now) or cluster.stale_since is not None
+    cluster.last_sync_at = now
+    cluster.stale_since = None
+    if changed:
+        cluster.inventory_version += 1
+    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=now, stale_since=None,
+                                                 inventory_version=cluster.inventory_version)
+    if changed or was_stale:
+        send_after_commit(cluster=cluster.name, cluster_id=cluster.pk, inventory_version=cluster.inventory_version,
+                          reason=reason if changed else "heartbeat-fresh")
+    return cluster
+
+
+def push_inventory(cluster_name: str, body) -> dict:
+    """Replace a cluster's whole inventory with ``body`` (see ``parse_inventory``). Atomic."""
+    inventory = parse_inventory(body)
+    with transaction.atomic():
+        cluster = _lock_cluster(cluster_name)
+        referenced = {s["spec"]["nodeName"] for s in inventory.slices if s["spec"].get("nodeName")}
+        referenced |= {d["nodeName"] for s in inventory.slices for d in s["spec"].get("devices") or ()
+                       if d.get("nodeName")}
+        node_stats, node_ids = _sync_nodes(cluster, inventory.nodes, referenced, replace=True)
+
+        existing = {name: (pk, digest) for name, pk, digest in
+                    ResourceSlice.objects.filter(cluster=cluster).values_list("name", "pk", "content_hash")}
+        slice_stats = {"created": 0, "updated": 0, "deleted": 0, "unchanged": 0}
+        new_rows, changed_rows, fresh = [], [], []
+        for obj in inventory.slices:
+            fields = _slice_fields(obj)
+            name = obj["metadata"]["name"]
+            current = existing.pop(name, None)
+            if current is None:
+                new_rows.append(ResourceSlice(cluster=cluster, name=name, **fields))
+            elif current[1] != fields["content_hash"]:
+                changed_rows.append(ResourceSlice(pk=current[0], cluster=cluster, name=name,
+                                                  updated_at=timezone.now(), **fields))
+            else:
+                slice_stats["unchanged"] += 1
+        if existing:
+            ResourceSlice.objects.filter(pk__in=[pk for pk, _ in existing.values()]).delete()
+        if changed_rows:
+            Device.objects.filter(resource_slice_id__in=[r.pk for r in changed_rows]).delete()
+            ResourceSlice.objects.bulk_update(changed_rows, SLICE_UPDATE_FIELDS, batch_size=500)
+        ResourceSlice.objects.bulk_create(new_rows, batch_size=500)
+        fresh = [(r.pk, r.object) for r in changed_rows + new_rows]
+        device_count = _insert_devices(cluster, fresh, node_ids)
+        slice_stats.update(created=len(new_rows), updated=len(changed_rows), deleted=len(existing))
+
+        pool_stats = _write_pools(cluster, compute_pool_states(inventory.slices), scope=None)
+        class_stats = _replace_scoped(DeviceClass, cluster, inventory.classes)
+        rule_stats = _replace_scoped(DeviceTaintRule, cluster, inventory.rules, taint_rule_columns)
+        changed = any(stats[k] for stats in (node_stats, slice_stats, class_stats, rule_stats)
+                      for k in ("created", "updated", "deleted"))
+        _touch(cluster, changed, "sync")
+    return {
+        "cluster": cluster.name, "inventoryVersion": cluster.inventory_version, "changed": changed,
+        "resourceSlices": slice_stats, "nodes": node_stats, "deviceClasses": class_stats,
+        "deviceTaintRules": rule_stats, "devices": Device.objects.filter(cluster=cluster).count(),
+        "pools": pool_stats, "devicesWritten": device_count,
+    }
+
+
+def _recompute_pools(cluster: Cluster, keys: set[tuple[str, str]]) -> None:
+    objs = []
+    for driver, pool in keys:
+        objs += ResourceSlice.objects.filter(cluster=cluster, driver=driver, pool_name=pool).values_list(
+            "object", flat=True)
+    _write_pools(cluster, compute_pool_states(objs), scope=keys)
+
+
+def put_resource_slice(cluster_name: str, name: str, body, if_match: list[str] | None = None
+                       ) -> tuple[ResourceSlice, bool]:
+    """Create or replace one slice. Returns (slice, created)."""
+    obj = _normalize_one(k8s.normalize_resource_slice, body, name)
+    fields = _slice_fields(obj)
+    with transaction.atomic():
+        cluster = _lock_cluster(cluster_name)
+        row = ResourceSlice.objects.filter(cluster=cluster, name=name).first()
+        if row is not None:
+            check_if_match(if_match, row.content_hash[:16])
+            if row.content_hash == fields["content_hash"]:
+                _touch(cluster, False, "slice")
+                return row, False
+        elif if_match is not None:
+            raise PreconditionFailed(f"ResourceSlice {name!r} does not exist, so If-Match cannot match.")
+        keys = {(fields["driver"], fields["pool_name"])}
+        referenced = {fields["node_name"]} | {d["nodeName"] for d in obj["spec"].get("devices") or ()
+                                              if d.get("nodeName")}
+        _, node_ids = _sync_nodes(cluster, [], referenced - {""}, replace=False)
+        created = row is None
+        if created:
+            row = ResourceSlice.objects.create(cluster=cluster, name=name, **fields)
+        else:
+            keys.add((row.driver, row.pool_name))
+            Device.objects.filter(resource_slice=row).delete()
+            for key, value in fields.items():
+                setattr(row, key, value)
+            row.save()
+        _insert_devices(cluster, [(row.pk, obj)], node_ids)
+        _recompute_pools(cluster, keys)
+        _touch(cluster, True, "slice")
+    return row, created
+
+
+def delete_resource_slice(cluster_name: str, name: str, if_match: list[str] | None = None) -> None:
+    with transaction.atomic():
+        cluster = _lock_cluster(cluster_name)
+        row = ResourceSlice.objects.get(cluster=cluster, name=name)
+        check_if_match(if_match, row.content_hash[:16])
+        key = (row.driver, row.pool_name)
+        row.delete()
+        _recompute_pools(cluster, {key})
+        _touch(cluster, True, "slice")
+
+
+def put_node(cluster_name: str, name: str, body) -> tuple[Node, bool]:
+    node = _normalize_one(normalize_node, body if not isinstance(body, dict) or body.get("name") or "metadata" in body
+                          else {**body, "name": name}, name, name_path="name")
+    with transaction.atomic():
+        cluster = _lock_cluster(cluster_name)
+        stats, _ = _sync_nodes(cluster, [node], set(), replace=False)
+        _touch(cluster, bool(stats["created"] or stats["updated"]), "node")
+        return Node.objects.get(cluster=cluster, name=name), bool(stats["created"])
+
+
+def delete_node(cluster_name: str, name: str) -> None:
+    """Forget a node. Its devices stay (their slices say they exist) but lose the node link and labels."""
+    with transaction.atomic():
+        cluster = _lock_cluster(cluster_name)
+        Node.objects.get(cluster=cluster, name=name).delete()
+        _touch(cluster, True, "node")

@@ -1,0 +1,51 @@
+"""Fixtures for the inventory tests: tokens, API clients, the shared real-slices fixture."""
+import json
+import os
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from inventory.models import APIToken
+from inventory.services.clusters import create_cluster
+from inventory.services.tokens import issue_token
+
+
+@pytest.fixture(autouse=True)
+def _inventory_urls(settings):
+    # Other apps' views are developed concurrently; the inventory API is mounted at the same paths here.
+    if os.environ.get("INVENTORY_TESTS_FULL_URLCONF") != "1":
+        settings.ROOT_URLCONF = "tests.inventory.urls"
+
+
+def client_for(secret: str | None) -> APIClient:
+    client = APIClient()
+    if secret:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+@pytest.fixture
+def admin_client(db):
+    _, secret = issue_token(kind=APIToken.ADMIN, name="test admin")
+    return client_for(secret)
+
+
+@pytest.fixture
+def cluster_factory(db):
+    def make(name="c1", labels=None):
+        cluster, secret = create_cluster(name=name, labels=labels or {})
+        return cluster, client_for(secret)
+    return make
+
+
+@pytest.fixture(scope="session")
+def real_slices(shared_dir):
+    with open(os.path.join(shared_dir, "fixtures", "real-slices.json")) as fh:
+        return json.load(fh)
+
+
+@pytest.fixture(scope="session")
+def real_cel(shared_dir):
+    with open(os.path.join(shared_dir, "fixtures", "real-cel.json")) as fh:
+        return json.load(fh)
