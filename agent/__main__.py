@@ -1,0 +1,126 @@
+"""``python -m agent`` / ``draservice-agent``: command line and environment, logging, signals."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+
+from agent import __version__, metrics
+from agent.kube import KubeClient
+from agent.runner import Agent, Settings
+from agent.service import ServiceClient, TokenSource
+
+log = logging.getLogger("agent")
+
+
+def _env(name: str, default=None):
+    value = os.environ.get(name)
+    return default if value in (None, "") else value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="draservice-agent",
+        description="Sync a Kubernetes cluster's DRA inventory to draservice and write allocations back. "
+                    "Every option can also be set by the environment variable shown.")
+    p.add_argument("--service-url", default=_env("DRASERVICE_URL"), help="draservice base URL [DRASERVICE_URL]")
+    p.add_argument("--cluster", default=_env("DRASERVICE_CLUSTER"),
+                   help="this cluster's name in the service [DRASERVICE_CLUSTER]")
+    p.add_argument("--token-file", default=_env("DRASERVICE_TOKEN_FILE"),
+                   help="file holding the cluster token, re-read when it changes [DRASERVICE_TOKEN_FILE]; "
+                        "or put the token itself in DRASERVICE_TOKEN (never on the command line)")
+    p.add_argument("--ca-file", default=_env("DRASERVICE_CA_FILE"),
+                   help="CA bundle for the service's TLS certificate [DRASERVICE_CA_FILE]")
+    p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
+                   help="kubeconfig path; in a pod the service account is used when unset [KUBECONFIG]")
+    p.add_argument("--context", default=_env("DRASERVICE_KUBE_CONTEXT"), help="kubeconfig context")
+    p.add_argument("--resync-period", type=float, default=float(_env("DRASERVICE_RESYNC_PERIOD", 600)),
+                   help="seconds between full syncs [DRASERVICE_RESYNC_PERIOD, 600]")
+    p.add_argument("--heartbeat-interval", type=float, default=float(_env("DRASERVICE_HEARTBEAT_INTERVAL", 30)),
+                   help="seconds between heartbeats [DRASERVICE_HEARTBEAT_INTERVAL, 30]")
+    p.add_argument("--watch-timeout", type=int, default=int(_env("DRASERVICE_WATCH_TIMEOUT", 300)),
+                   help="server-side watch timeout in seconds [DRASERVICE_WATCH_TIMEOUT, 300]")
+    p.add_argument("--claim-poll-interval", type=float, default=float(_env("DRASERVICE_CLAIM_POLL_INTERVAL", 2)),
+                   help="seconds between checks of pending claims in the service [DRASERVICE_CLAIM_POLL_INTERVAL, 2]")
+    p.add_argument("--no-claims", action="store_true", default=_env("DRASERVICE_NO_CLAIMS", "") in ("1", "true"),
+                   help="inventory only: do not mirror ResourceClaims or write allocations [DRASERVICE_NO_CLAIMS]")
+    p.add_argument("--metrics-port", type=int, default=int(_env("DRASERVICE_METRICS_PORT", 0)),
+                   help="serve Prometheus metrics on this port; 0 = off [DRASERVICE_METRICS_PORT]")
+    p.add_argument("--metrics-address", default=_env("DRASERVICE_METRICS_ADDRESS", "0.0.0.0"))
+    p.add_argument("--log-level", default=_env("DRASERVICE_LOG_LEVEL", "INFO"), help="[DRASERVICE_LOG_LEVEL, INFO]")
+    p.add_argument("--log-format", choices=("text", "json"), default=_env("DRASERVICE_LOG_FORMAT", "text"),
+                   help="[DRASERVICE_LOG_FORMAT, text]")
+    p.add_argument("--once", action="store_true",
+                   help="push one full sync and exit (0 when the service accepted it): a first check of a set-up")
+    p.add_argument("--version", action="version", version=f"draservice-agent {__version__}")
+    return p
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+               "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # The client libraries log every request at DEBUG; keep them at INFO unless asked for.
+    for noisy in ("urllib3", "kubernetes"):
+        logging.getLogger(noisy).setLevel(max(logging.INFO, root.level))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    missing = [flag for flag, value in (("--service-url", args.service_url), ("--cluster", args.cluster))
+               if not value]
+    token = _env("DRASERVICE_TOKEN")
+    if not token and not args.token_file:
+        missing.append("DRASERVICE_TOKEN or --token-file")
+    if missing:
+        log.error("missing configuration: %s", ", ".join(missing))
+        return 2
+    service = ServiceClient(args.service_url, args.cluster, TokenSource(token=token, path=args.token_file),
+                            ca_certs=args.ca_file, user_agent=f"draservice-agent/{__version__}")
+    kube = KubeClient.from_environment(args.kubeconfig, args.context)
+    settings = Settings(resync_period=args.resync_period, heartbeat_interval=args.heartbeat_interval,
+                        watch_timeout=args.watch_timeout, claims=not args.no_claims,
+                        claim_poll_interval=args.claim_poll_interval)
+    agent = Agent(kube, service, settings)
+    if args.once:
+        ok = agent.run_once()
+        log.info("one-shot sync %s", "accepted by the service" if ok else "did NOT complete")
+        return 0 if ok else 1
+    if args.metrics_port:
+        metrics.serve(args.metrics_port, args.metrics_address)
+
+    def shutdown(signum, _frame):
+        log.info("received %s: stopping", signal.Signals(signum).name)
+        agent.stop_event.set()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    agent.start()
+    while not agent.stop_event.wait(1.0):
+        pass
+    agent.stop()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
