@@ -1,0 +1,174 @@
+"""compile_expression / CompiledExpression: parse once, check once, evaluate many times."""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+import lark
+from celpy import celtypes
+from celpy.celparser import CELParseError, CELParser
+from celpy.evaluation import Activation, CELEvalError
+
+from . import analysis, library, library_ext
+from .device import CELDevice, DeviceView
+from .errors import CELBudgetExceeded, CELCompileError, CELRuntimeError
+from .evaluator import DEFAULT_COST_LIMIT, DEFAULT_TIME_LIMIT_S, Budget, BudgetExceeded, DRAEvaluator
+from .hints import runtime_hint
+
+# Upstream limits a selector's length by the size of the API object; 10 KiB is ours.
+MAX_EXPRESSION_LENGTH = 10 * 1024
+# Nesting levels (calls, brackets, parentheses, operators). Each level costs the tree-walking
+# evaluator a dozen Python frames; 32 keeps the deepest expression far from the stack limit
+# while being several times deeper than any real selector.
+MAX_NESTING_DEPTH = 32
+
+FUNCTIONS: dict[str, Any] = {
+    name: getattr(library, name)
+    for name in (
+        "quantity", "isQuantity", "sign", "isInteger", "asInteger", "asApproximateFloat", "add", "sub",
+        "isGreaterThan", "isLessThan", "compareTo", "semver", "isSemver", "major", "minor", "patch",
+        "matches", "find", "findAll",
+    )
+}
+FUNCTIONS.update(
+    {
+        name: getattr(library_ext, name)
+        for name in (
+            "charAt", "indexOf", "lastIndexOf", "lowerAscii", "upperAscii", "replace", "split", "substring",
+            "trim", "join", "isSorted", "sum", "min", "max",
+        )
+    }
+)
+FUNCTIONS.update(
+    {
+        "sets_contains": library_ext.sets_contains,
+        "sets_equivalent": library_ext.sets_equivalent,
+        "sets_intersects": library_ext.sets_intersects,
+        "strings_quote": library_ext.strings_quote,
+    }
+)
+
+_parser_lock = threading.Lock()
+_parser: CELParser | None = None
+
+
+def _parse(expression: str) -> lark.Tree:
+    global _parser
+    # Lark parsers are not documented as thread-safe; parsing is rare (results are cached).
+    with _parser_lock:
+        if _parser is None:
+            _parser = CELParser()
+        return _parser.parse(expression)
+
+
+def _offset(expression: str, line: int | None, column: int | None) -> int | None:
+    if not line or not column:
+        return None
+    lines = expression.split("\n")
+    return sum(len(x) + 1 for x in lines[: line - 1]) + column - 1
+
+
+def _activation(view: DeviceView) -> Activation:
+    """The `device` activation for one device content; built once, shared by all expressions."""
+    activation = view.activation
+    if activation is None:
+        activation = Activation(vars={"device": view.value}, functions=FUNCTIONS)
+        view.activation = activation
+    return activation
+
+
+class CompiledExpression:
+    """A checked DRA selector. Immutable and safe to share between threads."""
+
+    def __init__(self, expression: str, tree: lark.Tree, consumable_capacity: bool, checked: Any):
+        self.expression = expression
+        self.consumable_capacity = consumable_capacity
+        self._tree = tree
+        self.drivers: frozenset[str] | None = analysis.drivers(tree)
+        self.footprint: analysis.Footprint | None = analysis.footprint(tree)
+        self.checked = checked
+
+    def __repr__(self) -> str:
+        return f"CompiledExpression({self.expression!r})"
+
+    def evaluate(self, device: CELDevice, *, cost_limit: int = DEFAULT_COST_LIMIT,
+                 time_limit: float = DEFAULT_TIME_LIMIT_S) -> bool:
+        """True if the device matches; raises CELRuntimeError (or CELBudgetExceeded)."""
+        return self.evaluate_view(device.view(), cost_limit=cost_limit, time_limit=time_limit)
+
+    def evaluate_view(self, view: DeviceView, *, cost_limit: int = DEFAULT_COST_LIMIT,
+                      time_limit: float = DEFAULT_TIME_LIMIT_S) -> bool:
+        if view.error is not None:
+            raise CELRuntimeError(self.expression, view.error)
+        evaluator = DRAEvaluator(self._tree, _activation(view), Budget(cost_limit, time_limit))
+        try:
+            value = evaluator.visit(self._tree)
+        except BudgetExceeded as exc:
+            raise CELBudgetExceeded(self.expression, exc.reason, _tree_offset(exc.tree),
+                                    "simplify the expression: nested comprehensions multiply their cost") from None
+        except RecursionError:
+            raise CELBudgetExceeded(self.expression, "expression nests too deeply to evaluate") from None
+        if isinstance(value, CELEvalError):
+            raise _runtime_error(self.expression, value) from None
+        if not isinstance(value, celtypes.BoolType):
+            raise CELRuntimeError(
+                self.expression,
+                f"CEL result of type {library.type_name(value)} could not be converted to bool",
+                hint="a selector must evaluate to true or false",
+            )
+        return bool(value)
+
+
+def _tree_offset(tree: lark.Tree | None) -> int | None:
+    if tree is None:
+        return None
+    meta = getattr(tree, "meta", None)
+    return getattr(meta, "start_pos", None) if meta is not None and not meta.empty else None
+
+
+def _runtime_error(expression: str, error: CELEvalError) -> CELRuntimeError:
+    reason = str(error.args[0]) if error.args else "evaluation failed"
+    position = _tree_offset(error.tree)
+    if position is None:
+        position = _offset(expression, error.line, error.column)
+    hint = runtime_hint(getattr(error, "dra_hint", None))
+    if hint is None and reason.startswith("no such key:"):
+        # Upstream's EnhanceRuntimeError advice, adapted: cel-python has no optional syntax.
+        hint = "guard optional attributes with has(...) before reading them"
+    return CELRuntimeError(expression, reason, position, hint)
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_expression(expression: str, *, consumable_capacity: bool = True) -> CompiledExpression:
+    """Parse and check a selector; cached by (text, flag). Raises CELCompileError."""
+    from .checker import check  # the checker imports the function table defined here
+
+    if not isinstance(expression, str):
+        raise CELCompileError(str(expression), "expression must be a string")
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise CELCompileError(
+            expression[:200],
+            f"expression is {len(expression)} characters long, more than the limit of {MAX_EXPRESSION_LENGTH}",
+        )
+    if not expression.strip():
+        raise CELCompileError(expression, "Syntax error: expression is empty", 0)
+    try:
+        tree = _parse(expression)
+    except CELParseError as exc:
+        position = _offset(expression, getattr(exc, "line", None), getattr(exc, "column", None))
+        detail = str(exc.args[0]).split("\n")[0] if exc.args else ""
+        raise CELCompileError(expression, f"Syntax error: {_syntax_reason(detail)}", position) from None
+    depth = analysis.nesting_depth(tree)
+    if depth > MAX_NESTING_DEPTH:
+        raise CELCompileError(
+            expression, f"expression nests {depth} levels deep, more than the limit of {MAX_NESTING_DEPTH}",
+            hint="split deeply nested conditions or use cel.bind to name intermediate values",
+        )
+    checked = check(expression, tree, consumable_capacity=consumable_capacity)
+    return CompiledExpression(expression, tree, consumable_capacity, checked)
+
+
+def _syntax_reason(detail: str) -> str:
+    detail = detail.strip()
+    return detail if detail and not detail.startswith("?") else "unexpected input"

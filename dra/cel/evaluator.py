@@ -1,0 +1,461 @@
+"""cel-python's tree-walking Evaluator, extended for the DRA environment.
+
+What is added on top of `celpy.evaluation.Evaluator`:
+- a per-evaluation budget: every visited AST node and every element a comprehension touches
+  costs one unit, string and regex work costs by length, and the wall clock is checked every
+  few hundred units, so a runaway expression stops with CELBudgetExceeded instead of hanging;
+- `cel.bind`, the namespaced `sets.*` / `strings.quote` functions, the two-variable
+  comprehensions, and comprehensions that short-circuit like cel-go (`all` stops at the
+  first false, `exists` at the first true);
+- `&&`/`||` that short-circuit and are evaluated iteratively, so a long chain of conditions
+  cannot exhaust the Python stack;
+- upstream's error texts ("no such key: x") with the data a hint needs (which domains exist).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lark
+from celpy import celtypes
+from celpy.evaluation import Activation, CELEvalError, Evaluator
+
+from .device import DomainMap, DomainsMap, MissingDomain
+from .library import no_overload, type_name
+
+# Upstream's CELSelectorExpressionMaxCost.
+DEFAULT_COST_LIMIT = 1_000_000
+# cel-python is roughly two orders of magnitude slower per step than cel-go, so upstream's
+# "about 0.1 s" cost limit would take seconds here. The wall-clock limit bounds the worst case;
+# real selectors finish in well under a millisecond, so 1 s leaves a wide margin for a loaded
+# worker while still freeing it quickly.
+DEFAULT_TIME_LIMIT_S = 1.0
+_CLOCK_CHECK_EVERY = 256
+
+_MACROS_ONE_VAR = {"all", "exists", "exists_one", "existsOne", "map", "filter"}
+_MACROS_TWO_VAR = {"all", "exists", "existsOne", "exists_one", "transformList", "transformMap"}
+_NAMESPACED = {
+    ("sets", "contains"): "sets.contains",
+    ("sets", "equivalent"): "sets.equivalent",
+    ("sets", "intersects"): "sets.intersects",
+    ("strings", "quote"): "strings.quote",
+}
+
+
+class BudgetExceeded(Exception):
+    """Raised (never returned) so that `false && <runaway>` cannot swallow it."""
+
+    def __init__(self, reason: str, tree: lark.Tree | None):
+        super().__init__(reason)
+        self.reason = reason
+        self.tree = tree
+
+
+class Budget:
+    __slots__ = ("used", "limit", "deadline", "time_limit", "next_clock_check")
+
+    def __init__(self, limit: int = DEFAULT_COST_LIMIT, time_limit: float = DEFAULT_TIME_LIMIT_S):
+        self.used = 0
+        self.limit = limit
+        self.time_limit = time_limit
+        self.deadline = time.perf_counter() + time_limit
+        self.next_clock_check = _CLOCK_CHECK_EVERY
+
+    def charge(self, units: int, tree: lark.Tree | None) -> None:
+        self.used += units
+        if self.used > self.limit:
+            raise BudgetExceeded(
+                f"operation cancelled: actual cost limit exceeded (more than {self.limit} cost units)", tree
+            )
+        if self.used >= self.next_clock_check:
+            self.next_clock_check = self.used + _CLOCK_CHECK_EVERY
+            if time.perf_counter() > self.deadline:
+                raise BudgetExceeded(
+                    "operation cancelled: actual cost limit exceeded "
+                    f"(evaluation ran longer than {self.time_limit:g} s after {self.used} cost units)",
+                    tree,
+                )
+
+
+def error_at(message: str, tree: lark.Tree | None, hint: dict | None = None) -> CELEvalError:
+    e = CELEvalError(message, ValueError, None, tree=tree)
+    if hint:
+        e.dra_hint = hint  # type: ignore[attr-defined]
+    return e
+
+
+def _tree_ident(tree: Any) -> str | None:
+    """The identifier if `tree` (a member/primary chain) is just a bare identifier."""
+    while isinstance(tree, lark.Tree) and len(tree.children) == 1 and tree.data in (
+        "member", "primary", "expr", "conditionalor", "conditionaland", "relation",
+        "addition", "multiplication", "unary",
+    ):
+        tree = tree.children[0]
+    if isinstance(tree, lark.Tree) and tree.data == "ident":
+        return str(tree.children[0])
+    return None
+
+
+class DRAEvaluator(Evaluator):
+    """One evaluation of one expression against one activation (not thread-shared)."""
+
+    def __init__(self, ast: lark.Tree, activation: Activation, budget: Budget):
+        self.ast = ast
+        self.base_activation = activation
+        self.activation = activation
+        self.level = 0
+        self.budget = budget
+
+    # --- budget hook: every node visit goes through here ---------------------------------
+    def _visit_tree(self, tree):
+        self.budget.charge(1, tree)
+        return getattr(self, tree.data)(tree)
+
+    visit = _visit_tree
+
+    def visit_children(self, tree):
+        return [self._visit_tree(c) if isinstance(c, lark.Tree) else c for c in tree.children]
+
+    def sub_evaluator(self, ast: lark.Tree) -> "DRAEvaluator":
+        return DRAEvaluator(ast, self.activation, self.budget)
+
+    def set_activation(self, values):
+        # cel-python clones the whole activation per macro step; a child scope is enough.
+        self.activation = self.base_activation.nested_activation(vars=values)
+        return self
+
+    def _scoped(self, tree: lark.Tree, values: dict):
+        saved = self.activation
+        self.activation = saved.nested_activation(vars=values)
+        try:
+            return self.visit(tree)
+        finally:
+            self.activation = saved
+
+    # --- logic -----------------------------------------------------------------------------
+    def _chain(self, tree: lark.Tree, name: str) -> list[lark.Tree]:
+        operands = []
+        node = tree
+        while node.data == name and len(node.children) == 2:
+            operands.append(node.children[1])
+            node = node.children[0]
+        operands.append(node)
+        operands.reverse()
+        return operands
+
+    def _logic(self, tree: lark.Tree, name: str, decisive: bool):
+        if len(tree.children) == 1:
+            return self.visit(tree.children[0])
+        first_error = None
+        for operand in self._chain(tree, name):
+            value = self.visit(operand)
+            if isinstance(value, celtypes.BoolType):
+                if bool(value) is decisive:
+                    return value
+            elif first_error is None:
+                first_error = value if isinstance(value, CELEvalError) else error_at(
+                    f"no such overload: {'||' if decisive else '&&'} applied to {type_name(value)}", operand
+                )
+        return first_error if first_error is not None else celtypes.BoolType(not decisive)
+
+    def conditionalor(self, tree):
+        return self._logic(tree, "conditionalor", True)
+
+    def conditionaland(self, tree):
+        return self._logic(tree, "conditionaland", False)
+
+    def expr(self, tree):
+        if len(tree.children) == 1:
+            return self.visit(tree.children[0])
+        cond = self.visit(tree.children[0])
+        if isinstance(cond, CELEvalError):
+            return cond
+        if not isinstance(cond, celtypes.BoolType):
+            return error_at(f"no such overload: ternary condition is {type_name(cond)}, not bool", tree.children[0])
+        return self.visit(tree.children[1] if cond else tree.children[2])
+
+    _REL = {"relation_lt": "_<_", "relation_le": "_<=_", "relation_ge": "_>=_", "relation_gt": "_>_",
+            "relation_eq": "_==_", "relation_ne": "_!=_", "relation_in": "_in_"}
+
+    def relation(self, tree):
+        if len(tree.children) == 1:
+            return self.visit(tree.children[0])
+        op_tree, right_tree = tree.children
+        left = self.visit(op_tree.children[0])
+        right = self.visit(right_tree)
+        for v in (left, right):
+            if isinstance(v, CELEvalError):
+                return v
+        op = self._REL[op_tree.data]
+        try:
+            if op == "_in_":
+                return self._in(left, right, tree)
+            if op in ("_==_", "_!=_"):
+                equal = _equals(left, right)
+                return celtypes.BoolType(equal if op == "_==_" else not equal)
+            result = self.activation.resolve_function(op)(left, right)
+        except TypeError:
+            result = NotImplemented
+        if result is NotImplemented or isinstance(result, CELEvalError) or not isinstance(result, celtypes.BoolType):
+            return error_at(
+                f"found no matching overload for '{op}' applied to '({type_name(left)}, {type_name(right)})'",
+                tree,
+                {"operator": op, "types": (type_name(left), type_name(right))},
+            )
+        return result
+
+    def _in(self, item, container, tree):
+        if isinstance(container, celtypes.MapType):
+            self.budget.charge(1, tree)
+            return celtypes.BoolType(item in container)
+        if isinstance(container, celtypes.ListType):
+            self.budget.charge(len(container), tree)
+            return celtypes.BoolType(any(_equals(item, c) for c in container))
+        return no_overload("_in_", item, container)
+
+    # --- member access ---------------------------------------------------------------------
+    def member_dot(self, tree):
+        member_tree, name_token = tree.children
+        member = self.visit(member_tree)
+        if isinstance(member, CELEvalError):
+            return member
+        return self._lookup(member, str(name_token), tree)
+
+    def member_index(self, tree):
+        member = self.visit(tree.children[0])
+        index = self.visit(tree.children[1])
+        for v in (member, index):
+            if isinstance(v, CELEvalError):
+                return v
+        if isinstance(member, celtypes.ListType):
+            if not isinstance(index, celtypes.IntType) or isinstance(index, celtypes.BoolType):
+                return no_overload("_[_]", member, index)
+            if not 0 <= int(index) < len(member):
+                return error_at(f"index out of range: {int(index)}", tree)
+            return member[int(index)]
+        return self._lookup(member, index, tree)
+
+    def _lookup(self, member, key, tree):
+        if not isinstance(member, celtypes.MapType):
+            return error_at(f"type '{type_name(member)}' does not support field selection", tree)
+        try:
+            return member[key]
+        except (KeyError, TypeError):
+            pass
+        hint = None
+        if isinstance(member, MissingDomain):
+            hint = {"missing_domain": member.domain, "kind": member.kind, "available": member.available, "name": str(key)}
+        elif isinstance(member, DomainMap):
+            hint = {"domain": member.domain, "kind": member.kind, "names": tuple(sorted(member.keys())), "name": str(key)}
+        return error_at(f"no such key: {key}", tree, hint)
+
+    # --- has(), function and method calls --------------------------------------------------
+    def macro_has_eval(self, exprlist):
+        target = exprlist.children[0]
+        node = target
+        while node.data != "member_dot":
+            node = node.children[0]
+        operand = self.visit(node.children[0])
+        if isinstance(operand, CELEvalError):
+            return operand
+        name = str(node.children[1])
+        if isinstance(operand, DomainsMap):
+            # Upstream's map with a default: every domain "exists" (as an empty map).
+            return celtypes.BoolType(True)
+        if isinstance(operand, celtypes.MapType):
+            return celtypes.BoolType(name in operand)
+        return error_at(f"invalid type for field selection: {type_name(operand)}", node)
+
+    def _call(self, name: str, args: list, tree):
+        for a in args:
+            if isinstance(a, CELEvalError):
+                return a
+        # String and regex functions cost by the length they traverse, as in cel-go.
+        size = 0
+        for a in args:
+            if isinstance(a, str):
+                size += len(a)
+        if size > 10:
+            self.budget.charge(size // 10, tree)
+        try:
+            fn = self.activation.resolve_function(name)
+        except KeyError:
+            return error_at(f"undeclared reference to '{name}'", tree)
+        try:
+            result = fn(*args)
+        except (TypeError, AttributeError):
+            return no_overload(name, *args)
+        except (ValueError, OverflowError) as exc:
+            return error_at(str(exc) or "return error for overflow", tree)
+        except ZeroDivisionError:
+            return error_at("divide by zero", tree)
+        if isinstance(result, CELEvalError) and result.tree is None:
+            result.tree, result.line, result.column = tree, tree.meta.line, tree.meta.column
+        if isinstance(result, celtypes.ListType):
+            self.budget.charge(len(result), tree)
+        return result
+
+    def ident_arg(self, tree):
+        name = str(tree.children[0])
+        args_tree = tree.children[1] if len(tree.children) > 1 else None
+        if name == "has":
+            return self.macro_has_eval(args_tree)
+        args = self.visit_children(args_tree) if args_tree is not None else []
+        if name == "dyn":
+            return args[0]
+        return self._call(name, args, tree)
+
+    def primary(self, tree):
+        child = tree.children[0]
+        data = child.data
+        if data == "ident_arg":
+            return self.ident_arg(child)
+        if data == "ident":
+            name = str(child.children[0])
+            try:
+                return self.activation.resolve_variable(name)
+            except KeyError:
+                return error_at(f"undeclared reference to '{name}'", child)
+        if data == "list_lit":
+            values = self.visit_children(child.children[0]) if child.children else []
+            for v in values:
+                if isinstance(v, CELEvalError):
+                    return v
+            self.budget.charge(len(values), child)
+            return celtypes.ListType(values)
+        return super().primary(tree)
+
+    def member_dot_arg(self, tree):
+        member_tree, name_token = tree.children[0], str(tree.children[1])
+        args = tree.children[2].children if len(tree.children) > 2 and tree.children[2] is not None else []
+        namespace = _tree_ident(member_tree)
+        if namespace == "cel" and name_token == "bind":
+            var = _tree_ident(args[0])
+            init = self.visit(args[1])
+            return self._scoped(args[2], {var: init})
+        if namespace is not None and (namespace, name_token) in _NAMESPACED:
+            values = [self.visit(a) for a in args]
+            fname = _NAMESPACED[(namespace, name_token)]
+            return self._call(fname.replace(".", "_"), values, tree)
+        if name_token in _MACROS_ONE_VAR and len(args) in (2, 3) and _tree_ident(args[0]) is not None and (
+            len(args) == 2 or name_token == "map" or _tree_ident(args[1]) is None
+        ):
+            return self._comprehension(tree, name_token, member_tree, [_tree_ident(args[0])], args[1:])
+        if name_token in _MACROS_TWO_VAR and len(args) in (3, 4) and _tree_ident(args[1]) is not None:
+            return self._comprehension(
+                tree, name_token, member_tree, [_tree_ident(args[0]), _tree_ident(args[1])], args[2:]
+            )
+        target = self.visit(member_tree)
+        values = [self.visit(a) for a in args]
+        return self._call(name_token, [target, *values], tree)
+
+    # --- comprehensions --------------------------------------------------------------------
+    def _comprehension(self, tree, name, range_tree, variables, bodies):
+        source = self.visit(range_tree)
+        if isinstance(source, CELEvalError):
+            return source
+        if isinstance(source, celtypes.MapType):
+            pairs = [(k, source[k]) for k in source.keys()]
+        elif isinstance(source, celtypes.ListType):
+            pairs = [(celtypes.IntType(i), v) for i, v in enumerate(source)]
+        else:
+            return error_at(f"expression of type '{type_name(source)}' cannot be the range of a comprehension", range_tree)
+        two = len(variables) == 2
+        is_map = isinstance(source, celtypes.MapType)
+
+        def bind(pair):
+            if two:
+                return {variables[0]: pair[0], variables[1]: pair[1]}
+            # One-variable comprehensions range over map keys and list values.
+            return {variables[0]: pair[0] if is_map else pair[1]}
+
+        kind = {"exists_one": "existsOne"}.get(name, name)
+        if kind in ("all", "exists"):
+            decisive = kind == "exists"
+            first_error = None
+            for pair in pairs:
+                self.budget.charge(1, tree)
+                value = self._scoped(bodies[0], bind(pair))
+                if isinstance(value, celtypes.BoolType):
+                    if bool(value) is decisive:
+                        return value
+                elif first_error is None:
+                    first_error = value if isinstance(value, CELEvalError) else no_overload(kind, value)
+            return first_error if first_error is not None else celtypes.BoolType(not decisive)
+        if kind == "existsOne":
+            count = 0
+            for pair in pairs:
+                self.budget.charge(1, tree)
+                value = self._scoped(bodies[0], bind(pair))
+                if isinstance(value, CELEvalError):
+                    return value
+                if not isinstance(value, celtypes.BoolType):
+                    return no_overload(kind, value)
+                count += bool(value)
+            return celtypes.BoolType(count == 1)
+        if kind == "filter":
+            out = []
+            for pair in pairs:
+                self.budget.charge(1, tree)
+                value = self._scoped(bodies[0], bind(pair))
+                if isinstance(value, CELEvalError):
+                    return value
+                if not isinstance(value, celtypes.BoolType):
+                    return no_overload(kind, value)
+                if value:
+                    out.append(pair[0] if is_map else pair[1])
+            return celtypes.ListType(out)
+        # map / transformList / transformMap, optionally with a filter predicate first.
+        predicate, transform = (bodies[0], bodies[1]) if len(bodies) == 2 else (None, bodies[0])
+        out_list, out_map = [], celtypes.MapType()
+        for pair in pairs:
+            self.budget.charge(1, tree)
+            scope = bind(pair)
+            if predicate is not None:
+                keep = self._scoped(predicate, scope)
+                if isinstance(keep, CELEvalError):
+                    return keep
+                if not isinstance(keep, celtypes.BoolType):
+                    return no_overload(kind, keep)
+                if not keep:
+                    continue
+            value = self._scoped(transform, scope)
+            if isinstance(value, CELEvalError):
+                return value
+            if kind == "transformMap":
+                out_map[pair[0]] = value
+            else:
+                out_list.append(value)
+        return out_map if kind == "transformMap" else celtypes.ListType(out_list)
+
+
+def _equals(a, b) -> bool:
+    """CEL runtime equality: values of different kinds are unequal (cel-go's heterogeneous
+    equality); numbers compare across int, uint and double."""
+    numeric = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
+    a_bool, b_bool = isinstance(a, celtypes.BoolType), isinstance(b, celtypes.BoolType)
+    if a_bool or b_bool:
+        return a_bool and b_bool and bool(a) == bool(b)
+    if isinstance(a, numeric) and isinstance(b, numeric):
+        return float(a) == float(b) if isinstance(a, celtypes.DoubleType) or isinstance(b, celtypes.DoubleType) else int(a) == int(b)
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, celtypes.ListType) and isinstance(b, celtypes.ListType):
+        return len(a) == len(b) and all(_equals(x, y) for x, y in zip(a, b))
+    if isinstance(a, celtypes.MapType) and isinstance(b, celtypes.MapType):
+        if len(a) != len(b):
+            return False
+        for k, v in a.items():
+            if k not in b or not _equals(v, b[k]):
+                return False
+        return True
+    for cls in (celtypes.StringType, celtypes.BytesType):
+        if isinstance(a, cls) or isinstance(b, cls):
+            return isinstance(a, cls) and isinstance(b, cls) and str.__eq__(a, b) if cls is celtypes.StringType else (
+                isinstance(a, cls) and isinstance(b, cls) and bytes.__eq__(a, b))
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except TypeError:
+        return False
