@@ -44,6 +44,9 @@ Determinism: pools are ordered by (driver, pool), slices by name, devices in sli
 by the bin-packing policy (``dra.engine.policy``) with names as the final tie-break. Equal input gives equal
 output.
 """
+from .engine import Engine
+from .policy import POLICY_NAME
+from .simulate import simulate
 from .types import (
     AllocatedDevice,
     AllocationError,
@@ -60,6 +63,6 @@ from .types import (
 )
 
 __all__ = [
-    "AllocatedDevice", "AllocationError", "ClaimGroup", "ClaimOutcome", "ClusterInventory", "ErrorCode",
+    "Engine", "simulate", "POLICY_NAME", "AllocatedDevice", "AllocationError", "ClaimGroup", "ClaimOutcome", "ClusterInventory", "ErrorCode",
     "Features", "FleetSnapshot", "GroupOutcome", "Reason", "SearchBudget", "allocated_from_dicts",
 ]

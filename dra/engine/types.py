@@ -56,15 +56,16 @@ class Features:
 class SearchBudget:
     """Upper bounds on the work one ``allocate`` call may do before it gives up with ``search_budget_exceeded``.
 
-    ``max_steps`` counts candidate placements tried (one device for one request slot); ``max_nodes`` bounds how
-    many nodes the fleet-wide search visits per group once it has a feasible answer; ``max_seconds`` is a
-    wall-clock backstop. The defaults are far above what any realistic claim needs (the pruning makes typical
+    ``max_steps`` counts candidate placements tried (one device for one request slot) over all nodes;
+    ``max_nodes`` bounds on how many nodes the exact search runs for one group (nodes ruled out by the cheap
+    count and constraint bounds, or identical to a node that already failed, do not count); ``max_seconds`` is
+    a wall-clock backstop. The defaults are far above what any realistic claim needs (the pruning makes typical
     searches linear) and far below a hang.
     """
 
     max_steps: int = 200_000
     max_seconds: float = 2.0
-    max_nodes: int = 64
+    max_nodes: int = 256
 
 
 # ---------------------------------------------------------------------------------------------- inputs

@@ -1,0 +1,161 @@
+"""Why a group could not be placed: structured counts per request, per cluster and per node, and a nearest miss.
+
+Runs only after a failure, so it may look at every device of the eligible clusters. For each request (and each
+``firstAvailable`` alternative) every device is charged to the first check it fails, in this order:
+
+    cluster_stale, pool_incomplete, pool_invalid, node_mismatch, class_selector, request_selector, cel_error,
+    binding_conditions_unsupported, counters_unsupported, allocated, capacity, counters, taint
+
+Devices that pass all of them are ``available``: they could serve the request on their own, so the failure is
+about combining them (not enough on one node, a constraint, other requests of the group). ``nearest_miss``
+counts, for each request selector, the devices that would match if that one selector were dropped.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from .capacity import consumption, fits
+from .model import REACH_NONE, device_reaches
+from .search import taint_blocks
+from .selectors import NO_MATCH, SelectorFailure
+
+STAGES = ("cluster_stale", "pool_incomplete", "pool_invalid", "node_mismatch", "class_selector", "request_selector",
+          "cel_error", "binding_conditions_unsupported", "counters_unsupported", "allocated", "capacity", "counters",
+          "taint")
+
+MAX_NODES_LISTED = 20
+
+
+def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budget, reason) -> dict:
+    requests: dict[tuple, dict] = {}
+    stale = [engine.clusters[s["cluster"]] for s in skipped if s.get("reason") == "cluster_stale"]
+    for cluster in list(clusters) + stale:
+        plan = plans.get(cluster.name)
+        if plan is None:
+            plan = next(iter(plans.values()), None)
+            if plan is None:
+                continue
+        for alt in plan.alts:
+            key = (alt.claim_idx, alt.request_idx, alt.sub_idx)
+            entry = requests.get(key)
+            if entry is None:
+                entry = requests[key] = {
+                    "claim": plan.claims[alt.claim_idx].ref.split(" ", 1)[1], "request": alt.name,
+                    "deviceClassName": alt.class_name, "allocationMode": "All" if alt.all_mode else "ExactCount",
+                    "count": None if alt.all_mode else alt.count, "considered": 0,
+                    "dropped": {s: 0 for s in STAGES}, "available": 0, "available_by_node": Counter(),
+                    "_near": Counter(), "_exprs": alt.sel.request_exprs, "_selector_matching": 0}
+            _count_alt(engine, group, cluster, alt, entry, cluster in stale)
+    out_requests = []
+    for entry in requests.values():
+        by_node = entry.pop("available_by_node")
+        near = entry.pop("_near")
+        exprs = entry.pop("_exprs")
+        matching = entry.pop("_selector_matching")
+        entry["dropped"] = {k: v for k, v in entry["dropped"].items() if v}
+        entry["best_nodes"] = [{"node": n, "available": c} for n, c in
+                               sorted(by_node.items(), key=lambda kv: (-kv[1], kv[0]))[:5]]
+        entry["nearest_miss"] = [{"selector": i, "expression": exprs[i], "would_match": c}
+                                 for i, c in sorted(near.items())]
+        entry["summary"] = _summary(entry, matching)
+        out_requests.append(entry)
+    summary = "; ".join(f"{r['claim']}/{r['request']}: {r['summary']}" for r in out_requests) or reason
+    if node_errors:
+        summary += f"; {len(node_errors)} node(s) failed with an error: {node_errors[0].message}"
+    return {
+        "reason": reason,
+        "policy": "BinPack",
+        "summary": summary,
+        "requests": out_requests,
+        "clusters": [{"cluster": c.name, "nodes": len(c.nodes), "eligible": True} for c in clusters]
+        + [dict(s, eligible=False) for s in skipped],
+        "nodes": node_log[:MAX_NODES_LISTED],
+        "nodes_examined": len(node_log),
+        "errors": [e.message for e in node_errors[:MAX_NODES_LISTED]],
+        "search": {"steps": budget.steps if budget else 0},
+    }
+
+
+def _count_alt(engine, group, cluster, alt, entry, stale: bool) -> None:
+    node = cluster.nodes.get(group.node) if group.node is not None else None
+    for d in cluster.devices:
+        entry["considered"] += 1
+        stage = _stage(engine, cluster, alt, d, stale, node, group, entry)
+        if stage is None:
+            entry["available"] += 1
+            where = d.node_name if d.reach == "node" else "(network)"
+            entry["available_by_node"][f"{cluster.name}/{where}"] += 1
+        else:
+            entry["dropped"][stage] += 1
+
+
+def _stage(engine, cluster, alt, d, stale, node, group, entry):
+    features = engine.features
+    if stale:
+        return "cluster_stale"
+    if d.pool_ref.incomplete:
+        return "pool_incomplete"
+    if d.pool_ref.invalid:
+        return "pool_invalid"
+    if d.reach == REACH_NONE or (node is not None and not device_reaches(d, node)):
+        return "node_mismatch"
+    st = alt.sel.evaluate(d)
+    if isinstance(st, SelectorFailure):
+        return "cel_error"
+    if st is NO_MATCH:
+        stage = alt.sel.stage.get(d.idx, "class_selector")
+        if stage == "request_selector":
+            for i in range(len(alt.sel.request_exprs)):
+                if alt.sel.evaluate_partial(d, i) is not NO_MATCH:
+                    entry["_near"][i] += 1
+        return stage
+    entry["_selector_matching"] += 1
+    if d.binding_conditions and not features.device_binding_and_status:
+        return "binding_conditions_unsupported"
+    if d.consumes and not features.partitionable_devices:
+        return "counters_unsupported"
+    if not alt.admin and not engine.is_free(d):
+        return "allocated"
+    if features.consumable_capacity:
+        amounts = consumption(alt.cap_requests, d)
+        if amounts is None or fits(amounts, d, engine.cap_used.get(d.idx)) is not None:
+            return "capacity"
+    if d.consumes and not (d.allow_multiple and engine.active.get(d.idx)):
+        pool = d.pool_ref
+        for set_name, counters in d.consumes:
+            used = engine.counters_used.get((pool.uid, set_name), {})
+            total = pool.counter_sets.get(set_name, {})
+            if any(amount > total.get(c, 0) - used.get(c, 0) for c, amount in counters.items()):
+                return "counters"
+    if features.device_taints and d.taints and taint_blocks(d.taints, alt.tolerations):
+        return "taint"
+    return None
+
+
+def _summary(entry: dict, matching: int) -> str:
+    dropped = entry["dropped"]
+    parts = [f"{matching} device(s) match the selectors"]
+    after = [f"{dropped[s]} {s.replace('_', ' ')}" for s in
+             ("allocated", "capacity", "counters", "taint", "binding_conditions_unsupported", "counters_unsupported")
+             if dropped.get(s)]
+    if after:
+        parts.append("of those " + ", ".join(after))
+    need = entry["count"]
+    avail = entry["available"]
+    if need is not None and avail >= need:
+        best = entry["best_nodes"][0]["available"] if entry["best_nodes"] else 0
+        if best < need:
+            parts.append(f"{avail} available but at most {best} on one node (need {need})")
+        else:
+            parts.append(f"{avail} available: the devices exist but cannot be combined (constraints or other "
+                         "requests of the group)")
+    else:
+        parts.append(f"{avail} available" + (f", need {need}" if need is not None else ""))
+    for miss in entry["nearest_miss"]:
+        if miss["would_match"]:
+            parts.append(f"{miss['would_match']} more would match if selector #{miss['selector']} "
+                         f"({miss['expression']}) were relaxed")
+    for s in ("pool_incomplete", "pool_invalid", "cluster_stale", "cel_error"):
+        if dropped.get(s):
+            parts.append(f"{dropped[s]} skipped: {s.replace('_', ' ')}")
+    return "; ".join(parts)

@@ -1,0 +1,373 @@
+"""The ``Engine``: a fleet snapshot, the devices in use, and ``allocate``/``release`` on top of them.
+
+Build once per snapshot; every successful ``allocate`` updates the in-use state and the per-selector indexes
+incrementally, so the next group sees those devices as taken without any rescan.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+from fractions import Fraction
+from typing import Iterable
+
+from dra.cel import CELCompileError, SelectorCache
+
+from .diagnostics import explain
+from .index import KeyIndex
+from .model import ClusterModel, Device, Node
+from .plan import GroupPlan, build_plan
+from .quantity import Q, QuantityError, format_quantity
+from .results import build_allocation, share_id
+from .search import Budget, NodeError, NodeSearch, SearchBudgetExceeded
+from .selectors import NO_MATCH, SelectorSet
+from .types import (AllocatedDevice, AllocationError, ClaimGroup, ClaimOutcome, ErrorCode, Features, FleetSnapshot,
+                    GroupOutcome, Reason, SearchBudget)
+
+
+class Engine:
+    def __init__(self, snapshot: FleetSnapshot, allocated: Iterable[AllocatedDevice] = (),
+                 features: Features | None = None, budget: SearchBudget | None = None):
+        self.features = features or Features()
+        self.budget = budget or SearchBudget()
+        self.cel_cache = SelectorCache(consumable_capacity=self.features.consumable_capacity)
+        self.fleet_classes = {c["metadata"]["name"]: c for c in snapshot.device_classes or []}
+        self.clusters: dict[str, ClusterModel] = {}
+        self.cluster_classes: dict[str, dict[str, dict]] = {}
+        idx = 0
+        for inv in sorted(snapshot.clusters, key=lambda c: c.name):
+            model = ClusterModel(inv, self.features, idx)
+            idx += len(model.devices)
+            self.clusters[inv.name] = model
+            self.cluster_classes[inv.name] = {c["metadata"]["name"]: c for c in inv.device_classes or []}
+        self.devices: list[Device] = [d for m in self.clusters.values() for d in m.devices]
+        self.by_id: dict[tuple[str, str, str, str], Device] = {
+            (d.cluster, d.driver, d.pool, d.name): d for d in self.devices}
+        # Dynamic state. Admin-access allocations are recorded by callers but never consume a device.
+        self.excl = bytearray(len(self.devices))  # 1: allocated whole
+        self.active: dict[int, int] = {}  # multi-allocatable device -> number of shares
+        self.shares: dict[int, dict[str, dict[str, Fraction]]] = {}  # device -> share id -> consumed capacity
+        self.cap_used: dict[int, dict[str, Fraction]] = {}  # device -> summed consumed capacity of its shares
+        self.counters_used: dict[tuple, dict[str, Fraction]] = {}  # (pool uid, counter set) -> consumed
+        self.node_used: dict[tuple[str, str], int] = {}  # (cluster, node) -> devices in use on the node
+        self.unknown_allocated: set[tuple] = set()  # records naming devices this snapshot does not have
+        self._share_seq = 0
+        self._selector_sets: dict[tuple, SelectorSet] = {}
+        self._key_index: dict[tuple, KeyIndex] = {}
+        self._node_cands: dict[tuple, list[Device]] = {}
+        self._plans: dict[tuple, GroupPlan] = {}
+        for rec in allocated:
+            self._apply_record(rec, +1)
+
+    # ------------------------------------------------------------------------------------------ state
+    def is_free(self, d: Device) -> bool:
+        """Free for a non-admin request as far as "in use" goes (capacity and counters are checked later)."""
+        return not self.excl[d.idx] and (d.allow_multiple or not self.active.get(d.idx))
+
+    def _device_allocated(self, d: Device) -> bool:
+        return bool(self.excl[d.idx] or self.active.get(d.idx))
+
+    def _apply_record(self, rec: AllocatedDevice, sign: int) -> None:
+        d = self.by_id.get((rec.cluster, rec.driver, rec.pool, rec.device))
+        if d is None:
+            key = (rec.cluster, rec.driver, rec.pool, rec.device, rec.share_id)
+            (self.unknown_allocated.add if sign > 0 else self.unknown_allocated.discard)(key)
+            return
+        if rec.admin_access:
+            return
+        was_free, was_allocated = self.is_free(d), self._device_allocated(d)
+        if rec.share_id is not None or rec.consumed_capacity is not None:
+            amounts = {}
+            for name, value in (rec.consumed_capacity or {}).items():
+                try:
+                    amounts[name] = Q.parse(value).value
+                except QuantityError:
+                    continue
+            sid = rec.share_id or f"aggregated-{len(self.shares.get(d.idx, {}))}"
+            self._change_share(d, sid, amounts, sign)
+        elif sign > 0:
+            self.excl[d.idx] = 1
+        else:
+            self.excl[d.idx] = 0
+        self._after_change(d, was_free, was_allocated)
+
+    def _change_share(self, d: Device, sid: str, amounts: dict[str, Fraction], sign: int) -> None:
+        shares = self.shares.setdefault(d.idx, {})
+        if sign < 0:
+            amounts = shares.pop(sid, amounts) if sid in shares else None
+            if amounts is None:
+                return
+        else:
+            shares[sid] = amounts
+        used = self.cap_used.setdefault(d.idx, {})
+        for name, value in amounts.items():
+            used[name] = used.get(name, 0) + sign * value
+        self.active[d.idx] = self.active.get(d.idx, 0) + sign
+        if self.active[d.idx] <= 0:
+            self.active.pop(d.idx, None)
+            self.cap_used.pop(d.idx, None)
+            self.shares.pop(d.idx, None)
+
+    def _after_change(self, d: Device, was_free: bool, was_allocated: bool) -> None:
+        now_free, now_allocated = self.is_free(d), self._device_allocated(d)
+        if was_free != now_free:
+            delta = 1 if now_free else -1
+            for key in d.keys:
+                key.device_changed(d, delta)
+        if was_allocated != now_allocated:
+            sign = 1 if now_allocated else -1
+            uid = d.pool_ref.uid
+            for set_name, counters in d.consumes:
+                used = self.counters_used.setdefault((uid, set_name), {})
+                for cname, amount in counters.items():
+                    used[cname] = used.get(cname, 0) + sign * amount
+            if d.node_name is not None and d.reach == "node":
+                key = (d.cluster, d.node_name)
+                before = self.node_used.get(key, 0)
+                self.node_used[key] = before + sign
+                if (before == 0) != (self.node_used[key] == 0):
+                    for ki in self._key_index.values():
+                        if ki.cluster.name == d.cluster:
+                            ki.node_usage_changed(d.node_name)
+
+    def release(self, devices: Iterable[AllocatedDevice]) -> None:
+        for rec in devices:
+            self._apply_record(rec, -1)
+
+    def commit(self, devices: Iterable[AllocatedDevice]) -> None:
+        """Mark devices as in use that were allocated elsewhere (another engine, another worker)."""
+        for rec in devices:
+            self._apply_record(rec, +1)
+
+    # ------------------------------------------------------------------------------------------ lookups
+    def get_class(self, cluster: str | None, name: str) -> dict | None:
+        if cluster is not None:
+            klass = self.cluster_classes.get(cluster, {}).get(name)
+            if klass is not None:
+                return klass
+        return self.fleet_classes.get(name)
+
+    def selector_set(self, class_name: str, class_exprs: tuple, request_exprs: tuple) -> SelectorSet:
+        key = (class_name, class_exprs, request_exprs)
+        sel = self._selector_sets.get(key)
+        if sel is None:
+            sel = SelectorSet(key, class_name, class_exprs, request_exprs, self.cel_cache,
+                              self.features.consumable_capacity)
+            self._selector_sets[key] = sel
+        return sel
+
+    def key_index(self, sel: SelectorSet, cluster: ClusterModel) -> KeyIndex:
+        k = (sel.key, cluster.name)
+        ki = self._key_index.get(k)
+        if ki is None:
+            ki = self._key_index[k] = KeyIndex(self, sel, cluster)
+        return ki
+
+    def node_selector_candidates(self, cluster: ClusterModel, node: Node, sel: SelectorSet) -> list[Device]:
+        """Devices reachable from ``node`` that ``sel`` does not rule out, in allocation order (static)."""
+        k = (sel.key, cluster.name, node.name)
+        cands = self._node_cands.get(k)
+        if cands is None:
+            binding_ok = self.features.device_binding_and_status
+            cands = [d for d in cluster.node_candidates(node)
+                     if (binding_ok or not d.binding_conditions) and sel.evaluate(d) is not NO_MATCH]
+            self._node_cands[k] = cands
+        return cands
+
+    def plan_for(self, claims: list[dict], cluster: str | None) -> GroupPlan:
+        scope = cluster if cluster is not None and self.cluster_classes.get(cluster) else None
+        key = (scope, json.dumps([c.get("spec") for c in claims], sort_keys=True),
+               tuple(json.dumps(c.get("metadata", {}), sort_keys=True) for c in claims))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = build_plan(claims, self.features, lambda name: self.get_class(scope, name), self.selector_set)
+            if len(self._plans) > 4096:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
+
+    # ------------------------------------------------------------------------------------------ allocate
+    def allocate(self, group: ClaimGroup, *, raise_errors: bool = True) -> GroupOutcome:
+        try:
+            return self._allocate(group)
+        except AllocationError as exc:
+            if raise_errors:
+                raise
+            return GroupOutcome(False, key=group.key, reason=None, message=exc.message, error=exc,
+                                diagnostics={"error": exc.to_dict()})
+        except CELCompileError as exc:  # defensive: plans compile everything up front
+            err = AllocationError(ErrorCode.CEL, str(exc))
+            if raise_errors:
+                raise err from exc
+            return GroupOutcome(False, key=group.key, message=err.message, error=err)
+
+    def _eligible_clusters(self, group: ClaimGroup) -> tuple[list[ClusterModel], list[dict]]:
+        skipped = []
+        out = []
+        allowed = set(group.allowed_clusters) if group.allowed_clusters is not None else None
+        for name, cluster in self.clusters.items():
+            if allowed is not None and name not in allowed:
+                continue
+            if cluster.stale:
+                skipped.append({"cluster": name, "reason": "cluster_stale"})
+                continue
+            if group.node is not None and group.node not in cluster.nodes:
+                skipped.append({"cluster": name, "reason": "node_not_in_cluster"})
+                continue
+            out.append(cluster)
+        out.sort(key=lambda c: (0 if c.name == group.preferred_cluster else 1, c.name))
+        return out, skipped
+
+    def _allocate(self, group: ClaimGroup) -> GroupOutcome:
+        clusters, skipped = self._eligible_clusters(group)
+        plans: dict[str, GroupPlan] = {}
+        first_error: AllocationError | None = None
+        for cluster in clusters:
+            try:
+                plans[cluster.name] = self.plan_for(group.claims, cluster.name)
+            except AllocationError as exc:
+                if exc.code != ErrorCode.UNKNOWN_CLASS:
+                    raise
+                first_error = first_error or exc
+                skipped.append({"cluster": cluster.name, "reason": "unknown_device_class", "detail": exc.message})
+        if not plans:
+            if first_error is not None:
+                raise first_error
+            # Nothing to try, but input errors (unknown class, bad CEL, limits) must still surface.
+            self.plan_for(group.claims, None)
+            return self._failure(group, Reason.NO_ELIGIBLE_CLUSTER, "no eligible cluster", clusters, plans,
+                                 skipped, [], [], None)
+        any_plan = next(iter(plans.values()))
+        if not any(True for _ in any_plan.alts):
+            # Nothing to allocate (claims without requests): trivially satisfied anywhere.
+            cluster = clusters[0]
+            return self._success(group, any_plan, cluster, None, [[] for _ in any_plan.claims], {}, None)
+        budget = Budget(self.budget.max_steps, self.budget.max_seconds)
+        node_log: list[dict] = []
+        node_errors: list[AllocationError] = []
+        examined = searched = 0
+        failed_shapes: set = set()
+        try:
+            for cluster, node in self._node_order(group, clusters, plans):
+                plan = plans[cluster.name]
+                examined += 1
+                search = NodeSearch(self, plan, cluster, node, budget)
+                shape = None
+                try:
+                    if not search.preflight():
+                        self._node_failed(cluster, node, search.failure, node_log, node_errors)
+                        continue
+                    shape = self._node_shape(cluster, node)
+                    if shape in failed_shapes:
+                        self._node_failed(cluster, node, {"reason": "same_as_failed_node"}, node_log, node_errors)
+                        continue
+                    searched += 1
+                    if searched > self.budget.max_nodes:
+                        raise SearchBudgetExceeded()
+                    if search._claim(0) is True:
+                        return self._success(group, plan, cluster, node, search.results, search.selected, budget)
+                    failed_shapes.add(shape)
+                    self._node_failed(cluster, node, {"reason": "no_combination"}, node_log, node_errors)
+                except NodeError as exc:
+                    node_errors.append(exc.error)
+                    node_log.append({"cluster": cluster.name, "node": node.name, "reason": "error",
+                                     "detail": exc.error.message})
+        except SearchBudgetExceeded:
+            return self._failure(group, Reason.SEARCH_BUDGET_EXCEEDED,
+                                 f"search budget exceeded after {budget.steps} steps on {searched} nodes", clusters,
+                                 plans, skipped,
+                                 node_log, node_errors, budget)
+        if node_errors and (group.node is not None or len(node_errors) == examined):
+            raise node_errors[0]
+        return self._failure(group, Reason.UNSATISFIABLE, "cannot be allocated", clusters, plans, skipped, node_log,
+                             node_errors, budget)
+
+    def _node_failed(self, cluster, node, failure, node_log, node_errors) -> None:
+        invalid = [p for p in cluster.node_pools(node) if p.invalid]
+        if invalid:
+            err = AllocationError(ErrorCode.INVALID, "invalid resource pools were encountered")
+            node_errors.append(err)
+            failure = dict(failure or {}, invalid_pools=[f"{p.pool_id}: {p.invalid_reason}" for p in invalid])
+        if len(node_log) < 50:
+            node_log.append(dict({"cluster": cluster.name, "node": node.name}, **(failure or {})))
+
+    def _node_shape(self, cluster: ClusterModel, node: Node) -> tuple:
+        """Everything about a node that the search can see, up to device names: equal shapes, equal answers."""
+        cands = cluster.node_candidates(node)
+        usage = []
+        for i, d in enumerate(cands):
+            if self.excl[d.idx] or d.idx in self.active:
+                usage.append((i, self.excl[d.idx], tuple(sorted(self.cap_used.get(d.idx, {}).items()))))
+        return (node.sig, tuple(usage))
+
+    def _node_order(self, group: ClaimGroup, clusters: list[ClusterModel], plans: dict[str, GroupPlan]):
+        """(cluster, node) pairs in policy order; only nodes whose free devices could hold the main request."""
+        if group.node is not None:
+            for cluster in clusters:
+                yield cluster, cluster.nodes[group.node]
+            return
+        streams = []
+        for rank, cluster in enumerate(clusters):
+            plan = plans.get(cluster.name)
+            if plan is None or not cluster.nodes:
+                continue
+            primary, need = _primary_alt(plan)
+            ki = self.key_index(primary.sel, cluster)
+            pref = 0 if cluster.name == group.preferred_cluster else 1
+            streams.append(((pref, score, cluster.name, node) for score, node in ki.nodes(need)))
+        for _, _, cname, nname in heapq.merge(*streams):
+            cluster = self.clusters[cname]
+            yield cluster, cluster.nodes[nname]
+
+    # ------------------------------------------------------------------------------------------ outcomes
+    def _success(self, group, plan, cluster, node, results, selected, budget) -> GroupOutcome:
+        outcomes, records = [], []
+        node_local = False
+        for ci, (cp, picks) in enumerate(zip(plan.claims, results)):
+            sids = []
+            for pick in picks:
+                d = pick.device
+                if d.reach == "node":
+                    node_local = True
+                sid = None
+                if pick.share:
+                    self._share_seq += 1
+                    meta = cp.claim.get("metadata") or {}
+                    sid = share_id(f"{d.cluster}/{d.id_str}/{meta.get('namespace')}/{meta.get('name')}/"
+                                   f"{meta.get('uid')}/{pick.alt.name}/{self._share_seq}")
+                sids.append(sid)
+                consumed = {n: format_quantity(q.value, q.fmt) for n, q in pick.amounts.items()} \
+                    if pick.amounts else None
+                rec = AllocatedDevice(cluster.name, d.driver, d.pool, d.name, sid, consumed, pick.alt.admin)
+                records.append(rec)
+            claim_selected = {ri: si for (c, ri), si in selected.items() if c == ci}
+            alloc = build_allocation(cp, picks, claim_selected, node, self.features, sids)
+            meta = cp.claim.get("metadata") or {}
+            outcomes.append(ClaimOutcome(meta.get("name", ""), meta.get("namespace", "") or "",
+                                         meta.get("uid", "") or "", alloc))
+        for rec in records:
+            self._apply_record(rec, +1)
+        diagnostics = {"policy": "BinPack", "search": {"steps": budget.steps if budget else 0}}
+        return GroupOutcome(True, key=group.key, cluster=cluster.name,
+                            node=node.name if (node is not None and node_local) else None,
+                            claims=outcomes, devices=records, diagnostics=diagnostics,
+                            message=f"allocated on {cluster.name}/{node.name}" if node is not None else "allocated")
+
+    def _failure(self, group, reason, message, clusters, plans, skipped, node_log, node_errors, budget):
+        diagnostics = explain(self, group, clusters, plans, skipped, node_log, node_errors, budget, reason)
+        summary = diagnostics.get("summary") or message
+        return GroupOutcome(False, key=group.key, reason=reason, message=summary, diagnostics=diagnostics)
+
+
+def _primary_alt(plan: GroupPlan):
+    """The request that best narrows the nodes: the largest fixed count without alternatives."""
+    best, need = None, 0
+    for cp in plan.claims:
+        for rp in cp.requests:
+            alt = rp.alts[0]
+            if rp.has_sub or alt.all_mode:
+                if best is None:
+                    best = alt
+                continue
+            if best is None or alt.count > need:
+                best, need = alt, alt.count
+    return best, need

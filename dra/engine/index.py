@@ -1,0 +1,94 @@
+"""Incremental per-selector indexes: for one selector set in one cluster, the free matching devices per node.
+
+They answer "which nodes could possibly hold this request, best first" without a fleet rescan per claim. The
+counts are upper bounds (a free device may still be blocked by counters, capacity, taints or constraints), so
+pruning with them never loses a solution; the exact search on a node decides.
+"""
+from __future__ import annotations
+
+import bisect
+
+from .model import REACH_NODE, ClusterModel, Device
+from .policy import node_score
+from .selectors import NO_MATCH, SelectorSet
+
+
+class KeyIndex:
+    """Free devices matching one ``SelectorSet`` in one cluster: per node (node-local) and network-attached."""
+
+    def __init__(self, engine, sel: SelectorSet, cluster: ClusterModel):
+        self.engine = engine
+        self.sel = sel
+        self.cluster = cluster
+        self.local_free: dict[str, int] = {n: 0 for n in cluster.node_order}
+        self.local_total: dict[str, int] = dict(self.local_free)
+        self.net_free = 0
+        self.net_total = 0
+        self.score: dict[str, tuple] = {}
+        self.buckets: dict[tuple, list[str]] = {}
+        self._sorted_scores: list[tuple] | None = None
+        binding_ok = engine.features.device_binding_and_status
+        for d in cluster.devices:
+            if not d.pool_ref.usable or (d.binding_conditions and not binding_ok):
+                continue
+            if sel.evaluate(d) is NO_MATCH:
+                continue
+            d.keys.append(self)
+            free = engine.is_free(d)
+            if d.reach == REACH_NODE:
+                self.local_total[d.node_name] = self.local_total.get(d.node_name, 0) + 1
+                if free:
+                    self.local_free[d.node_name] = self.local_free.get(d.node_name, 0) + 1
+            else:
+                self.net_total += 1
+                if free:
+                    self.net_free += 1
+        for node in cluster.node_order:
+            self._place(node)
+
+    # ------------------------------------------------------------------------------------------ maintenance
+    def _place(self, node: str) -> None:
+        score = node_score(self.engine.node_used.get((self.cluster.name, node), 0) > 0, self.local_free.get(node, 0))
+        old = self.score.get(node)
+        if old == score:
+            return
+        if old is not None:
+            bucket = self.buckets[old]
+            del bucket[bisect.bisect_left(bucket, node)]
+            if not bucket:
+                del self.buckets[old]
+                self._sorted_scores = None
+        self.score[node] = score
+        bucket = self.buckets.get(score)
+        if bucket is None:
+            self.buckets[score] = [node]
+            self._sorted_scores = None
+        else:
+            bisect.insort(bucket, node)
+
+    def device_changed(self, d: Device, delta: int) -> None:
+        """``delta`` is +1 when ``d`` became free, -1 when it stopped being free."""
+        if d.reach == REACH_NODE:
+            self.local_free[d.node_name] += delta
+            self._place(d.node_name)
+        else:
+            self.net_free += delta
+
+    def node_usage_changed(self, node: str) -> None:
+        self._place(node)
+
+    # ------------------------------------------------------------------------------------------ queries
+    def free_on(self, node: str) -> int:
+        return self.local_free.get(node, 0) + self.net_free
+
+    def nodes(self, need: int):
+        """Node names in policy order that have at least ``need`` free matching devices (local + network)."""
+        if self._sorted_scores is None:
+            self._sorted_scores = sorted(self.buckets)
+        for score in list(self._sorted_scores):
+            if score[1] + self.net_free < need:
+                continue
+            bucket = self.buckets.get(score)
+            if bucket:
+                for node in list(bucket):
+                    yield score, node

@@ -1,0 +1,139 @@
+"""Selector matching: which devices a (class, request) pair selects, evaluated once per distinct device content.
+
+A ``SelectorSet`` is the class selectors followed by the request selectors of one request or subrequest.
+Many claims use the same set, so the engine keeps one ``SelectorSet`` per distinct set and asks it about a
+device at most once (the answer is cached on the set, per device). The CEL evaluation itself is memoized by
+``(expression, device content)`` in ``dra.cel.SelectorCache``, so a fleet of identical GPUs costs one
+evaluation per expression, and expressions that name a driver skip other drivers' devices without evaluating.
+"""
+from __future__ import annotations
+
+from dra.cel import CELCompileError, CELDevice, CELRuntimeError, SelectorCache, compile_expression
+
+from .model import Device
+from .types import AllocationError, ErrorCode
+
+MATCH = True
+NO_MATCH = False
+
+
+class SelectorFailure:
+    """A device on which a selector could not be evaluated; raised only when the search reaches the device."""
+
+    __slots__ = ("origin", "name", "index", "error", "stage")
+
+    def __init__(self, origin: str, name: str, index: int, error: CELRuntimeError, stage: str):
+        self.origin = origin  # "class" or "claim"
+        self.name = name  # class name (the claim is named when the error is raised)
+        self.index = index
+        self.error = error
+        self.stage = stage
+
+    def message(self, device: Device, claim_ref: str) -> str:
+        reason = getattr(self.error, "reason", None) or str(self.error)
+        if self.origin == "class":
+            return f"class {self.name}: selector #{self.index} on device {device.id_str}: CEL runtime error: {reason}"
+        return f"{claim_ref}: selector #{self.index} on device {device.id_str}: CEL runtime error: {reason}"
+
+
+# Stages at which a device drops out of a selector set (used by diagnostics).
+STAGE_DRIVER = "class_selector"
+STAGE_CLASS = "class_selector"
+STAGE_REQUEST = "request_selector"
+
+
+class SelectorSet:
+    """Class selectors then request selectors of one request; evaluated lazily, memoized per device."""
+
+    __slots__ = ("key", "class_name", "class_exprs", "request_exprs", "compiled", "drivers", "status", "stage",
+                 "cache", "consumable_capacity")
+
+    def __init__(self, key: tuple, class_name: str, class_exprs: tuple[str, ...], request_exprs: tuple[str, ...],
+                 cache: SelectorCache, consumable_capacity: bool):
+        self.key = key
+        self.class_name = class_name
+        self.class_exprs = class_exprs
+        self.request_exprs = request_exprs
+        self.cache = cache
+        self.consumable_capacity = consumable_capacity
+        self.compiled = []
+        drivers: frozenset | None = None
+        for origin, exprs in (("class", class_exprs), ("claim", request_exprs)):
+            for i, expr in enumerate(exprs):
+                compiled = compile_expression(expr, consumable_capacity=consumable_capacity)
+                self.compiled.append((origin, i, expr, compiled))
+                if getattr(compiled, "drivers", None) is not None and origin == "class":
+                    drivers = compiled.drivers if drivers is None else drivers & compiled.drivers
+        # Only class selectors feed the driver index: a request selector that names a driver would move a
+        # device's drop-out from "request selector" to "class selector" in diagnostics.
+        self.drivers = drivers
+        self.status: dict[int, object] = {}  # device idx -> MATCH / NO_MATCH / SelectorFailure
+        self.stage: dict[int, str] = {}  # device idx -> stage at which it dropped out (for diagnostics)
+
+    def evaluate(self, device: Device) -> object:
+        st = self.status.get(device.idx)
+        if st is not None:
+            return st
+        st = self._evaluate(device)
+        self.status[device.idx] = st
+        return st
+
+    def _evaluate(self, device: Device) -> object:
+        cel_device = cel_device_of(device)
+        # The driver index skips devices of other drivers, except devices whose content CEL cannot represent:
+        # upstream fails on those with any expression, and so do we.
+        if self.drivers is not None and device.driver not in self.drivers and cel_device.view().error is None:
+            self.stage[device.idx] = STAGE_DRIVER
+            return NO_MATCH
+        for origin, i, expr, compiled in self.compiled:
+            try:
+                ok = self.cache.evaluate(expr, cel_device)
+            except CELRuntimeError as exc:
+                stage = STAGE_CLASS if origin == "class" else STAGE_REQUEST
+                self.stage[device.idx] = "cel_error"
+                return SelectorFailure(origin, self.class_name, i, exc, stage)
+            if not ok:
+                self.stage[device.idx] = STAGE_CLASS if origin == "class" else STAGE_REQUEST
+                return NO_MATCH
+        return MATCH
+
+    def evaluate_partial(self, device: Device, skip_request_index: int | None) -> object:
+        """Class selectors and all request selectors except one: for "nearest miss" diagnostics."""
+        cel_device = cel_device_of(device)
+        for origin, i, expr, compiled in self.compiled:
+            if origin == "claim" and i == skip_request_index:
+                continue
+            try:
+                if not self.cache.evaluate(expr, cel_device):
+                    return NO_MATCH
+            except CELRuntimeError:
+                return NO_MATCH
+        return MATCH
+
+
+def cel_device_of(device: Device) -> CELDevice:
+    if device._cel is None:
+        capacity = {name: {"value": str_value} for name, str_value in _capacity_strings(device)}
+        device._cel = CELDevice(driver=device.driver, attributes=device.attributes, capacity=capacity,
+                                allow_multiple_allocations=device.allow_multiple_raw)
+    return device._cel
+
+
+def _capacity_strings(device: Device):
+    from .quantity import format_quantity
+
+    for name, cap in device.capacity.items():
+        yield name, format_quantity(cap.value, cap.fmt)
+
+
+def compile_or_raise(expr: str, *, consumable_capacity: bool, origin: str, name: str, index: int) -> None:
+    """Compile errors are input errors; upstream words them per class or per claim."""
+    try:
+        compile_expression(expr, consumable_capacity=consumable_capacity)
+    except CELCompileError as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        if origin == "class":
+            msg = f"class {name}: selector #{index}: CEL compile error: {reason}"
+        else:
+            msg = f"{name}: selector #{index}: CEL compile error: {reason}"
+        raise AllocationError(ErrorCode.CEL, msg) from exc

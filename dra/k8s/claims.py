@@ -1,0 +1,491 @@
+"""ResourceClaim handling as the Kubernetes API server does it: version conversion, defaulting, validation.
+
+* ``convert_claim_to_v1`` turns ``resource.k8s.io/v1beta1`` and ``v1beta2`` claims into ``v1`` (v1beta2 has the
+  v1 shape; v1beta1 keeps request fields flat on the request instead of under ``exactly``).
+* ``default_claim`` applies the defaults of ``pkg/apis/resource/v1/defaults.go``.
+* ``validate_claim`` applies the checks and limits of ``pkg/apis/resource/validation`` that matter to
+  allocation, and returns ``[(field_path, reason)]`` in upstream's wording (``field.ErrorList``).
+* ``normalize_claim`` does all three in order, as a create request would go through them.
+
+Nothing here mutates its input.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+# Limits from k8s.io/api/resource/v1/types.go.
+DEVICE_REQUESTS_MAX = 32
+DEVICE_CONSTRAINTS_MAX = 32
+DEVICE_CONFIG_MAX = 32
+DEVICE_SELECTORS_MAX = 32
+FIRST_AVAILABLE_MAX = 8
+DEVICE_TOLERATIONS_MAX = 16
+ALLOCATION_RESULTS_MAX = 32
+CEL_EXPRESSION_MAX_LENGTH = 10 * 1024
+OPAQUE_PARAMETERS_MAX_LENGTH = 10 * 1024
+CAPACITY_REQUESTS_MAX = 32
+
+API_GROUP = "resource.k8s.io"
+SUPPORTED_VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN_PART = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+ALLOCATION_MODES = ("All", "ExactCount")
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
+
+# Fields that v1beta1 keeps on the request itself and v1 moves under ``exactly``.
+_V1BETA1_EXACT_FIELDS = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "tolerations",
+                         "capacity")
+
+
+class ClaimConversionError(ValueError):
+    def __init__(self, errors: list[tuple[str, str]]):
+        super().__init__("; ".join(f"{p}: {r}" if p else r for p, r in errors))
+        self.errors = errors
+
+
+# ---------------------------------------------------------------------------------------------- conversion
+
+def api_version_of(obj: dict) -> str:
+    api_version = obj.get("apiVersion") or f"{API_GROUP}/v1"
+    group, _, version = api_version.rpartition("/")
+    if group != API_GROUP or version not in SUPPORTED_VERSIONS:
+        raise ClaimConversionError([("apiVersion", f'Unsupported value: "{api_version}": supported values: '
+                                     + ", ".join(f'"{API_GROUP}/{v}"' for v in SUPPORTED_VERSIONS))])
+    return version
+
+
+def convert_claim_to_v1(obj: dict) -> dict:
+    """A ``resource.k8s.io/v1`` copy of a ResourceClaim given in v1, v1beta2 or v1beta1."""
+    version = api_version_of(obj)
+    if obj.get("kind", "ResourceClaim") != "ResourceClaim":
+        raise ClaimConversionError([("kind", f'Unsupported value: "{obj.get("kind")}": supported values: '
+                                             '"ResourceClaim"')])
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = f"{API_GROUP}/v1"
+    out["kind"] = "ResourceClaim"
+    if version == "v1beta1":
+        devices = (out.get("spec") or {}).get("devices")
+        if isinstance(devices, dict) and isinstance(devices.get("requests"), list):
+            devices["requests"] = [_v1beta1_request_to_v1(r) for r in devices["requests"]]
+    # v1beta2 and v1 share the spec shape; status allocation results are identical in all three versions
+    # for the fields the engine writes.
+    return out
+
+
+def _v1beta1_request_to_v1(request: Any) -> Any:
+    if not isinstance(request, dict):
+        return request
+    out = {k: v for k, v in request.items() if k not in _V1BETA1_EXACT_FIELDS}
+    exact = {k: request[k] for k in _V1BETA1_EXACT_FIELDS if k in request}
+    if request.get("firstAvailable"):
+        # v1beta1 validation forbids the exact fields next to firstAvailable; keep them so validation of the
+        # converted object reports them instead of silently dropping user input.
+        if exact:
+            out["exactly"] = exact
+    else:
+        out["exactly"] = exact
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- defaulting
+
+def default_claim(claim: dict) -> dict:
+    """A copy with API server defaults: ``allocationMode: ExactCount``, ``count: 1``, toleration ``Equal``."""
+    out = copy.deepcopy(claim)
+    devices = (out.get("spec") or {}).get("devices")
+    if not isinstance(devices, dict):
+        return out
+    for request in devices.get("requests") or []:
+        if not isinstance(request, dict):
+            continue
+        if isinstance(request.get("exactly"), dict):
+            _default_exact(request["exactly"])
+        for sub in request.get("firstAvailable") or []:
+            if isinstance(sub, dict):
+                _default_exact(sub)
+    return out
+
+
+def _default_exact(req: dict) -> None:
+    if not req.get("allocationMode"):
+        req["allocationMode"] = "ExactCount"
+    if req["allocationMode"] == "ExactCount" and req.get("count") in (None, 0):
+        req["count"] = 1
+    for tol in req.get("tolerations") or []:
+        if isinstance(tol, dict) and not tol.get("operator"):
+            tol["operator"] = "Equal"
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+def _required(path):
+    return (path, "Required value")
+
+
+def _invalid(path, value, detail):
+    return (path, f"Invalid value: {json.dumps(value)}: {detail}")
+
+
+def _too_many(path, actual, limit):
+    return (path, f"Too many: {actual}: must have at most {limit} items")
+
+
+def _dup(path, value):
+    return (path, f"Duplicate value: {json.dumps(value)}")
+
+
+def _unsupported(path, value, supported):
+    return (path, f"Unsupported value: {json.dumps(value)}: supported values: "
+                  + ", ".join(json.dumps(s) for s in supported))
+
+
+def _forbidden(path, detail):
+    return (path, f"Forbidden: {detail}")
+
+
+def _check_dns_label(path, value, errors):
+    if not isinstance(value, str) or not value:
+        errors.append(_required(path))
+    elif len(value) > 63 or not _DNS_LABEL.match(value):
+        errors.append(_invalid(path, value, "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                                            "characters or '-', and must start and end with an alphanumeric "
+                                            "character"))
+
+
+def _check_dns_subdomain(path, value, errors):
+    if not isinstance(value, str) or not value:
+        errors.append(_required(path))
+    elif len(value) > 253 or not _DNS_SUBDOMAIN_PART.match(value):
+        errors.append(_invalid(path, value, "a lowercase RFC 1123 subdomain must consist of lower case "
+                                            "alphanumeric characters, '-' or '.', and must start and end with an "
+                                            "alphanumeric character"))
+
+
+def _check_qualified_name(path, value, errors, *, require_domain=False):
+    """Attribute and capacity names: ``[domain/]C-identifier`` (``resourceapi.QualifiedName``)."""
+    if not isinstance(value, str) or not value:
+        errors.append(_required(path))
+        return
+    domain, sep, name = value.rpartition("/")
+    if require_domain and not sep:
+        errors.append(_invalid(path, value, "must include a domain"))
+        return
+    if sep:
+        if not domain:
+            errors.append(_invalid(path, value, "the domain must not be empty"))
+        elif len(domain) > 63 or not _DNS_SUBDOMAIN_PART.match(domain):
+            errors.append(_invalid(path, value, "the domain must be a DNS subdomain of at most 63 characters"))
+    if not name:
+        errors.append(_invalid(path, value, "the name must not be empty"))
+    elif len(name) > 32 or not _C_IDENTIFIER.match(name):
+        errors.append(_invalid(path, value, "the name must be a C identifier (matching regex "
+                                            "[A-Za-z_][A-Za-z0-9_]*) of at most 32 characters"))
+
+
+def validate_claim(claim: dict, *, check_cel: bool = True) -> list[tuple[str, str]]:
+    """Field errors of a defaulted v1 ResourceClaim, in upstream wording, in field order."""
+    errors: list[tuple[str, str]] = []
+    if not isinstance(claim, dict):
+        return [("", "must be a JSON object")]
+    meta = claim.get("metadata")
+    if not isinstance(meta, dict):
+        errors.append(_required("metadata"))
+    else:
+        name = meta.get("name")
+        if not name and not meta.get("generateName"):
+            errors.append(_required("metadata.name"))
+        elif name:
+            _check_dns_subdomain("metadata.name", name, errors)
+    spec = claim.get("spec")
+    if spec is None:
+        return errors
+    if not isinstance(spec, dict):
+        return errors + [_invalid("spec", spec, "must be an object")]
+    devices = spec.get("devices")
+    if devices is None:
+        return errors
+    if not isinstance(devices, dict):
+        return errors + [_invalid("spec.devices", devices, "must be an object")]
+    _validate_devices(devices, "spec.devices", errors, check_cel)
+    return errors
+
+
+def _validate_devices(devices: dict, path: str, errors: list, check_cel: bool) -> None:
+    requests = devices.get("requests") or []
+    request_names: dict[str, set[str]] = {}  # request name -> subrequest names
+    if not isinstance(requests, list):
+        errors.append(_invalid(f"{path}.requests", requests, "must be a list"))
+        requests = []
+    if len(requests) > DEVICE_REQUESTS_MAX:
+        errors.append(_too_many(f"{path}.requests", len(requests), DEVICE_REQUESTS_MAX))
+    for i, request in enumerate(requests):
+        rpath = f"{path}.requests[{i}]"
+        if not isinstance(request, dict):
+            errors.append(_invalid(rpath, request, "must be an object"))
+            continue
+        name = request.get("name")
+        _check_dns_label(f"{rpath}.name", name, errors)
+        if isinstance(name, str) and name:
+            if name in request_names:
+                errors.append(_dup(f"{rpath}.name", name))
+            request_names.setdefault(name, set())
+        exact = request.get("exactly")
+        first = request.get("firstAvailable")
+        if exact is not None and first:
+            errors.append(_forbidden(rpath, "exactly one of `exactly` or `firstAvailable` is required, but multiple "
+                                            "fields are set"))
+        elif exact is None and not first:
+            errors.append((rpath, "Required value: exactly one of `exactly` or `firstAvailable` is required"))
+        if isinstance(exact, dict):
+            _validate_exact(exact, f"{rpath}.exactly", errors, check_cel, allow_admin=True)
+        elif exact is not None:
+            errors.append(_invalid(f"{rpath}.exactly", exact, "must be an object"))
+        if first:
+            if not isinstance(first, list):
+                errors.append(_invalid(f"{rpath}.firstAvailable", first, "must be a list"))
+                continue
+            if len(first) > FIRST_AVAILABLE_MAX:
+                errors.append(_too_many(f"{rpath}.firstAvailable", len(first), FIRST_AVAILABLE_MAX))
+            subnames: set[str] = set()
+            for j, sub in enumerate(first):
+                spath = f"{rpath}.firstAvailable[{j}]"
+                if not isinstance(sub, dict):
+                    errors.append(_invalid(spath, sub, "must be an object"))
+                    continue
+                sname = sub.get("name")
+                _check_dns_label(f"{spath}.name", sname, errors)
+                if isinstance(sname, str) and sname:
+                    if sname in subnames:
+                        errors.append(_dup(f"{spath}.name", sname))
+                    subnames.add(sname)
+                _validate_exact(sub, spath, errors, check_cel, allow_admin=False)
+            if isinstance(name, str):
+                request_names[name] = subnames
+
+    def check_refs(refs, rpath):
+        if not isinstance(refs, list):
+            errors.append(_invalid(rpath, refs, "must be a list"))
+            return
+        if len(refs) > DEVICE_REQUESTS_MAX:
+            errors.append(_too_many(rpath, len(refs), DEVICE_REQUESTS_MAX))
+        seen = set()
+        for k, ref in enumerate(refs):
+            if ref in seen:
+                errors.append(_dup(f"{rpath}[{k}]", ref))
+            seen.add(ref)
+            if not isinstance(ref, str) or not _request_ref_exists(ref, request_names):
+                errors.append(_invalid(f"{rpath}[{k}]", ref, "must be the name of a request in the claim or the "
+                                                            "name of a request and a subrequest separated by '/'"))
+
+    constraints = devices.get("constraints") or []
+    if not isinstance(constraints, list):
+        errors.append(_invalid(f"{path}.constraints", constraints, "must be a list"))
+        constraints = []
+    if len(constraints) > DEVICE_CONSTRAINTS_MAX:
+        errors.append(_too_many(f"{path}.constraints", len(constraints), DEVICE_CONSTRAINTS_MAX))
+    for i, constraint in enumerate(constraints):
+        cpath = f"{path}.constraints[{i}]"
+        if not isinstance(constraint, dict):
+            errors.append(_invalid(cpath, constraint, "must be an object"))
+            continue
+        check_refs(constraint.get("requests") or [], f"{cpath}.requests")
+        match, distinct = constraint.get("matchAttribute"), constraint.get("distinctAttribute")
+        if match is not None and distinct is not None:
+            errors.append(_forbidden(cpath, "exactly one of `matchAttribute` or `distinctAttribute` is required, "
+                                            "but multiple fields are set"))
+        elif match is None and distinct is None:
+            errors.append((cpath, "Required value: exactly one of `matchAttribute` or `distinctAttribute` is "
+                                  "required"))
+        if match is not None:
+            _check_qualified_name(f"{cpath}.matchAttribute", match, errors, require_domain=True)
+        if distinct is not None:
+            _check_qualified_name(f"{cpath}.distinctAttribute", distinct, errors, require_domain=True)
+
+    configs = devices.get("config") or []
+    if not isinstance(configs, list):
+        errors.append(_invalid(f"{path}.config", configs, "must be a list"))
+        configs = []
+    if len(configs) > DEVICE_CONFIG_MAX:
+        errors.append(_too_many(f"{path}.config", len(configs), DEVICE_CONFIG_MAX))
+    for i, config in enumerate(configs):
+        cpath = f"{path}.config[{i}]"
+        if not isinstance(config, dict):
+            errors.append(_invalid(cpath, config, "must be an object"))
+            continue
+        check_refs(config.get("requests") or [], f"{cpath}.requests")
+        _validate_opaque(config.get("opaque"), f"{cpath}.opaque", errors)
+
+
+def _request_ref_exists(ref: str, request_names: dict[str, set[str]]) -> bool:
+    base, sep, sub = ref.partition("/")
+    if base not in request_names:
+        return False
+    return not sep or sub in request_names[base]
+
+
+def _validate_opaque(opaque, path, errors) -> None:
+    if opaque is None:
+        errors.append(_required(path))
+        return
+    if not isinstance(opaque, dict):
+        errors.append(_invalid(path, opaque, "must be an object"))
+        return
+    _check_dns_subdomain(f"{path}.driver", opaque.get("driver"), errors)
+    params = opaque.get("parameters")
+    if params is None:
+        errors.append(_required(f"{path}.parameters"))
+    elif not isinstance(params, dict):
+        errors.append(_invalid(f"{path}.parameters", "<value omitted>", "parameters must be a valid JSON object"))
+    elif len(json.dumps(params, separators=(",", ":"))) > OPAQUE_PARAMETERS_MAX_LENGTH:
+        errors.append((f"{path}.parameters", f"Too long: may not be more than {OPAQUE_PARAMETERS_MAX_LENGTH} bytes"))
+
+
+def _validate_exact(req: dict, path: str, errors: list, check_cel: bool, *, allow_admin: bool) -> None:
+    _check_dns_subdomain(f"{path}.deviceClassName", req.get("deviceClassName"), errors)
+    selectors = req.get("selectors") or []
+    if not isinstance(selectors, list):
+        errors.append(_invalid(f"{path}.selectors", selectors, "must be a list"))
+        selectors = []
+    if len(selectors) > DEVICE_SELECTORS_MAX:
+        errors.append(_too_many(f"{path}.selectors", len(selectors), DEVICE_SELECTORS_MAX))
+    for i, selector in enumerate(selectors):
+        validate_selector(selector, f"{path}.selectors[{i}]", errors, check_cel)
+    mode = req.get("allocationMode")
+    count = req.get("count")
+    if mode == "ExactCount":
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            errors.append(_invalid(f"{path}.count", count, "must be greater than zero"))
+    elif mode == "All":
+        if count not in (None, 0):
+            errors.append(_invalid(f"{path}.count", count, "must not be specified when allocationMode is 'All'"))
+    elif not mode:
+        errors.append(_required(f"{path}.allocationMode"))
+    else:
+        errors.append(_unsupported(f"{path}.allocationMode", mode, ALLOCATION_MODES))
+    if "adminAccess" in req and req["adminAccess"] is not None:
+        if not allow_admin:
+            errors.append((f"{path}.adminAccess", "Forbidden: not supported for subrequests"))
+        elif not isinstance(req["adminAccess"], bool):
+            errors.append(_invalid(f"{path}.adminAccess", req["adminAccess"], "must be a boolean"))
+    tolerations = req.get("tolerations") or []
+    if not isinstance(tolerations, list):
+        errors.append(_invalid(f"{path}.tolerations", tolerations, "must be a list"))
+        tolerations = []
+    if len(tolerations) > DEVICE_TOLERATIONS_MAX:
+        errors.append(_too_many(f"{path}.tolerations", len(tolerations), DEVICE_TOLERATIONS_MAX))
+    for i, tol in enumerate(tolerations):
+        validate_toleration(tol, f"{path}.tolerations[{i}]", errors)
+    capacity = req.get("capacity")
+    if capacity is not None:
+        _validate_capacity_requests(capacity, f"{path}.capacity", errors)
+
+
+def validate_selector(selector, path, errors, check_cel=True) -> None:
+    if not isinstance(selector, dict):
+        errors.append(_invalid(path, selector, "must be an object"))
+        return
+    cel = selector.get("cel")
+    if cel is None:
+        errors.append(_required(f"{path}.cel"))
+        return
+    expr = cel.get("expression") if isinstance(cel, dict) else None
+    epath = f"{path}.cel.expression"
+    if not isinstance(expr, str) or not expr:
+        errors.append(_required(epath))
+        return
+    if len(expr) > CEL_EXPRESSION_MAX_LENGTH:
+        errors.append((epath, f"Too long: may not be more than {CEL_EXPRESSION_MAX_LENGTH} bytes"))
+        return
+    if check_cel:
+        from dra.cel import CELCompileError, compile_expression  # the CEL library is only needed to validate
+
+        try:
+            compile_expression(expr)
+        except CELCompileError as exc:
+            errors.append(_invalid(epath, expr, f"compilation failed: {exc}"))
+
+
+def validate_toleration(tol, path, errors) -> None:
+    if not isinstance(tol, dict):
+        errors.append(_invalid(path, tol, "must be an object"))
+        return
+    key = tol.get("key")
+    if key:
+        _check_label_key(f"{path}.key", key, errors)
+    op = tol.get("operator") or "Equal"
+    if op not in TOLERATION_OPERATORS:
+        errors.append(_unsupported(f"{path}.operator", op, TOLERATION_OPERATORS))
+    value = tol.get("value")
+    if op == "Exists" and value:
+        errors.append(_invalid(f"{path}.operator", op, "value must be empty when `operator` is 'Exists'"))
+    elif value and (not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value)):
+        errors.append(_invalid(f"{path}.value", value, "a valid label must be an empty string or consist of "
+                                                       "alphanumeric characters, '-', '_' or '.'"))
+    if not key and op != "Exists":
+        errors.append(_invalid(f"{path}.operator", op, "operator must be Exists when `key` is empty, which means "
+                                                       "\"match all values and all keys\""))
+    effect = tol.get("effect")
+    if effect and effect not in TAINT_EFFECTS:
+        errors.append(_unsupported(f"{path}.effect", effect, TAINT_EFFECTS))
+    seconds = tol.get("tolerationSeconds")
+    if seconds is not None and effect != "NoExecute":
+        errors.append(_invalid(f"{path}.effect", effect, "effect must be 'NoExecute' when `tolerationSeconds` is "
+                                                         "set"))
+
+
+def _check_label_key(path, key, errors) -> None:
+    prefix, sep, name = key.rpartition("/")
+    if sep and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN_PART.match(prefix)):
+        errors.append(_invalid(path, key, "prefix part a lowercase RFC 1123 subdomain must consist of lower case "
+                                          "alphanumeric characters, '-' or '.'"))
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        errors.append(_invalid(path, key, "name part must consist of alphanumeric characters, '-', '_' or '.', "
+                                          "and must start and end with an alphanumeric character"))
+
+
+def _validate_capacity_requests(capacity, path, errors) -> None:
+    from dra.engine.quantity import QuantityError, parse_quantity
+
+    if not isinstance(capacity, dict):
+        errors.append(_invalid(path, capacity, "must be an object"))
+        return
+    requests = capacity.get("requests") or {}
+    if not isinstance(requests, dict):
+        errors.append(_invalid(f"{path}.requests", requests, "must be an object"))
+        return
+    if len(requests) > CAPACITY_REQUESTS_MAX:
+        errors.append(_too_many(f"{path}.requests", len(requests), CAPACITY_REQUESTS_MAX))
+    for name, value in requests.items():
+        qpath = f"{path}.requests[{name}]"
+        _check_qualified_name(qpath, name, errors)
+        try:
+            if parse_quantity(value) < 0:
+                errors.append(_invalid(qpath, value, "must be greater than or equal to 0"))
+        except QuantityError as exc:
+            errors.append(_invalid(qpath, value, str(exc)))
+
+
+def normalize_claim(obj: dict, *, check_cel: bool = True) -> tuple[dict, list[tuple[str, str]]]:
+    """Convert to v1, default, validate: what a create request goes through. Returns (claim, errors)."""
+    try:
+        claim = convert_claim_to_v1(obj)
+    except ClaimConversionError as exc:
+        return obj, exc.errors
+    claim = default_claim(claim)
+    return claim, validate_claim(claim, check_cel=check_cel)
+
+
+__all__ = [
+    "ALLOCATION_RESULTS_MAX", "DEVICE_REQUESTS_MAX", "DEVICE_CONSTRAINTS_MAX", "DEVICE_CONFIG_MAX",
+    "DEVICE_SELECTORS_MAX", "FIRST_AVAILABLE_MAX", "DEVICE_TOLERATIONS_MAX", "ClaimConversionError",
+    "convert_claim_to_v1", "default_claim", "validate_claim", "normalize_claim",
+]
