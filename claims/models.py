@@ -1,1 +1,293 @@
+"""Claims: tenants (namespaces), ResourceClaims and their templates, consumers, and the devices in use.
 
+The Kubernetes objects are stored as columns plus the normalized v1 JSON (``spec``); what the API returns is
+rebuilt from them by ``claims.api.serializers``. Everything that changes state goes through
+``claims.services``; views and tasks never write these models themselves.
+
+The no-double-allocation guarantee lives in ``DeviceAllocation`` (see its docstring).
+"""
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class Namespace(models.Model):
+    """A tenant: a team or a pipeline. Tokens are scoped to namespace names."""
+
+    name = models.CharField(max_length=63, unique=True)
+    labels = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Phase(models.TextChoices):
+    PENDING = "Pending"
+    ALLOCATED = "Allocated"
+    RELEASED = "Released"
+    FAILED = "Failed"
+
+
+class ResourceClaim(models.Model):
+    """A ``resource.k8s.io/v1`` ResourceClaim plus the service's own state.
+
+    ``spec`` is immutable after creation (the API refuses changes). ``allocation`` is exactly the
+    ``AllocationResult`` the engine computed; ``cluster``/``node`` say where. ``attempted_version`` is the
+    ``FleetState.version`` the last unsuccessful attempt saw: the worker does not retry a claim until the
+    fleet has changed since (the engine is deterministic, so the same input gives the same "no").
+    """
+
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="claims")
+    name = models.CharField(max_length=253)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    resource_version = models.BigIntegerField(default=1)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    spec = models.JSONField()  # normalized v1 ResourceClaimSpec
+    source_api_version = models.CharField(max_length=64, default="resource.k8s.io/v1")
+    # Set when the claim was made from a template for one consumer; deleting the consumer deletes the claim.
+    template = models.ForeignKey("ResourceClaimTemplate", on_delete=models.SET_NULL, null=True, blank=True,
+                                 related_name="claims")
+    owner = models.ForeignKey("Consumer", on_delete=models.SET_NULL, null=True, blank=True,
+                              related_name="owned_claims")
+
+    # Placement hints (parsed from annotations at creation, see claims/placement.py).
+    allowed_cluster_selector = models.JSONField(null=True, blank=True)  # {"label": "value"} equality
+    preferred_cluster = models.CharField(max_length=63, blank=True, default="")
+
+    phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PENDING)
+    reason = models.CharField(max_length=64, blank=True, default="")  # machine-readable, CamelCase
+    message = models.TextField(blank=True, default="")
+    conditions = models.JSONField(default=list, blank=True)
+    cluster = models.CharField(max_length=63, blank=True, default="")
+    node = models.CharField(max_length=253, blank=True, default="")
+    allocation = models.JSONField(null=True, blank=True)  # v1 AllocationResult
+    diagnostics = models.JSONField(null=True, blank=True)  # the engine's account of the last attempt
+    attempts = models.IntegerField(default=0)
+    attempted_version = models.BigIntegerField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+
+    lease_seconds = models.IntegerField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_renewed_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    allocated_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="claims_claim_unique_name"),
+        ]
+        indexes = [
+            # The worker's queue: pending claims in arrival order. Partial, so it stays small.
+            models.Index(fields=["id"], condition=Q(phase="Pending"), name="claims_claim_pending"),
+            models.Index(fields=["lease_expires_at"], condition=Q(lease_expires_at__isnull=False),
+                         name="claims_claim_lease"),
+            models.Index(fields=["cluster", "phase"], name="claims_claim_cluster"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace_id}/{self.name}"
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.uid.hex}-{self.resource_version}"'
+
+
+class ResourceClaimTemplate(models.Model):
+    """A ``resource.k8s.io/v1`` ResourceClaimTemplate: ``spec`` holds ``{metadata, spec}`` of the claims."""
+
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="templates")
+    name = models.CharField(max_length=253)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    resource_version = models.BigIntegerField(default=1)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    spec = models.JSONField()  # ResourceClaimTemplateSpec: {"metadata": {...}, "spec": <v1 claim spec>}
+    source_api_version = models.CharField(max_length=64, default="resource.k8s.io/v1")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="claims_template_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace_id}/{self.name}"
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.uid.hex}-{self.resource_version}"'
+
+
+class Consumer(models.Model):
+    """What uses claims: a pod, a CI job. ``spec.resourceClaims`` has the shape of ``Pod.spec.resourceClaims``.
+
+    All pending claims of one consumer are allocated together, on one node, or not at all.
+    """
+
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="consumers")
+    name = models.CharField(max_length=253)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    resource_version = models.BigIntegerField(default=1)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    spec = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="claims_consumer_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace_id}/{self.name}"
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.uid.hex}-{self.resource_version}"'
+
+
+class Reservation(models.Model):
+    """One entry of a claim's ``status.reservedFor``: the claim is reserved for this consumer.
+
+    ``entry`` is the consumer's name for the claim (``spec.resourceClaims[].name``). At most
+    ``MAX_RESERVED_FOR`` per claim, counted under the claim's row lock (services.consumers).
+    """
+
+    claim = models.ForeignKey(ResourceClaim, on_delete=models.CASCADE, related_name="reservations")
+    consumer = models.ForeignKey(Consumer, on_delete=models.CASCADE, related_name="reservations")
+    entry = models.CharField(max_length=63)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["claim", "consumer"], name="claims_reservation_unique"),
+            models.UniqueConstraint(fields=["consumer", "entry"], name="claims_reservation_entry_unique"),
+        ]
+
+
+class DeviceAllocation(models.Model):
+    """One device (or one share of a device) held by one claim. Deleting the row frees it.
+
+    The database guarantees that no device is given away twice:
+
+    * a dedicated allocation (``share_id`` empty, not admin access) is unique per (cluster, driver, pool,
+      device) by a partial unique index: a second insert fails, whoever commits first wins;
+    * shares of an ``allowMultipleAllocations`` device are unique per share ID, and their consumed capacity,
+      the counters of partitionable devices, and "a dedicated allocation and shares never coexist" are
+      checked by the writer while it holds a lock per device and per counter-carrying pool, taken in one
+      sorted order (``claims.services.locking``): PostgreSQL advisory transaction locks, or SQLite's
+      IMMEDIATE transactions, which serialize all writers anyway.
+
+    ``admin_access`` rows do not consume the device (upstream semantics) and are outside the constraints.
+    """
+
+    claim = models.ForeignKey(ResourceClaim, on_delete=models.CASCADE, related_name="device_allocations")
+    cluster = models.CharField(max_length=63)
+    driver = models.CharField(max_length=63)
+    pool = models.CharField(max_length=253)
+    device = models.CharField(max_length=63)
+    share_id = models.CharField(max_length=64, blank=True, default="")
+    consumed_capacity = models.JSONField(null=True, blank=True)
+    admin_access = models.BooleanField(default=False)
+    request = models.CharField(max_length=127, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "driver", "pool", "device"],
+                condition=Q(share_id="", admin_access=False),
+                name="claims_alloc_dedicated_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "driver", "pool", "device", "share_id"],
+                condition=~Q(share_id=""),
+                name="claims_alloc_share_unique",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["cluster", "driver", "pool", "device"], name="claims_alloc_device"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.driver}/{self.pool}/{self.device}"
+
+
+class ClaimEvent(models.Model):
+    """The audit trail of a claim. Kept after the claim is deleted (``claim`` becomes null)."""
+
+    claim = models.ForeignKey(ResourceClaim, on_delete=models.SET_NULL, null=True, blank=True,
+                              related_name="events")
+    namespace = models.CharField(max_length=63)
+    claim_name = models.CharField(max_length=253)
+    claim_uid = models.UUIDField()
+    type = models.CharField(max_length=32)  # Created, AllocationAttempt, Allocated, Released, ...
+    reason = models.CharField(max_length=64, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["claim_uid", "id"], name="claims_event_claim")]
+
+
+class IdempotencyRecord(models.Model):
+    """The first answer to a POST with an ``Idempotency-Key``, replayed for retries with the same body.
+
+    The unique constraint makes two concurrent first attempts race in the database: the loser's insert
+    fails (after the winner commits) and it answers with the winner's stored response.
+    """
+
+    scope = models.CharField(max_length=255)  # namespace and endpoint
+    key = models.CharField(max_length=255)
+    body_hash = models.CharField(max_length=64)
+    status_code = models.IntegerField()
+    response = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "key"], name="claims_idempotency_unique")]
+
+
+class FleetState(models.Model):
+    """One row: ``version`` grows whenever devices may have become free (release, inventory change).
+
+    A pending claim that failed at version V is retried only once the version is above V.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    version = models.BigIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class UtilisationSnapshot(models.Model):
+    """Devices in use per cluster and product at one moment (the dashboard charts these over time)."""
+
+    taken_at = models.DateTimeField(db_index=True)
+    cluster = models.CharField(max_length=63)
+    driver = models.CharField(max_length=63)
+    product = models.CharField(max_length=253, blank=True, default="")
+    devices_total = models.IntegerField()
+    devices_allocated = models.IntegerField()
+    shares_allocated = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["taken_at", "cluster", "driver", "product"]
+        indexes = [models.Index(fields=["cluster", "taken_at"], name="claims_util_cluster")]

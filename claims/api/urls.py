@@ -1,1 +1,26 @@
-urlpatterns: list = []
+from django.urls import path
+
+from claims.api import views
+
+NS = "namespaces/<str:namespace>"
+CLAIM = f"{NS}/resourceclaims/<str:name>"
+
+urlpatterns = [
+    path("namespaces", views.NamespaceListView.as_view(), name="namespace-list"),
+    path("resourceclaims", views.AllClaimsView.as_view(), name="resourceclaim-all"),
+    path("utilisation", views.UtilisationView.as_view(), name="utilisation-list"),
+    path(f"{NS}/resourceclaims", views.ClaimListView.as_view(), name="resourceclaim-list"),
+    # POST creates a batch; GET/PUT/PATCH/DELETE act on a claim that happens to be named "batch".
+    path(f"{NS}/resourceclaims/batch", views.ClaimBatchView.as_view(), {"name": "batch"},
+         name="resourceclaim-batch"),
+    path(CLAIM, views.ClaimDetailView.as_view(), name="resourceclaim-detail"),
+    path(f"{CLAIM}/release", views.ClaimReleaseView.as_view(), name="resourceclaim-release"),
+    path(f"{CLAIM}/renew", views.ClaimRenewView.as_view(), name="resourceclaim-renew"),
+    path(f"{CLAIM}/explain", views.ClaimExplainView.as_view(), name="resourceclaim-explain"),
+    path(f"{CLAIM}/events", views.ClaimEventsView.as_view(), name="resourceclaim-events"),
+    path(f"{NS}/resourceclaimtemplates", views.TemplateListView.as_view(), name="resourceclaimtemplate-list"),
+    path(f"{NS}/resourceclaimtemplates/<str:name>", views.TemplateDetailView.as_view(),
+         name="resourceclaimtemplate-detail"),
+    path(f"{NS}/consumers", views.ConsumerListView.as_view(), name="consumer-list"),
+    path(f"{NS}/consumers/<str:name>", views.ConsumerDetailView.as_view(), name="consumer-detail"),
+]

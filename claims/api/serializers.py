@@ -1,0 +1,169 @@
+"""Kubernetes shapes out: ResourceClaim, ResourceClaimTemplate, Consumer, their lists, events.
+
+Objects are rendered from model rows by plain functions (they are Kubernetes JSON, not model fields); the
+DRF serializers below exist to document request and response bodies in the OpenAPI schema.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from rest_framework import serializers
+
+from claims import k8s
+from claims.models import ClaimEvent, Consumer, Phase, ResourceClaim, ResourceClaimTemplate, UtilisationSnapshot
+from claims.services.consumers import API_VERSION as CONSUMER_API_VERSION
+
+
+def ts(value: datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+
+
+def _metadata(obj, namespace: str) -> dict:
+    meta = {"name": obj.name, "namespace": namespace, "uid": str(obj.uid),
+            "resourceVersion": str(obj.resource_version), "generation": 1,
+            "creationTimestamp": ts(obj.created_at)}
+    if obj.labels:
+        meta["labels"] = obj.labels
+    if obj.annotations:
+        meta["annotations"] = obj.annotations
+    return meta
+
+
+def render_claim(claim: ResourceClaim, reservations: list | None = None) -> dict:
+    """``reservations``: the claim's Reservation rows with their consumers (prefetched by the caller)."""
+    meta = _metadata(claim, claim.namespace.name)
+    if claim.owner_id:
+        owner = claim.owner
+        meta["ownerReferences"] = [{"apiVersion": CONSUMER_API_VERSION, "kind": "Consumer", "name": owner.name,
+                                    "uid": str(owner.uid), "controller": True}]
+    status: dict = {}
+    if claim.allocation:
+        status["allocation"] = claim.allocation  # exactly what the engine computed
+    if reservations is None:
+        reservations = list(claim.reservations.select_related("consumer"))
+    if reservations:
+        status["reservedFor"] = [{"apiGroup": "draservice.io", "resource": "consumers", "name": r.consumer.name,
+                                  "uid": str(r.consumer.uid)} for r in reservations]
+    status["phase"] = str(claim.phase)
+    if claim.reason:
+        status["reason"] = claim.reason
+    if claim.message:
+        status["message"] = claim.message
+    if claim.cluster:
+        status["cluster"] = claim.cluster
+    if claim.node:
+        status["node"] = claim.node
+    if claim.conditions:
+        status["conditions"] = claim.conditions
+    status["attempts"] = claim.attempts
+    for key, value in (("lastAttemptTime", claim.last_attempt_at), ("allocatedTime", claim.allocated_at),
+                       ("releasedTime", claim.released_at)):
+        if value:
+            status[key] = ts(value)
+    if claim.lease_seconds:
+        status["lease"] = {"leaseDurationSeconds": claim.lease_seconds, "expireTime": ts(claim.lease_expires_at),
+                           "renewTime": ts(claim.lease_renewed_at)}
+    return {"apiVersion": k8s.V1, "kind": "ResourceClaim", "metadata": meta, "spec": claim.spec, "status": status}
+
+
+def claims_queryset(qs):
+    return qs.select_related("namespace", "owner").prefetch_related("reservations__consumer")
+
+
+def render_claims(claims) -> list[dict]:
+    """Render claims loaded through ``claims_queryset`` (no query per claim)."""
+    return [render_claim(c, list(c.reservations.all())) for c in claims]
+
+
+def render_list(kind: str, items: list[dict], api_version: str = k8s.V1, cont: str | None = None) -> dict:
+    meta = {"continue": cont} if cont else {}
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "items": items}
+
+
+def render_template(template: ResourceClaimTemplate) -> dict:
+    return {"apiVersion": k8s.V1, "kind": "ResourceClaimTemplate",
+            "metadata": _metadata(template, template.namespace.name), "spec": template.spec}
+
+
+def consumer_phase(claims: list[ResourceClaim]) -> str:
+    phases = {c.phase for c in claims}
+    if Phase.FAILED in phases:
+        return Phase.FAILED
+    if Phase.RELEASED in phases:
+        return Phase.RELEASED
+    if claims and phases == {Phase.ALLOCATED}:
+        return Phase.ALLOCATED
+    return Phase.PENDING
+
+
+def render_consumer(consumer: Consumer, reservations: list | None = None) -> dict:
+    if reservations is None:
+        reservations = list(consumer.reservations.select_related("claim"))
+    by_entry = {r.entry: r.claim for r in reservations}
+    statuses = [{"name": e["name"], "resourceClaimName": by_entry[e["name"]].name,
+                 "phase": str(by_entry[e["name"]].phase)}
+                for e in consumer.spec.get("resourceClaims", []) if e["name"] in by_entry]
+    claims = list(by_entry.values())
+    status = {"phase": str(consumer_phase(claims)), "resourceClaimStatuses": statuses}
+    nodes = {(c.cluster, c.node) for c in claims if c.phase == Phase.ALLOCATED}
+    if len(nodes) == 1:
+        cluster, node = nodes.pop()
+        status["cluster"] = cluster
+        if node:
+            status["node"] = node
+    return {"apiVersion": CONSUMER_API_VERSION, "kind": "Consumer",
+            "metadata": _metadata(consumer, consumer.namespace.name), "spec": consumer.spec, "status": status}
+
+
+def render_event(event: ClaimEvent) -> dict:
+    out = {"type": event.type, "reason": event.reason, "message": event.message, "time": ts(event.created_at),
+           "claim": {"namespace": event.namespace, "name": event.claim_name, "uid": str(event.claim_uid)}}
+    if event.data:
+        out["data"] = event.data
+    return out
+
+
+# --------------------------------------------------------------------------------------------- schema only
+
+class KubeObjectSerializer(serializers.Serializer):
+    """A Kubernetes object (JSON or YAML): apiVersion, kind, metadata, spec; status on the way out."""
+
+    apiVersion = serializers.CharField(required=False)
+    kind = serializers.CharField(required=False)
+    metadata = serializers.DictField()
+    spec = serializers.DictField()
+    status = serializers.DictField(read_only=True)
+
+
+class KubeListSerializer(serializers.Serializer):
+    apiVersion = serializers.CharField(required=False)
+    kind = serializers.CharField(required=False)
+    items = KubeObjectSerializer(many=True)
+
+
+class RenewSerializer(serializers.Serializer):
+    ttl = serializers.CharField(required=False, help_text="new lease duration, e.g. 15m (default: the claim's)")
+
+
+class ExplainSerializer(serializers.Serializer):
+    claim = serializers.DictField()
+    phase = serializers.CharField()
+    reason = serializers.CharField()
+    message = serializers.CharField()
+    current = serializers.BooleanField(help_text="whether the diagnostics were computed at the current fleet version")
+    diagnostics = serializers.DictField(allow_null=True)
+
+
+class EventSerializer(serializers.Serializer):
+    type = serializers.CharField()
+    reason = serializers.CharField()
+    message = serializers.CharField()
+    time = serializers.DateTimeField()
+    data = serializers.DictField(required=False)
+
+
+class UtilisationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = UtilisationSnapshot
+        fields = ["taken_at", "cluster", "driver", "product", "devices_total", "devices_allocated",
+                  "shares_allocated"]

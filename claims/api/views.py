@@ -1,0 +1,418 @@
+"""Claims API views. Thin: check access, parse, call a service, render.
+
+Long polls (``?wait=``) hold one web thread each while they sleep (no database transaction, a query every
+couple of seconds, woken early by ``claims.notify``). Size the web server's threads for the waiters you
+expect: ``manage.py serve`` runs gunicorn's threaded workers (see its ``--threads``), and ``MAX_WAIT`` caps
+how long one request may hold a thread.
+"""
+from __future__ import annotations
+
+import re
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, status
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from claims import filtersets, notify
+from claims.api import serializers as s
+from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write, pinned_cluster, \
+    readable_namespaces
+from claims.models import ClaimEvent, Consumer, Namespace, Phase, ResourceClaim, ResourceClaimTemplate, \
+    UtilisationSnapshot
+from claims.placement import ALLOWED_CLUSTERS, parse_selector
+from claims.services import claims as claim_services
+from claims.services import consumers as consumer_services
+from claims.services import explain as explain_service
+from claims.services import idempotency
+from draservice.pagination import CursorPagination
+from draservice.problems import FieldError
+from draservice.yaml import YAMLParser
+
+MAX_WAIT = 120.0
+_WAIT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
+
+
+class MergePatchParser(JSONParser):
+    media_type = "application/merge-patch+json"
+
+
+class KubeListPagination(CursorPagination):
+    """Kubernetes list paging: ``?limit=`` and ``?continue=``; the token comes back in ``metadata.continue``."""
+
+    cursor_query_param = "continue"
+
+    def continue_token(self) -> str | None:
+        link = self.get_next_link()
+        if not link:
+            return None
+        from urllib.parse import parse_qs, urlparse
+
+        return (parse_qs(urlparse(link).query).get(self.cursor_query_param) or [None])[0]
+
+
+def parse_wait(value: str | None) -> float:
+    if not value:
+        return 0.0
+    m = _WAIT.match(value.strip())
+    if not m:
+        raise FieldError([("wait", "a duration such as 30s, 500ms or 1m")], status_code=400)
+    seconds = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, None: 1}[m.group(2)]
+    return min(seconds, MAX_WAIT)
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _etag(response: Response, obj) -> Response:
+    response["ETag"] = obj.etag
+    return response
+
+
+def _claim_or_404(ns: str, name: str) -> ResourceClaim:
+    return get_object_or_404(s.claims_queryset(ResourceClaim.objects), namespace__name=ns, name=name)
+
+
+def _body_pin(obj) -> str | None:
+    """The cluster a claim body pins itself to, for cluster tokens (the agent)."""
+    try:
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        return pinned_cluster(parse_selector(annotations[ALLOWED_CLUSTERS], "")) if annotations.get(
+            ALLOWED_CLUSTERS) else None
+    except (FieldError, AttributeError, TypeError):
+        return None
+
+
+class ClaimsBase(generics.GenericAPIView):
+    permission_classes = [IsAuthenticatedPrincipal]
+    parser_classes = [JSONParser, YAMLParser, MergePatchParser]
+    pagination_class = KubeListPagination
+
+    def paginated(self, queryset, render, kind, api_version=None):
+        page = self.paginate_queryset(self.filter_queryset(queryset))
+        token = self.paginator.continue_token() if page is not None else None
+        items = render(page if page is not None else queryset)
+        return Response(s.render_list(kind, items, api_version or s.k8s.V1, token))
+
+
+# --------------------------------------------------------------------------------------------- namespaces
+
+class NamespaceListView(ClaimsBase):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Namespaces this caller can read")
+    def get(self, request):
+        qs = Namespace.objects.all()
+        allowed = readable_namespaces(request)
+        if allowed is not None:
+            qs = qs.filter(name__in=allowed)
+        return Response({"items": [{"name": n.name, "labels": n.labels, "created": s.ts(n.created_at)} for n in qs]})
+
+
+# --------------------------------------------------------------------------------------------- claims
+
+class ClaimListView(ClaimsBase):
+    filterset_class = filtersets.ResourceClaimFilterSet
+
+    def get_queryset(self):
+        return s.claims_queryset(ResourceClaim.objects.filter(namespace__name=self.kwargs["namespace"]))
+
+    @extend_schema(responses={200: s.KubeListSerializer}, summary="List ResourceClaims")
+    def get(self, request, namespace):
+        check_read(request, namespace)
+        return self.paginated(self.get_queryset(), s.render_claims, "ResourceClaimList")
+
+    @extend_schema(request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+                   summary="Create a ResourceClaim (v1, v1beta2 or v1beta1; JSON or YAML)")
+    def post(self, request, namespace):
+        body = request.data
+        check_write(request, namespace, _body_pin(body))
+        if isinstance(body, dict) and body.get("kind") == "List":
+            raise FieldError([("kind", "use …/resourceclaims/batch to create several claims")], status_code=400)
+
+        def create():
+            claim = claim_services.create_claims(namespace, [body])[0]
+            return 201, s.render_claim(claim, [])
+
+        code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims", request.headers.get(
+            "Idempotency-Key"), body, create)
+        response = Response(payload, status=code)
+        if replayed:
+            response["Idempotent-Replayed"] = "true"
+        meta = payload.get("metadata") or {}
+        response["Location"] = f"{request.path.rstrip('/')}/{meta.get('name')}"
+        return response
+
+
+class ClaimBatchView(ClaimsBase):
+    """POST creates a batch; the other methods are those of a claim that happens to be named "batch"."""
+
+    def get(self, request, namespace, name):
+        return ClaimDetailView.get(self, request, namespace, name)
+
+    def put(self, request, namespace, name):
+        return ClaimDetailView.put(self, request, namespace, name)
+
+    def patch(self, request, namespace, name):
+        return ClaimDetailView.patch(self, request, namespace, name)
+
+    def delete(self, request, namespace, name):
+        return ClaimDetailView.delete(self, request, namespace, name)
+
+    @extend_schema(request=s.KubeListSerializer, responses={201: s.KubeListSerializer},
+                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+                   summary="Create many claims (and Consumers) in one transaction: all or none")
+    def post(self, request, namespace, name=None):
+        body = request.data
+        items = body.get("items") if isinstance(body, dict) else body
+        if not isinstance(items, list):
+            raise FieldError([("items", "must be a list of ResourceClaim (or Consumer) objects")])
+        pins = {_body_pin(item) for item in items if isinstance(item, dict) and item.get("kind") != "Consumer"}
+        check_write(request, namespace, pins.pop() if len(pins) == 1 else None)
+
+        def create():
+            claim_items = [(i, o) for i, o in enumerate(items) if not (isinstance(o, dict) and o.get("kind") == "Consumer")]
+            consumer_items = [(i, o) for i, o in enumerate(items) if isinstance(o, dict) and o.get("kind") == "Consumer"]
+            claims = claim_services.create_claims(namespace, [o for _, o in claim_items],
+                                                  paths=[f"items[{i}]" for i, _ in claim_items])
+            consumers = [consumer_services.create_consumer(namespace, o, f"items[{i}]") for i, o in consumer_items]
+            rendered = s.render_claims(s.claims_queryset(ResourceClaim.objects).filter(
+                id__in=[c.id for c in claims]).order_by("id"))
+            rendered += [s.render_consumer(c) for c in consumers]
+            return 201, s.render_list("List", rendered, "v1")
+
+        code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims/batch", request.headers.get(
+            "Idempotency-Key"), body, create)
+        response = Response(payload, status=code)
+        if replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+
+class ClaimDetailView(ClaimsBase):
+    @extend_schema(parameters=[OpenApiParameter("wait", str, description="long poll: return as soon as the claim "
+                                                "is no longer Pending, or after this long (e.g. 60s, max 120s)")],
+                   responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaim (optionally wait)")
+    def get(self, request, namespace, name):
+        check_read(request, namespace)
+        claim = _claim_or_404(namespace, name)
+        wait = parse_wait(request.query_params.get("wait"))
+        if wait and claim.phase == Phase.PENDING:
+            def check():
+                phase = ResourceClaim.objects.filter(pk=claim.pk).values_list("phase", flat=True).first()
+                return phase if phase != Phase.PENDING else None  # None: keep waiting (deleted ends it too)
+
+            notify.wait_for(claim.pk, wait, check)
+            claim = _claim_or_404(namespace, name)
+        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+
+    @extend_schema(request=s.KubeObjectSerializer, responses={200: s.KubeObjectSerializer},
+                   summary="Replace labels/annotations (spec is immutable); If-Match honoured")
+    def put(self, request, namespace, name):
+        claim = _claim_or_404(namespace, name)
+        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector))
+        claim = claim_services.update_claim(claim.pk, request.data, if_match=request.headers.get("If-Match"))
+        claim = _claim_or_404(namespace, name)
+        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: s.KubeObjectSerializer},
+                   summary="JSON merge patch of labels/annotations; If-Match honoured")
+    def patch(self, request, namespace, name):
+        claim = _claim_or_404(namespace, name)
+        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector))
+        current = s.render_claim(claim, list(claim.reservations.all()))
+        patched = merge_patch(current, request.data)
+        patched.pop("status", None)
+        claim = claim_services.update_claim(claim.pk, patched, if_match=request.headers.get("If-Match"))
+        claim = _claim_or_404(namespace, name)
+        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+
+    @extend_schema(responses={200: s.KubeObjectSerializer}, summary="Release the devices and delete the claim")
+    def delete(self, request, namespace, name):
+        claim = _claim_or_404(namespace, name)
+        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector) or claim.cluster or None)
+        body = s.render_claim(claim, [])
+        claim_services.delete_claim(claim.pk, if_match=request.headers.get("If-Match"))
+        return Response(body)
+
+
+class ClaimReleaseView(ClaimsBase):
+    @extend_schema(request=None, responses={200: s.KubeObjectSerializer},
+                   summary="Release the claim's devices now (the claim stays, phase Released)")
+    def post(self, request, namespace, name):
+        claim = _claim_or_404(namespace, name)
+        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector) or claim.cluster or None)
+        claim_services.release_claim(claim.pk, if_match=request.headers.get("If-Match"))
+        claim = _claim_or_404(namespace, name)
+        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+
+
+class ClaimRenewView(ClaimsBase):
+    @extend_schema(request=s.RenewSerializer, responses={200: s.KubeObjectSerializer},
+                   summary="Renew the claim's lease (optionally with a new ttl)")
+    def post(self, request, namespace, name):
+        claim = _claim_or_404(namespace, name)
+        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector))
+        ttl = request.data.get("ttl") if isinstance(request.data, dict) else None
+        claim_services.renew_lease(claim.pk, ttl=ttl, if_match=request.headers.get("If-Match"))
+        claim = _claim_or_404(namespace, name)
+        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+
+
+class ClaimExplainView(ClaimsBase):
+    @extend_schema(parameters=[OpenApiParameter("refresh", bool, description="run the engine now (no write)")],
+                   responses={200: s.ExplainSerializer}, summary="Why a claim is (not) allocated")
+    def get(self, request, namespace, name):
+        check_read(request, namespace)
+        claim = _claim_or_404(namespace, name)
+        refresh = request.query_params.get("refresh", "").lower() in ("1", "true", "yes")
+        return Response(explain_service.explain(claim, refresh=refresh))
+
+
+class ClaimEventsView(ClaimsBase):
+    filterset_class = filtersets.ClaimEventFilterSet
+
+    @extend_schema(responses={200: s.EventSerializer(many=True)}, summary="The claim's audit trail, oldest first")
+    def get(self, request, namespace, name):
+        check_read(request, namespace)
+        claim = _claim_or_404(namespace, name)
+        qs = ClaimEvent.objects.filter(claim_uid=claim.uid)
+        return self.paginated(qs, lambda rows: [s.render_event(e) for e in rows], "EventList", "v1")
+
+
+class AllClaimsView(ClaimsBase):
+    """Claims across namespaces: what the caller may read (the agent filters by ``?cluster=``)."""
+
+    filterset_class = filtersets.ResourceClaimFilterSet
+
+    @extend_schema(responses={200: s.KubeListSerializer}, summary="List ResourceClaims in all readable namespaces")
+    def get(self, request):
+        qs = s.claims_queryset(ResourceClaim.objects.all())
+        allowed = readable_namespaces(request)
+        if allowed is not None:
+            qs = qs.filter(namespace__name__in=allowed)
+        return self.paginated(qs, s.render_claims, "ResourceClaimList")
+
+
+# --------------------------------------------------------------------------------------------- templates
+
+class TemplateListView(ClaimsBase):
+    filterset_class = filtersets.ResourceClaimTemplateFilterSet
+
+    @extend_schema(responses={200: s.KubeListSerializer}, summary="List ResourceClaimTemplates")
+    def get(self, request, namespace):
+        check_read(request, namespace)
+        qs = ResourceClaimTemplate.objects.select_related("namespace").filter(namespace__name=namespace)
+        return self.paginated(qs, lambda rows: [s.render_template(t) for t in rows], "ResourceClaimTemplateList")
+
+    @extend_schema(request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+                   summary="Create a ResourceClaimTemplate")
+    def post(self, request, namespace):
+        check_write(request, namespace)
+        template = claim_services.create_template(namespace, request.data)
+        return _etag(Response(s.render_template(template), status=status.HTTP_201_CREATED), template)
+
+
+class TemplateDetailView(ClaimsBase):
+    def _get(self, namespace, name):
+        return get_object_or_404(ResourceClaimTemplate.objects.select_related("namespace"),
+                                 namespace__name=namespace, name=name)
+
+    @extend_schema(responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaimTemplate")
+    def get(self, request, namespace, name):
+        check_read(request, namespace)
+        template = self._get(namespace, name)
+        return _etag(Response(s.render_template(template)), template)
+
+    @extend_schema(responses={200: s.KubeObjectSerializer}, summary="Delete a ResourceClaimTemplate")
+    def delete(self, request, namespace, name):
+        check_write(request, namespace)
+        template = self._get(namespace, name)
+        body = s.render_template(template)
+        claim_services.delete_template(template.pk, if_match=request.headers.get("If-Match"))
+        return Response(body)
+
+
+# --------------------------------------------------------------------------------------------- consumers
+
+class ConsumerListView(ClaimsBase):
+    filterset_class = filtersets.ConsumerFilterSet
+
+    @extend_schema(responses={200: s.KubeListSerializer}, summary="List Consumers")
+    def get(self, request, namespace):
+        check_read(request, namespace)
+        qs = (Consumer.objects.select_related("namespace").prefetch_related("reservations__claim")
+              .filter(namespace__name=namespace))
+        return self.paginated(qs, lambda rows: [s.render_consumer(c, list(c.reservations.all())) for c in rows],
+                              "ConsumerList", consumer_services.API_VERSION)
+
+    @extend_schema(request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+                   summary="Create a Consumer: reserves its claims, makes claims from its templates")
+    def post(self, request, namespace):
+        check_write(request, namespace)
+
+        def create():
+            consumer = consumer_services.create_consumer(namespace, request.data)
+            return 201, s.render_consumer(consumer)
+
+        code, payload, replayed = idempotency.run(f"{namespace}:consumers", request.headers.get("Idempotency-Key"),
+                                                  request.data, create)
+        response = Response(payload, status=code)
+        if replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+
+class ConsumerDetailView(ClaimsBase):
+    def _get(self, namespace, name):
+        return get_object_or_404(Consumer.objects.select_related("namespace"), namespace__name=namespace, name=name)
+
+    @extend_schema(parameters=[OpenApiParameter("wait", str, description="long poll until all its claims are "
+                                                "allocated (or one failed), e.g. 60s")],
+                   responses={200: s.KubeObjectSerializer}, summary="Read a Consumer (optionally wait)")
+    def get(self, request, namespace, name):
+        check_read(request, namespace)
+        consumer = self._get(namespace, name)
+        wait = parse_wait(request.query_params.get("wait"))
+        if wait:
+            ids = list(consumer.reservations.values_list("claim_id", flat=True))
+            first_pending = ResourceClaim.objects.filter(id__in=ids, phase=Phase.PENDING).order_by("id").first()
+            if first_pending is not None:
+                def check():
+                    pending = ResourceClaim.objects.filter(id__in=ids, phase=Phase.PENDING).exists()
+                    return None if pending else True
+
+                # A consumer's pending claims are allocated in one transaction: one of them is wake-up enough.
+                notify.wait_for(first_pending.pk, wait, check)
+        return _etag(Response(s.render_consumer(consumer)), consumer)
+
+    @extend_schema(responses={200: s.KubeObjectSerializer},
+                   summary="Delete a Consumer: unreserves its claims, releases those made for it")
+    def delete(self, request, namespace, name):
+        check_write(request, namespace)
+        consumer = self._get(namespace, name)
+        body = s.render_consumer(consumer)
+        consumer_services.delete_consumer(consumer.pk, if_match=request.headers.get("If-Match"))
+        return Response(body)
+
+
+# --------------------------------------------------------------------------------------------- utilisation
+
+class UtilisationView(generics.ListAPIView):
+    permission_classes = [IsAuthenticatedPrincipal]
+    serializer_class = s.UtilisationSerializer
+    filterset_class = filtersets.UtilisationFilterSet
+    queryset = UtilisationSnapshot.objects.all()
+

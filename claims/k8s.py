@@ -1,0 +1,183 @@
+"""Kubernetes object handling for the claims API: parse, convert to v1, default and validate.
+
+The canonical implementation of claim defaulting/validation/conversion is ``dra.k8s.claims`` (owned by the
+engine, so that the simulate endpoint, the worker and this API agree). This module adapts its errors to
+``FieldError`` (field path + reason) and adds what only the API needs: object metadata (names,
+generateName, labels, annotations) and templates.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any
+
+from draservice.problems import FieldError
+
+from dra.k8s import claims as k8s_claims
+
+GROUP = "resource.k8s.io"
+API_VERSIONS = (f"{GROUP}/v1", f"{GROUP}/v1beta2", f"{GROUP}/v1beta1")
+V1 = f"{GROUP}/v1"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_RANDOM_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet (no vowels, no 0/1/3)
+
+
+def dns_subdomain_error(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty string"
+    if len(value) > 253:
+        return "must be no more than 253 characters"
+    if not _DNS_SUBDOMAIN.match(value):
+        return ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                "and must start and end with an alphanumeric character")
+    return None
+
+
+def dns_label_error(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty string"
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if not _DNS_LABEL.match(value):
+        return ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                "start and end with an alphanumeric character")
+    return None
+
+
+def _validate_string_map(value: Any, path: str, *, labels: bool) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    if value is None:
+        return errors
+    if not isinstance(value, dict):
+        return [(path, "must be an object of string keys to string values")]
+    total = 0
+    for key, val in value.items():
+        kpath = f"{path}[{key}]"
+        if not isinstance(key, str) or not key:
+            errors.append((kpath, "key must be a non-empty string"))
+            continue
+        prefix, _, name = key.rpartition("/")
+        if prefix and dns_subdomain_error(prefix):
+            errors.append((kpath, f"prefix part {dns_subdomain_error(prefix)}"))
+        if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+            errors.append((kpath, "name part must consist of alphanumeric characters, '-', '_' or '.', start and "
+                                  "end with an alphanumeric character, and be at most 63 characters"))
+        if not isinstance(val, str):
+            errors.append((kpath, "value must be a string"))
+            continue
+        total += len(key) + len(val)
+        if labels and (len(val) > 63 or not _LABEL_VALUE.match(val)):
+            errors.append((kpath, "a valid label value must be 63 characters or less and consist of "
+                                  "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"))
+    if not labels and total > 256 * 1024:
+        errors.append((path, "total size of annotations must be 256 KiB or less"))
+    return errors
+
+
+def random_suffix(n: int = 5) -> str:
+    return "".join(secrets.choice(_RANDOM_ALPHABET) for _ in range(n))
+
+
+def parse_metadata(obj: dict, path: str = "metadata", *, namespace: str,
+                   require_name: bool = True) -> dict:
+    """Name (or generateName), labels, annotations; the namespace must match the URL's if given."""
+    meta = obj.get("metadata")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise FieldError([(path, "must be an object")])
+    errors: list[tuple[str, str]] = []
+    name = meta.get("name")
+    generate = meta.get("generateName")
+    if not name and generate:
+        if not isinstance(generate, str) or dns_subdomain_error(generate.rstrip("-") or "x"):
+            errors.append((f"{path}.generateName", "must be a valid name prefix"))
+        else:
+            name = generate[:253 - 5] + random_suffix()
+    if not name:
+        if require_name:
+            errors.append((f"{path}.name", "name or generateName is required"))
+    elif dns_subdomain_error(name):
+        errors.append((f"{path}.name", dns_subdomain_error(name)))
+    ns = meta.get("namespace")
+    if ns not in (None, "", namespace):
+        errors.append((f"{path}.namespace", f"does not match the namespace in the URL ({namespace!r})"))
+    errors += _validate_string_map(meta.get("labels"), f"{path}.labels", labels=True)
+    errors += _validate_string_map(meta.get("annotations"), f"{path}.annotations", labels=False)
+    if errors:
+        raise FieldError(errors)
+    return {"name": name, "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {})}
+
+
+def check_kind(obj: Any, kind: str, path: str = "") -> str:
+    """The object's apiVersion (one of ours); ``kind`` must match when given."""
+    prefix = f"{path}." if path else ""
+    if not isinstance(obj, dict):
+        raise FieldError([(path, f"must be a {kind} object")])
+    api_version = obj.get("apiVersion") or V1
+    errors = []
+    if api_version not in API_VERSIONS:
+        errors.append((f"{prefix}apiVersion", f"must be one of {', '.join(API_VERSIONS)}"))
+    if obj.get("kind") not in (None, "", kind):
+        errors.append((f"{prefix}kind", f"must be {kind}"))
+    if errors:
+        raise FieldError(errors)
+    return api_version
+
+
+def claim_spec_to_v1(spec: Any, api_version: str, path: str) -> dict:
+    """Convert, default and validate a ResourceClaimSpec with ``dra.k8s.claims``; the normalized v1 spec.
+
+    Raises FieldError whose paths are relative to the request body (``path`` is where the spec sits in it).
+    """
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise FieldError([(path, "must be an object")])
+    claim = {"apiVersion": api_version, "kind": "ResourceClaim", "metadata": {"name": "x"}, "spec": spec}
+    v1, errors = k8s_claims.normalize_claim(claim)
+    if errors:
+        raise FieldError([_rebase(field, reason, path) for field, reason in errors])
+    return v1.get("spec") or {}
+
+
+def _rebase(field: str, reason: str, path: str) -> tuple[str, str]:
+    """Engine paths start at ``spec``; ours at wherever the spec sits in the request body."""
+    if field == "spec":
+        return path, reason
+    if field.startswith("spec."):
+        return f"{path}{field[4:]}", reason
+    return (f"{path}.{field}" if field and path else field or path), reason
+
+
+def template_spec_to_v1(spec: Any, api_version: str, path: str) -> dict:
+    """A ResourceClaimTemplateSpec: ``{metadata: {labels, annotations}, spec: <claim spec>}``."""
+    if not isinstance(spec, dict):
+        raise FieldError([(path, "must be an object")])
+    meta = spec.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise FieldError([(f"{path}.metadata", "must be an object")])
+    errors = _validate_string_map(meta.get("labels"), f"{path}.metadata.labels", labels=True)
+    errors += _validate_string_map(meta.get("annotations"), f"{path}.metadata.annotations", labels=False)
+    if errors:
+        raise FieldError(errors)
+    claim_spec = claim_spec_to_v1(spec.get("spec"), api_version, f"{path}.spec")
+    out_meta = {k: dict(meta[k]) for k in ("labels", "annotations") if meta.get(k)}
+    return {"metadata": out_meta, "spec": claim_spec}
+
+
+def device_class_names(spec: dict) -> list[tuple[str, str]]:
+    """(field path under spec, class name) of every request and subrequest."""
+    out = []
+    for i, req in enumerate((spec.get("devices") or {}).get("requests") or []):
+        if req.get("exactly"):
+            out.append((f"devices.requests[{i}].exactly.deviceClassName", req["exactly"].get("deviceClassName")))
+        for j, sub in enumerate(req.get("firstAvailable") or []):
+            out.append((f"devices.requests[{i}].firstAvailable[{j}].deviceClassName", sub.get("deviceClassName")))
+    return out
+

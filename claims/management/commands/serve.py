@@ -1,0 +1,84 @@
+"""``manage.py serve --port 8000``: the web server, plus the in-process worker when there is no broker.
+
+* No ``CELERY_BROKER_URL`` (the embedded default, what ``make run`` uses): ONE gunicorn worker process
+  with threads, and in it the ``claims.runner.PeriodicRunner`` thread that allocates claims and runs the
+  beat schedule (lease expiry, stale sweep, utilisation snapshots, retries). One process, because the
+  runner must exist once and SQLite serializes writers anyway.
+* With a broker: several gunicorn worker processes; allocation and the schedule belong to
+  ``celery -A draservice worker`` and ``celery -A draservice beat`` (see docker-compose.yml).
+
+Threads: each request, including each ``?wait=`` long poll (up to 120 s), holds one thread. ``--threads``
+sets them per process; long-poll-heavy deployments raise it (threads are cheap while they sleep) and make
+sure the database allows one connection per thread.
+"""
+from __future__ import annotations
+
+import os
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
+
+
+class Command(BaseCommand):
+    help = "Run the web server (gunicorn, threaded); without a broker also the in-process allocation worker."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--workers", type=int, default=None,
+                            help="web worker processes (default: 1 without a broker, else min(4, 2 x CPUs))")
+        parser.add_argument("--threads", type=int, default=int(os.environ.get("WEB_THREADS", "32")),
+                            help="threads per worker process (default 32; each long poll holds one)")
+        parser.add_argument("--no-runner", action="store_true",
+                            help="do not start the in-process allocation worker even without a broker")
+        parser.add_argument("--access-log", action="store_true", help="log every request")
+
+    def handle(self, *args, host, port, workers, threads, no_runner, access_log, **opts):
+        from gunicorn.app.base import BaseApplication
+
+        broker = bool(settings.CELERY_BROKER_URL)
+        run_inline_worker = not broker and not no_runner
+        if workers is None:
+            workers = min(4, 2 * (os.cpu_count() or 1)) if broker else 1
+        if run_inline_worker and workers != 1:
+            raise CommandError("without a broker the in-process worker runs in the web process: use --workers 1 "
+                               "(or configure CELERY_BROKER_URL and run Celery workers)")
+        if threads < 1 or workers < 1:
+            raise CommandError("--workers and --threads must be at least 1")
+
+        def post_worker_init(worker):
+            if run_inline_worker:
+                from claims.runner import PeriodicRunner
+
+                PeriodicRunner().start()
+
+        config = {
+            "bind": f"{host}:{port}",
+            "workers": workers,
+            "worker_class": "gthread",
+            "threads": threads,
+            "timeout": 180,  # > the longest long poll (claims.api.views.MAX_WAIT)
+            "graceful_timeout": 15,
+            "keepalive": 30,
+            "accesslog": "-" if access_log else None,
+            "errorlog": "-",
+            "post_worker_init": post_worker_init,
+        }
+
+        class Application(BaseApplication):
+            def load_config(self):
+                for key, value in config.items():
+                    self.cfg.set(key, value)
+
+            def load(self):
+                from draservice.wsgi import application
+
+                return application
+
+        mode = "in-process worker (no broker)" if run_inline_worker else (
+            "Celery workers via the broker" if broker else "no allocation worker (--no-runner)")
+        self.stdout.write(f"draservice on http://{host}:{port}/ - {workers} process(es) x {threads} threads; "
+                          f"allocation: {mode}")
+        connections.close_all()  # never share a database connection across gunicorn's fork
+        Application().run()

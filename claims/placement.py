@@ -1,0 +1,80 @@
+"""Placement hints and leases, carried as annotations so that a claim stays a plain Kubernetes object.
+
+``draservice.io/allowed-clusters``   equality label selector over cluster labels, ``region=eu,provider=gke``
+                                     (all must match); ``name=<cluster>`` matches a cluster by name.
+``draservice.io/preferred-cluster``  a cluster name tried first when it can hold the claim.
+``draservice.io/lease-ttl``          ``90s``, ``15m``, ``2h``: the claim is released when the lease is not
+                                     renewed (``POST …/renew``) within this time. Counted from creation.
+
+Annotations were chosen over a top-level field because ``kubectl``-shaped manifests round-trip them
+untouched, and an unknown top-level field would be rejected by strict Kubernetes clients.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+from draservice.problems import FieldError
+
+ALLOWED_CLUSTERS = "draservice.io/allowed-clusters"
+PREFERRED_CLUSTER = "draservice.io/preferred-cluster"
+LEASE_TTL = "draservice.io/lease-ttl"
+
+MIN_LEASE = timedelta(seconds=5)
+MAX_LEASE = timedelta(days=7)
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_duration(text: str, path: str) -> timedelta:
+    match = _DURATION.match(str(text).strip())
+    if not match:
+        raise FieldError([(path, f"invalid duration {text!r}: use a number followed by s, m, h or d (e.g. 15m)")])
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+@dataclass
+class Placement:
+    allowed_cluster_selector: dict | None
+    preferred_cluster: str
+    lease: timedelta | None
+
+
+def parse_selector(text: str, path: str) -> dict:
+    selector: dict[str, str] = {}
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip().lstrip("=")  # accept k==v like kubectl
+        if not sep or not key:
+            raise FieldError([(path, f"{part!r}: expected label=value (equality selectors only)")])
+        if key in selector and selector[key] != value:
+            raise FieldError([(path, f"label {key!r} given twice with different values")])
+        selector[key] = value
+    if not selector:
+        raise FieldError([(path, "must not be empty")])
+    return selector
+
+
+def parse_annotations(annotations: dict, path: str = "metadata.annotations") -> Placement:
+    selector = None
+    if annotations.get(ALLOWED_CLUSTERS):
+        selector = parse_selector(annotations[ALLOWED_CLUSTERS], f"{path}[{ALLOWED_CLUSTERS}]")
+    lease = None
+    if annotations.get(LEASE_TTL):
+        lpath = f"{path}[{LEASE_TTL}]"
+        lease = parse_duration(annotations[LEASE_TTL], lpath)
+        if not MIN_LEASE <= lease <= MAX_LEASE:
+            raise FieldError([(lpath, f"must be between {int(MIN_LEASE.total_seconds())}s and 7d")])
+    return Placement(selector, str(annotations.get(PREFERRED_CLUSTER) or ""), lease)
+
+
+def clusters_matching(selector: dict | None, clusters: list[tuple[str, dict]]) -> list[str] | None:
+    """Names of the clusters whose labels match; None means "no restriction"."""
+    if not selector:
+        return None
+    out = []
+    for name, labels in clusters:
+        if all((name == v) if k == "name" else (labels.get(k) == v) for k, v in selector.items()):
+            out.append(name)
+    return out

@@ -1,0 +1,284 @@
+"""Creating, changing, releasing and deleting ResourceClaims (and their templates).
+
+Every public function is one transaction. Work for the allocator is requested only after commit
+(``transaction.on_commit``), so a worker never looks for a claim that is not visible yet.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from claims import dispatch, k8s, notify
+from claims.models import DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
+from claims.placement import parse_annotations, parse_duration
+from claims.services import events as ev
+from claims.services.allocation import bump_fleet_version
+from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
+from draservice.problems import Conflict, FieldError, PreconditionFailed
+
+MAX_BATCH = 1000
+LEASE_EXPIRED = "LeaseExpired"
+
+
+def get_namespace_for_write(name: str) -> Namespace:
+    """Namespaces come into being with their first object (a namespace token names them in advance)."""
+    err = k8s.dns_label_error(name)
+    if err:
+        raise FieldError([("metadata.namespace", err)])
+    ns, _ = Namespace.objects.get_or_create(name=name)
+    return ns
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+def build_claim(ns: Namespace, obj: dict, path: str = "", now=None) -> ResourceClaim:
+    """An unsaved claim from a request object (any supported apiVersion). Raises FieldError."""
+    prefix = f"{path}." if path else ""
+    api_version = k8s.check_kind(obj, "ResourceClaim", path)
+    meta = k8s.parse_metadata(obj, f"{prefix}metadata", namespace=ns.name)
+    spec = k8s.claim_spec_to_v1(obj.get("spec"), api_version, f"{prefix}spec")
+    placement = parse_annotations(meta["annotations"], f"{prefix}metadata.annotations")
+    now = now or timezone.now()
+    claim = ResourceClaim(namespace=ns, name=meta["name"], labels=meta["labels"], annotations=meta["annotations"],
+                          spec=spec, source_api_version=api_version,
+                          allowed_cluster_selector=placement.allowed_cluster_selector,
+                          preferred_cluster=placement.preferred_cluster,
+                          reason="WaitingForAllocation", message="waiting for the allocator",
+                          conditions=set_allocated_condition([], False, "WaitingForAllocation",
+                                                             "waiting for the allocator", now))
+    if placement.lease is not None:
+        claim.lease_seconds = int(placement.lease.total_seconds())
+        claim.lease_expires_at = now + placement.lease
+    return claim
+
+
+def check_device_classes(items: list[tuple[str, dict]]) -> None:
+    """Refuse requests naming a DeviceClass that exists nowhere in the fleet (a typo would wait forever).
+
+    ``items``: (path of the spec in the request body, v1 spec).
+    """
+    from inventory.models import DeviceClass
+
+    wanted = {(f"{path}.{sub}", name) for path, spec in items for sub, name in k8s.device_class_names(spec)}
+    if not wanted:
+        return
+    known = set(DeviceClass.objects.filter(name__in={n for _, n in wanted}).values_list("name", flat=True))
+    errors = sorted((p, f'DeviceClass "{n}" not found') for p, n in wanted if n not in known)
+    if errors:
+        raise FieldError(errors, status_code=422)
+
+
+# --------------------------------------------------------------------------------------------- create
+
+def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None = None) -> list[ResourceClaim]:
+    """Create claims in one transaction: all or none. ``paths`` locate each object in the request body."""
+    if len(objects) > MAX_BATCH:
+        raise FieldError([("items", f"must have at most {MAX_BATCH} items")])
+    paths = paths or [""] * len(objects)
+    with transaction.atomic():
+        ns = get_namespace_for_write(ns_name)
+        now = timezone.now()
+        claims, errors = [], []
+        for obj, path in zip(objects, paths):
+            try:
+                claims.append(build_claim(ns, obj, path, now))
+            except FieldError as exc:
+                errors.extend(exc.errors)
+        if errors:
+            raise FieldError(errors)
+        check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths)])
+        _check_names_free(ns, [(c.name, p) for c, p in zip(claims, paths)])
+        try:
+            with transaction.atomic():
+                ResourceClaim.objects.bulk_create(claims, batch_size=1000)
+        except IntegrityError:
+            raise Conflict("a claim with one of these names was created concurrently")
+        if claims and claims[0].pk is None:  # a backend without INSERT ... RETURNING
+            by_name = dict(ResourceClaim.objects.filter(namespace=ns, name__in=[c.name for c in claims])
+                           .values_list("name", "id"))
+            for c in claims:
+                c.pk = c.id = by_name[c.name]
+        ev.record([ev.event(c, ev.CREATED, "Created", f"submitted as {c.source_api_version}",
+                            {"lease": c.lease_seconds} if c.lease_seconds else None) for c in claims])
+        transaction.on_commit(dispatch.request_allocation)
+    return claims
+
+
+def _check_names_free(ns: Namespace, names: list[tuple[str, str]]) -> None:
+    seen: dict[str, str] = {}
+    errors = []
+    for name, path in names:
+        field = f"{path}.metadata.name" if path else "metadata.name"
+        if name in seen:
+            errors.append((field, f'Duplicate value: "{name}" (also at {seen[name] or "the first item"})'))
+        seen.setdefault(name, path)
+    if errors:
+        raise FieldError(errors)
+    taken = set(ResourceClaim.objects.filter(namespace=ns, name__in=list(seen)).values_list("name", flat=True))
+    if taken:
+        errors = [(f"{seen[n]}.metadata.name" if seen[n] else "metadata.name",
+                   f'resourceclaims "{n}" already exists') for n in sorted(taken)]
+        raise FieldError(errors, status_code=409, title="AlreadyExists")
+
+
+# --------------------------------------------------------------------------------------------- update
+
+def check_precondition(obj, if_match: str | None, body_version: str | None = None) -> None:
+    """If-Match (412 when stale) and Kubernetes' metadata.resourceVersion in the body (409 when stale)."""
+    if if_match and if_match.strip() != "*" and obj.etag not in [t.strip() for t in if_match.split(",")]:
+        raise PreconditionFailed()
+    if body_version not in (None, "") and str(body_version) != str(obj.resource_version):
+        raise Conflict(f"the object has been modified (resourceVersion {obj.resource_version}, "
+                       f"not {body_version}); read it again and retry")
+
+
+def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> ResourceClaim:
+    """PUT of a whole claim: only metadata.labels and metadata.annotations may change; spec is immutable."""
+    with transaction.atomic():
+        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        check_precondition(claim, if_match, (meta or {}).get("resourceVersion") if isinstance(meta, dict) else None)
+        api_version = k8s.check_kind(obj, "ResourceClaim")
+        parsed = k8s.parse_metadata({"metadata": {**(meta or {}), "name": claim.name}}, namespace=claim.namespace.name)
+        if (meta or {}).get("name") not in (None, claim.name):
+            raise FieldError([("metadata.name", "field is immutable")])
+        if obj.get("spec") is not None and k8s.claim_spec_to_v1(obj.get("spec"), api_version, "spec") != claim.spec:
+            raise FieldError([("spec", "field is immutable")])
+        placement = parse_annotations(parsed["annotations"])
+        claim.labels, claim.annotations = parsed["labels"], parsed["annotations"]
+        claim.allowed_cluster_selector = placement.allowed_cluster_selector
+        claim.preferred_cluster = placement.preferred_cluster
+        if placement.lease is not None:
+            claim.lease_seconds = int(placement.lease.total_seconds())
+        claim.resource_version += 1
+        # A placement change can make a pending claim placeable: try it again.
+        claim.attempted_version = None
+        claim.save(update_fields=["labels", "annotations", "allowed_cluster_selector", "preferred_cluster",
+                                  "lease_seconds", "resource_version", "attempted_version", "updated_at"])
+        if claim.phase == Phase.PENDING:
+            transaction.on_commit(dispatch.request_allocation)
+    return claim
+
+
+# --------------------------------------------------------------------------------------------- release
+
+def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now) -> list[ResourceClaim]:
+    """Release claims whose rows the caller has locked. Returns those that changed."""
+    live = [c for c in claims if c.phase in (Phase.PENDING, Phase.ALLOCATED)]
+    if not live:
+        return []
+    freed = DeviceAllocation.objects.filter(claim_id__in=[c.id for c in live]).delete()[0]
+    events = []
+    for c in live:
+        had = c.phase == Phase.ALLOCATED
+        c.phase = Phase.RELEASED
+        c.reason, c.message = reason, message
+        c.allocation = None
+        c.released_at = now
+        c.lease_expires_at = None
+        c.resource_version += 1
+        c.updated_at = now
+        c.conditions = set_condition(set_allocated_condition(c.conditions, False, reason, message, now),
+                                     RELEASED, True, reason, message, now)
+        events.append(ev.event(c, ev.LEASE_EXPIRED if reason == LEASE_EXPIRED else ev.RELEASED, reason, message,
+                               {"wasAllocated": had, "cluster": c.cluster or None, "node": c.node or None}))
+    ResourceClaim.objects.bulk_update(live, ["phase", "reason", "message", "allocation", "released_at",
+                                             "lease_expires_at", "resource_version", "updated_at", "conditions"])
+    ev.record(events)
+    if freed:
+        bump_fleet_version()
+        transaction.on_commit(dispatch.request_allocation)
+    ids = [c.id for c in live]
+    transaction.on_commit(lambda: notify.publish(ids))
+    return live
+
+
+def release_claim(claim_id: int, *, if_match: str | None = None, reason: str = "Released",
+                  message: str = "released by its holder") -> ResourceClaim:
+    """Free the claim's devices at once. Releasing a released claim is a no-op (retries are safe)."""
+    with transaction.atomic():
+        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        check_precondition(claim, if_match)
+        if claim.phase == Phase.FAILED:
+            return claim
+        _release_locked([claim], reason, message, timezone.now())
+    return claim
+
+
+def delete_claim(claim_id: int, *, if_match: str | None = None) -> None:
+    with transaction.atomic():
+        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        check_precondition(claim, if_match)
+        now = timezone.now()
+        _release_locked([claim], "Deleted", "deleted", now)
+        ev.record([ev.event(claim, ev.DELETED, "Deleted", "claim deleted")])
+        claim.delete()
+
+
+def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None = None) -> ResourceClaim:
+    with transaction.atomic():
+        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        check_precondition(claim, if_match)
+        if claim.phase not in (Phase.PENDING, Phase.ALLOCATED):
+            raise Conflict(f"the claim is {claim.phase}; only a pending or allocated claim's lease can be renewed")
+        if ttl is not None:
+            from claims.placement import MAX_LEASE, MIN_LEASE
+
+            duration = parse_duration(ttl, "ttl")
+            if not MIN_LEASE <= duration <= MAX_LEASE:
+                raise FieldError([("ttl", "must be between 5s and 7d")])
+            claim.lease_seconds = int(duration.total_seconds())
+        if not claim.lease_seconds:
+            raise FieldError([("ttl", "the claim has no lease; give a ttl to start one")])
+        now = timezone.now()
+        claim.lease_expires_at = now + timedelta(seconds=claim.lease_seconds)
+        claim.lease_renewed_at = now
+        claim.resource_version += 1
+        claim.save(update_fields=["lease_seconds", "lease_expires_at", "lease_renewed_at", "resource_version",
+                                  "updated_at"])
+        ev.record([ev.event(claim, ev.LEASE_RENEWED, "LeaseRenewed",
+                            f"lease renewed until {claim.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}")])
+    return claim
+
+
+def expire_leases(limit: int = 500) -> int:
+    """Release claims whose lease ran out. Skips rows another transaction holds (they are retried later)."""
+    now = timezone.now()
+    with transaction.atomic():
+        due = list(ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
+                   .select_related("namespace")
+                   .filter(lease_expires_at__lte=now, phase__in=[Phase.PENDING, Phase.ALLOCATED])
+                   .order_by("lease_expires_at")[:limit])
+        released = _release_locked(due, LEASE_EXPIRED, "the lease was not renewed in time", now)
+    return len(released)
+
+
+# --------------------------------------------------------------------------------------------- templates
+
+def create_template(ns_name: str, obj: dict) -> ResourceClaimTemplate:
+    with transaction.atomic():
+        ns = get_namespace_for_write(ns_name)
+        api_version = k8s.check_kind(obj, "ResourceClaimTemplate")
+        meta = k8s.parse_metadata(obj, namespace=ns.name)
+        spec = k8s.template_spec_to_v1(obj.get("spec"), api_version, "spec")
+        check_device_classes([("spec.spec", spec["spec"])])
+        parse_annotations((spec.get("metadata") or {}).get("annotations") or {}, "spec.metadata.annotations")
+        if ResourceClaimTemplate.objects.filter(namespace=ns, name=meta["name"]).exists():
+            raise FieldError([("metadata.name", f'resourceclaimtemplates "{meta["name"]}" already exists')],
+                             status_code=409, title="AlreadyExists")
+        try:
+            with transaction.atomic():
+                return ResourceClaimTemplate.objects.create(namespace=ns, name=meta["name"], labels=meta["labels"],
+                                                            annotations=meta["annotations"], spec=spec,
+                                                            source_api_version=api_version)
+        except IntegrityError:
+            raise Conflict(f'resourceclaimtemplates "{meta["name"]}" was created concurrently')
+
+
+def delete_template(template_id: int, *, if_match: str | None = None) -> None:
+    with transaction.atomic():
+        template = ResourceClaimTemplate.objects.select_for_update().get(pk=template_id)
+        check_precondition(template, if_match)
+        template.delete()

@@ -1,0 +1,157 @@
+"""Consumers: what uses claims (a pod, a CI job), with ``spec.resourceClaims`` shaped as in a Pod.
+
+Each entry names either an existing claim (``resourceClaimName``, which may be shared by up to 256
+consumers: that is how GPU sharing works) or a template (``resourceClaimTemplateName``: one new claim is
+made for this consumer, named ``<consumer>-<entry>-<random>`` as upstream does, and deleted with it).
+The consumer is added to each claim's ``status.reservedFor``. The allocator then places all pending claims
+of the consumer together, on one node, or none of them.
+"""
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from claims import dispatch, k8s
+from claims.models import Consumer, Namespace, Phase, Reservation, ResourceClaim, ResourceClaimTemplate
+from claims.services import events as ev
+from claims.services.claims import _release_locked, build_claim, check_precondition, get_namespace_for_write
+from draservice.problems import Conflict, FieldError
+
+MAX_RESERVED_FOR = 256  # upstream ResourceClaimReservedForMaxSize
+MAX_ENTRIES = 32
+KIND = "Consumer"
+API_VERSION = "draservice.io/v1alpha1"
+
+
+def _parse_entries(spec, path: str) -> list[dict]:
+    if not isinstance(spec, dict):
+        raise FieldError([(path, "must be an object")])
+    entries = spec.get("resourceClaims")
+    if not isinstance(entries, list) or not entries:
+        raise FieldError([(f"{path}.resourceClaims", "must be a non-empty list")])
+    if len(entries) > MAX_ENTRIES:
+        raise FieldError([(f"{path}.resourceClaims", f"must have at most {MAX_ENTRIES} items")])
+    errors, names, out = [], set(), []
+    for i, entry in enumerate(entries):
+        epath = f"{path}.resourceClaims[{i}]"
+        if not isinstance(entry, dict):
+            errors.append((epath, "must be an object"))
+            continue
+        name = entry.get("name")
+        if k8s.dns_label_error(name):
+            errors.append((f"{epath}.name", k8s.dns_label_error(name)))
+        elif name in names:
+            errors.append((f"{epath}.name", f'Duplicate value: "{name}"'))
+        names.add(name)
+        claim, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+        if bool(claim) == bool(template):
+            errors.append((epath, "must specify exactly one of resourceClaimName or resourceClaimTemplateName"))
+            continue
+        ref = claim or template
+        if k8s.dns_subdomain_error(ref):
+            errors.append((f"{epath}.{'resourceClaimName' if claim else 'resourceClaimTemplateName'}",
+                           k8s.dns_subdomain_error(ref)))
+        out.append({"name": name, **({"resourceClaimName": claim} if claim else
+                                     {"resourceClaimTemplateName": template})})
+    if errors:
+        raise FieldError(errors)
+    return out
+
+
+def create_consumer(ns_name: str, obj: dict, path: str = "") -> Consumer:
+    """One transaction: the consumer, its claims from templates, and its reservations."""
+    prefix = f"{path}." if path else ""
+    if not isinstance(obj, dict):
+        raise FieldError([(path, "must be a Consumer object")])
+    if obj.get("kind") not in (None, "", KIND) or obj.get("apiVersion") not in (None, "", API_VERSION):
+        raise FieldError([(f"{prefix}kind", f"must be {KIND} ({API_VERSION})")])
+    with transaction.atomic():
+        ns = get_namespace_for_write(ns_name)
+        meta = k8s.parse_metadata(obj, f"{prefix}metadata", namespace=ns.name)
+        entries = _parse_entries(obj.get("spec"), f"{prefix}spec")
+        if Consumer.objects.filter(namespace=ns, name=meta["name"]).exists():
+            raise FieldError([(f"{prefix}metadata.name", f'consumers "{meta["name"]}" already exists')],
+                             status_code=409, title="AlreadyExists")
+        try:
+            with transaction.atomic():
+                consumer = Consumer.objects.create(namespace=ns, name=meta["name"], labels=meta["labels"],
+                                                   annotations=meta["annotations"], spec={"resourceClaims": entries})
+        except IntegrityError:
+            raise Conflict(f'consumers "{meta["name"]}" was created concurrently')
+        claims = _claims_for(ns, consumer, entries, f"{prefix}spec")
+        Reservation.objects.bulk_create([Reservation(claim=c, consumer=consumer, entry=e) for e, c in claims])
+        ev.record([ev.event(c, ev.RESERVED, "Reserved", f"reserved for consumer {consumer.name}",
+                            {"consumer": consumer.name, "uid": str(consumer.uid)}) for _, c in claims])
+        transaction.on_commit(dispatch.request_allocation)
+    return consumer
+
+
+def _claims_for(ns: Namespace, consumer: Consumer, entries: list[dict], path: str) -> list[tuple[str, ResourceClaim]]:
+    named = {e["resourceClaimName"]: i for i, e in enumerate(entries) if "resourceClaimName" in e}
+    errors = []
+    # Lock the shared claims in id order (every writer does), then count their reservations under the lock:
+    # the 256 limit cannot be overrun by concurrent consumers.
+    existing = {c.name: c for c in ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace")
+                .filter(namespace=ns, name__in=list(named)).order_by("id")}
+    counts = dict(Reservation.objects.filter(claim__in=list(existing.values())).values("claim_id")
+                  .annotate(n=Count("id")).values_list("claim_id", "n"))
+    out: list[tuple[str, ResourceClaim]] = []
+    for name, i in named.items():
+        field = f"{path}.resourceClaims[{i}].resourceClaimName"
+        claim = existing.get(name)
+        if claim is None:
+            errors.append((field, f'resourceclaims "{name}" not found'))
+        elif claim.phase in (Phase.RELEASED, Phase.FAILED):
+            errors.append((field, f'resourceclaims "{name}" is {claim.phase} and cannot be used'))
+        elif counts.get(claim.id, 0) >= MAX_RESERVED_FOR:
+            errors.append((field, f"reservedFor of this claim already has {MAX_RESERVED_FOR} consumers (the maximum)"))
+        else:
+            out.append((entries[i]["name"], claim))
+    templates_wanted = {e["resourceClaimTemplateName"] for e in entries if "resourceClaimTemplateName" in e}
+    templates = {t.name: t for t in ResourceClaimTemplate.objects.filter(namespace=ns, name__in=templates_wanted)}
+    made = []
+    now = timezone.now()
+    for i, entry in enumerate(entries):
+        tname = entry.get("resourceClaimTemplateName")
+        if not tname:
+            continue
+        template = templates.get(tname)
+        if template is None:
+            errors.append((f"{path}.resourceClaims[{i}].resourceClaimTemplateName",
+                           f'resourceclaimtemplates "{tname}" not found'))
+            continue
+        base = f"{consumer.name}-{entry['name']}"[:253 - 6]
+        meta = template.spec.get("metadata") or {}
+        claim = build_claim(ns, {"apiVersion": k8s.V1, "kind": "ResourceClaim",
+                                 "metadata": {"name": f"{base}-{k8s.random_suffix()}", "labels": meta.get("labels"),
+                                              "annotations": meta.get("annotations")},
+                                 "spec": template.spec["spec"]}, now=now)
+        claim.template, claim.owner = template, consumer
+        made.append((entry["name"], claim))
+    if errors:
+        raise FieldError(errors)
+    if made:
+        ResourceClaim.objects.bulk_create([c for _, c in made])
+        ev.record([ev.event(c, ev.CREATED, "Created", f"made from template {c.template.name} for consumer "
+                                                      f"{consumer.name}") for _, c in made])
+    return out + made
+
+
+def delete_consumer(consumer_id: int, *, if_match: str | None = None) -> None:
+    """Unreserve the consumer's claims; release and delete the claims made for it from templates."""
+    with transaction.atomic():
+        consumer = Consumer.objects.select_for_update().get(pk=consumer_id)
+        check_precondition(consumer, if_match)
+        now = timezone.now()
+        owned = list(ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace")
+                     .filter(owner=consumer).order_by("id"))
+        _release_locked(owned, "ConsumerDeleted", f"consumer {consumer.name} was deleted", now)
+        shared = (ResourceClaim.objects.select_related("namespace")
+                  .filter(reservations__consumer=consumer).exclude(owner=consumer))
+        ev.record([ev.event(c, ev.UNRESERVED, "Unreserved", f"consumer {consumer.name} was deleted")
+                   for c in shared]
+                  + [ev.event(c, ev.DELETED, "Deleted", f"consumer {consumer.name} was deleted") for c in owned])
+        for claim in owned:
+            claim.delete()
+        consumer.delete()

@@ -1,0 +1,43 @@
+"""``GET …/resourceclaims/{name}/explain``: why a claim is where it is.
+
+The worker stores the engine's diagnostics with every attempt, and re-attempts a pending claim whenever the
+fleet changes (``FleetState.version``), so the stored account is current when ``attemptedVersion`` equals
+the fleet's version. ``refresh`` runs the engine now on a throw-away copy (no write, nothing reserved).
+"""
+from __future__ import annotations
+
+from claims.models import Phase, ResourceClaim
+from claims.services import allocation, fleet
+from claims.services.grouping import Group
+
+
+def explain(claim: ResourceClaim, *, refresh: bool = False) -> dict:
+    version = allocation.fleet_version()
+    out = {
+        "claim": {"namespace": claim.namespace.name, "name": claim.name, "uid": str(claim.uid)},
+        "phase": str(claim.phase), "reason": claim.reason, "message": claim.message,
+        "cluster": claim.cluster or None, "node": claim.node or None,
+        "attempts": claim.attempts,
+        "lastAttemptTime": claim.last_attempt_at.strftime("%Y-%m-%dT%H:%M:%SZ") if claim.last_attempt_at else None,
+        "fleetVersion": version, "attemptedVersion": claim.attempted_version,
+        "current": claim.phase != Phase.PENDING or claim.attempted_version == version,
+        "diagnostics": claim.diagnostics,
+    }
+    if refresh and claim.phase == Phase.PENDING:
+        out["diagnostics"] = dry_run(claim)
+        out["current"] = True
+        out["refreshed"] = True
+    return out
+
+
+def dry_run(claim: ResourceClaim) -> dict:
+    """The engine's answer for this claim alone, now, against the current fleet and devices in use."""
+    from dra.engine import Engine
+
+    view = fleet.current_view()
+    engine = Engine(view.snapshot, list(fleet.rows_in_use().values()))
+    outcome = engine.allocate(allocation.engine_group(Group(claims=[claim]), view), raise_errors=False)
+    data = outcome.to_dict()
+    return {"allocatable": outcome.allocated, "reason": data.get("reason"), "message": data.get("message"),
+            "cluster": data.get("cluster"), "node": data.get("node"), "diagnostics": data.get("diagnostics"),
+            "error": data.get("error")}

@@ -1,0 +1,136 @@
+"""What the worker needs from the inventory: a snapshot, the versions it was built from, devices in use.
+
+Building a ``FleetSnapshot`` reads every slice of the fleet, so it is cached per process and rebuilt only
+when the fleet's fingerprint changes: per cluster its ``inventory_version`` and live staleness, plus the
+fleet-wide DeviceClasses and DeviceTaintRules. The fingerprint is read BEFORE the snapshot is built, so a
+snapshot is never older than its key claims; the write step re-checks the versions under lock
+(``claims.services.locking``), which is what makes a stale cache harmless rather than merely unlikely.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from django.db.models import Count, Max
+from django.utils import timezone
+
+from claims.models import DeviceAllocation
+
+# A backstop: even with an unchanged fingerprint, rebuild now and then (e.g. a class edited in place by
+# someone who forgot to bump anything).
+SNAPSHOT_MAX_AGE_SECONDS = 60.0
+
+
+@dataclass
+class FleetView:
+    key: tuple
+    snapshot: object  # dra.engine.FleetSnapshot
+    cluster_versions: dict[str, tuple[int, tuple]]  # name -> (cluster id, (inventory_version, stale_since))
+    cluster_labels: list[tuple[str, dict]]
+    counter_pools: set[tuple[str, str, str]] = field(default_factory=set)  # pools with sharedCounters
+    built_at: float = 0.0
+
+
+_cache_lock = threading.Lock()
+_cache: FleetView | None = None
+
+
+def fingerprint() -> tuple[tuple, dict[str, tuple[int, tuple]], list[tuple[str, dict]]]:
+    from inventory.models import Cluster, DeviceClass, DeviceTaintRule
+
+    now = timezone.now()
+    versions: dict[str, tuple[int, tuple]] = {}
+    labels: list[tuple[str, dict]] = []
+    parts = []
+    for c in Cluster.objects.only("id", "name", "labels", "inventory_version", "last_sync_at",
+                                  "last_heartbeat_at", "stale_since").order_by("id"):
+        stale = c.is_stale(now) or c.stale_since is not None
+        versions[c.name] = (c.id, (c.inventory_version, c.stale_since))
+        labels.append((c.name, c.labels or {}))
+        parts.append((c.id, c.inventory_version, stale, tuple(sorted((c.labels or {}).items()))))
+    classes = DeviceClass.objects.aggregate(n=Count("id"), v=Max("updated_at"), r=Max("resource_version"))
+    rules = DeviceTaintRule.objects.aggregate(n=Count("id"), v=Max("updated_at"), r=Max("resource_version"))
+    key = (tuple(parts), tuple(classes.values()), tuple(rules.values()))
+    return key, versions, labels
+
+
+def current_view() -> FleetView:
+    """The fleet as of now (cached per process while the fingerprint holds)."""
+    global _cache
+    key, versions, labels = fingerprint()
+    with _cache_lock:
+        cached = _cache
+    if cached is not None and cached.key == key and time.monotonic() - cached.built_at < SNAPSHOT_MAX_AGE_SECONDS:
+        return cached
+    snapshot = build_snapshot()
+    view = FleetView(key=key, snapshot=snapshot, cluster_versions=versions, cluster_labels=labels,
+                     counter_pools=_counter_pools(snapshot), built_at=time.monotonic())
+    with _cache_lock:
+        _cache = view
+    return view
+
+
+def build_snapshot():
+    """``inventory.snapshot.build_fleet_snapshot`` when the inventory provides it, else our own reading."""
+    try:
+        from inventory.snapshot import build_fleet_snapshot
+    except ImportError:
+        return _snapshot_from_models()
+    return build_fleet_snapshot()
+
+
+def _snapshot_from_models():
+    """The FleetSnapshot read straight from the inventory models (adapter until inventory.snapshot exists)."""
+    from dra.engine import ClusterInventory, FleetSnapshot
+    from inventory.models import Cluster, DeviceClass, DeviceTaintRule, Node, ResourceSlice
+
+    now = timezone.now()
+    clusters = {}
+    for c in Cluster.objects.order_by("name"):
+        clusters[c.id] = ClusterInventory(name=c.name, labels=c.labels or {},
+                                          stale=c.is_stale(now) or c.stale_since is not None)
+    for cluster_id, name, labels in Node.objects.order_by("cluster_id", "name").values_list("cluster_id", "name",
+                                                                                          "labels"):
+        clusters[cluster_id].nodes.append({"name": name, "labels": labels or {}})
+    for cluster_id, obj in ResourceSlice.objects.order_by("cluster_id", "name").values_list("cluster_id", "object"):
+        clusters[cluster_id].resource_slices.append(obj)
+    fleet_rules = []
+    for cluster_id, obj in DeviceTaintRule.objects.order_by("name").values_list("cluster_id", "object"):
+        (clusters[cluster_id].device_taint_rules if cluster_id else fleet_rules).append(obj)
+    fleet_classes = []
+    for cluster_id, obj in DeviceClass.objects.order_by("name").values_list("cluster_id", "object"):
+        (clusters[cluster_id].device_classes if cluster_id else fleet_classes).append(obj)
+    for inv in clusters.values():  # fleet-wide taint rules apply to every cluster
+        inv.device_taint_rules = fleet_rules + inv.device_taint_rules
+    return FleetSnapshot(clusters=list(clusters.values()), device_classes=fleet_classes)
+
+
+def invalidate() -> None:
+    global _cache
+    with _cache_lock:
+        _cache = None
+
+
+def _counter_pools(snapshot) -> set[tuple[str, str, str]]:
+    """Pools whose devices consume shared counters: an allocation there must lock the whole pool."""
+    out = set()
+    for cluster in snapshot.clusters:
+        for s in cluster.resource_slices:
+            spec = s.get("spec") or {}
+            if spec.get("sharedCounters") or any(d.get("consumesCounters") for d in spec.get("devices") or ()):
+                pool = (spec.get("pool") or {}).get("name", "")
+                out.add((cluster.name, spec.get("driver", ""), pool))
+    return out
+
+
+def rows_in_use() -> dict[int, object]:
+    """Every allocation row as the engine's ``AllocatedDevice``, by row id (read at the start of a round)."""
+    from dra.engine import AllocatedDevice
+
+    out = {}
+    rows = DeviceAllocation.objects.values_list("id", "cluster", "driver", "pool", "device", "share_id",
+                                                "consumed_capacity", "admin_access")
+    for row_id, cluster, driver, pool, device, share_id, consumed, admin in rows.iterator(chunk_size=5000):
+        out[row_id] = AllocatedDevice(cluster, driver, pool, device, share_id or None, consumed or None, admin)
+    return out

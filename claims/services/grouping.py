@@ -1,0 +1,136 @@
+"""Which pending claims must be allocated together: one consumer's claims, on one node, or none.
+
+Claims are linked through consumers (``Reservation`` rows): two claims used by one consumer belong to one
+group, and so does everything linked to them in turn (a shared claim used by pods A and B, plus A's and B's
+other claims, is one group). Members already allocated pin the group to their cluster and node; a failed
+member blocks it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from claims.models import Phase, Reservation, ResourceClaim
+
+BLOCK_DIFFERENT_NODES = "ConsumerClaimsOnDifferentNodes"
+BLOCK_MEMBER_FAILED = "ConsumerClaimFailed"
+BUSY_ELSEWHERE = "GroupMemberBusy"
+
+
+@dataclass
+class Group:
+    claims: list[ResourceClaim]
+    consumers: list[int] = field(default_factory=list)
+    pin_cluster: str | None = None
+    pin_node: str | None = None
+    blocked: str | None = None  # a reason code: the group cannot be allocated as it stands
+    blocked_message: str = ""
+
+    @property
+    def key(self) -> str:
+        if self.consumers:
+            return "consumers:" + ",".join(str(c) for c in sorted(self.consumers))
+        return f"claim:{self.claims[0].uid}"
+
+
+def build_groups(claims: list[ResourceClaim]) -> tuple[list[Group], list[ResourceClaim]]:
+    """Groups for the locked pending ``claims``; plus claims left out because a member is locked elsewhere.
+
+    Pending members outside the batch are locked here with SKIP LOCKED too; when one is held by another
+    worker, the whole group is left for a later round (it stays eligible).
+    """
+    by_id = {c.id: c for c in claims}
+    res = list(Reservation.objects.filter(claim_id__in=list(by_id)).values_list("claim_id", "consumer_id"))
+    if not res:
+        return [Group(claims=[c]) for c in claims], []
+
+    consumers_of: dict[int, set[int]] = defaultdict(set)
+    claims_of: dict[int, set[int]] = defaultdict(set)
+
+    def link(rows) -> None:
+        for claim_id, consumer_id in rows:
+            consumers_of[claim_id].add(consumer_id)
+            claims_of[consumer_id].add(claim_id)
+
+    link(res)
+    known = set(by_id)
+    others: dict[int, ResourceClaim] = {}  # members outside the batch that are not pending, or locked by us
+    busy: set[int] = set()  # pending members locked by another worker (or deleted meanwhile)
+    seen_consumers: set[int] = set()
+    frontier = {consumer for _, consumer in res}
+    # Transitive closure over consumers; one or two iterations in practice (shared claims are few).
+    while frontier:
+        seen_consumers |= frontier
+        rows = list(Reservation.objects.filter(consumer_id__in=list(frontier)).values_list("claim_id", "consumer_id"))
+        link(rows)
+        new_claims = {claim_id for claim_id, _ in rows} - known
+        known |= new_claims
+        frontier = set()
+        if not new_claims:
+            break
+        members = {c.id: c for c in ResourceClaim.objects.select_related("namespace").filter(id__in=new_claims)}
+        pending = [i for i, c in members.items() if c.phase == Phase.PENDING]
+        locked = set(ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
+                     .filter(id__in=pending, phase=Phase.PENDING).values_list("id", flat=True))
+        for claim_id in new_claims:
+            claim = members.get(claim_id)
+            if claim is None or (claim.phase == Phase.PENDING and claim_id not in locked):
+                busy.add(claim_id)
+            else:
+                others[claim_id] = claim
+        more = list(Reservation.objects.filter(claim_id__in=list(new_claims)).values_list("claim_id", "consumer_id"))
+        link(more)
+        frontier = {consumer for _, consumer in more} - seen_consumers
+
+    # Union-find over claims linked by a consumer.
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for members in claims_of.values():
+        members = list(members)
+        for other in members[1:]:
+            parent[find(other)] = find(members[0])
+    for cid in by_id:
+        find(cid)
+
+    components: dict[int, list[int]] = defaultdict(list)
+    for cid in list(parent):
+        components[find(cid)].append(cid)
+
+    groups: list[Group] = []
+    left_out: list[ResourceClaim] = []
+    for members in components.values():
+        mine = [by_id[i] if i in by_id else others[i] for i in sorted(members) if i in by_id or i in others]
+        pending = [c for c in mine if c.phase == Phase.PENDING]
+        if not any(i in by_id for i in members):
+            continue
+        if any(i in busy for i in members):
+            left_out.extend(c for c in pending if c.id in by_id)
+            continue
+        group = Group(claims=pending, consumers=sorted({cons for i in members for cons in consumers_of.get(i, ())}))
+        pins = {(c.cluster, c.node) for c in mine if c.phase == Phase.ALLOCATED}
+        failed = [c for c in mine if c.phase == Phase.FAILED]
+        if failed:
+            group.blocked = BLOCK_MEMBER_FAILED
+            group.blocked_message = (f"claim {failed[0].name} used by the same consumer failed; a consumer's claims "
+                                     "are allocated together or not at all")
+        elif pins:
+            clusters = {p[0] for p in pins}
+            nodes = {p[1] for p in pins if p[1]}
+            if len(clusters) > 1 or len(nodes) > 1:
+                group.blocked = BLOCK_DIFFERENT_NODES
+                group.blocked_message = ("claims used by the same consumer are already allocated on different "
+                                         f"nodes: {', '.join(sorted(f'{c}/{n}' for c, n in pins))}")
+            else:
+                group.pin_cluster = clusters.pop()
+                group.pin_node = nodes.pop() if nodes else None
+        if group.claims:
+            groups.append(group)
+    return groups, left_out
+

@@ -1,0 +1,73 @@
+"""``Idempotency-Key`` on POST: the same key and body get the first answer, never a second object.
+
+The record is inserted FIRST in the same transaction as the objects it answers for. Two concurrent first
+attempts therefore collide on the unique (scope, key) index: the second blocks until the first commits,
+fails, and replays the stored answer. A retry with the same key but a different body is refused with 422,
+since it is almost certainly a client bug (the key was reused for another request).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from typing import Callable
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from claims.models import IdempotencyRecord
+from draservice.problems import FieldError
+
+RETENTION = timedelta(hours=24)
+MAX_KEY_LENGTH = 255
+
+
+def body_hash(body) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def _replay(record: IdempotencyRecord, digest: str) -> tuple[int, dict, bool]:
+    if record.body_hash != digest:
+        raise FieldError([("Idempotency-Key", "this key was already used with a different request body")],
+                         status_code=422, title="Idempotency key reused")
+    return record.status_code, record.response, True
+
+
+def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]]) -> tuple[int, dict, bool]:
+    """Run ``fn`` (which returns (status, body)) at most once per (scope, key). Returns (status, body, replayed).
+
+    ``fn`` must do its writes in the caller's transaction; this function opens it.
+    """
+    if not key:
+        with transaction.atomic():
+            status, response = fn()
+        return status, response, False
+    if len(key) > MAX_KEY_LENGTH:
+        raise FieldError([("Idempotency-Key", f"must be at most {MAX_KEY_LENGTH} characters")], status_code=400)
+    digest = body_hash(body)
+    existing = IdempotencyRecord.objects.filter(scope=scope, key=key, created_at__gte=timezone.now() - RETENTION).first()
+    if existing is not None:
+        return _replay(existing, digest)
+    try:
+        with transaction.atomic():
+            IdempotencyRecord.objects.filter(scope=scope, key=key).delete()  # an expired one
+            record = IdempotencyRecord.objects.create(scope=scope, key=key, body_hash=digest, status_code=0,
+                                                      response={})
+            status, response = fn()
+            if status < 400:  # errors are not remembered: the client may fix the request and retry
+                record.status_code, record.response = status, response
+                record.save(update_fields=["status_code", "response"])
+            else:
+                record.delete()
+            return status, response, False
+    except IntegrityError:
+        pass
+    existing = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
+    if existing is None or existing.status_code == 0:
+        raise FieldError([("Idempotency-Key", "a request with this key is still in progress; retry")],
+                         status_code=409, title="Idempotency key in use")
+    return _replay(existing, digest)
+
+
+def purge_expired() -> int:
+    return IdempotencyRecord.objects.filter(created_at__lt=timezone.now() - RETENTION).delete()[0]

@@ -1,0 +1,90 @@
+"""Write-time checks that make an engine answer safe to store, whatever other workers did meanwhile.
+
+The engine decides against a view of the fleet and of the devices in use taken at the start of a round.
+Before its answer is written, under locks held to commit, we check that the view still holds for
+everything the answer touches:
+
+1. the inventory of every cluster used is unchanged: its ``inventory_version`` equals the one the snapshot
+   was built from (read with ``FOR SHARE``, so a concurrent sync's UPDATE of the cluster row waits for us,
+   or we wait for it and see its new version). So no allocation computed from an old pool generation is
+   ever written;
+2. no allocation row has appeared, since the round started, on any device we use, nor anywhere in a pool
+   whose devices consume shared counters when we use a device of that pool. Rows that disappeared only
+   freed capacity, which cannot invalidate a decision.
+
+Locks are taken per device and per counter-carrying pool, as PostgreSQL transaction-scoped advisory locks,
+all in one statement in ascending key order, so two writers can never wait on each other in a cycle. On
+SQLite (the embedded default) every write transaction is IMMEDIATE: it holds the database write lock from
+BEGIN, so writers are already serialized and no further lock is needed.
+
+A group whose check fails "lost the race": it is not written and is retried at once in a later round. The
+partial unique index on dedicated allocations stays as the last line of defence: should anything slip
+through, the insert fails and the whole write is retried.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable
+
+from django.db import connection
+
+from claims.models import DeviceAllocation
+
+DeviceKey = tuple[str, str, str, str]  # cluster, driver, pool, device
+PoolKey = tuple[str, str, str]  # cluster, driver, pool
+
+
+def _lock_id(kind: str, key: tuple) -> int:
+    """A signed 64-bit advisory lock id for a device or pool; a collision only serializes a bit more."""
+    digest = hashlib.blake2b(("\x1f".join((kind, *key))).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def lock(devices: Iterable[DeviceKey], pools: Iterable[PoolKey]) -> None:
+    if connection.vendor != "postgresql":
+        return
+    ids = sorted({_lock_id("d", d) for d in devices} | {_lock_id("p", p) for p in pools})
+    if not ids:
+        return
+    with connection.cursor() as cursor:
+        # unnest() yields the array in order, so the locks are taken in ascending id order.
+        cursor.execute("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", [ids])
+
+
+def cluster_versions_locked(cluster_ids: Iterable[int]) -> dict[int, tuple]:
+    """Current (``inventory_version``, ``stale_since``) of these clusters, share-locked until commit.
+
+    The stale sweep and every inventory write UPDATE the cluster row, so with the row share-locked neither
+    can change what we compare until we commit (PostgreSQL; SQLite writers are serialized anyway).
+    """
+    from inventory.models import Cluster
+
+    ids = sorted(set(cluster_ids))
+    if not ids:
+        return {}
+    if connection.vendor != "postgresql":
+        return {row[0]: (row[1], row[2]) for row in
+                Cluster.objects.filter(id__in=ids).values_list("id", "inventory_version", "stale_since")}
+    table = Cluster._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f'SELECT id, inventory_version, stale_since FROM "{table}" '
+                       "WHERE id = ANY(%s) ORDER BY id FOR SHARE", [ids])
+        return {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
+
+
+def new_rows(pools: set[PoolKey], seen_ids: set[int]) -> tuple[set[DeviceKey], set[PoolKey]]:
+    """Devices and pools (among ``pools``) that gained an allocation row not in ``seen_ids``."""
+    if not pools:
+        return set(), set()
+    clusters = {p[0] for p in pools}
+    names = {p[2] for p in pools}
+    rows = (DeviceAllocation.objects.filter(cluster__in=clusters, pool__in=names)
+            .values_list("id", "cluster", "driver", "pool", "device"))
+    devices: set[DeviceKey] = set()
+    touched: set[PoolKey] = set()
+    for row_id, cluster, driver, pool, device in rows.iterator(chunk_size=5000):
+        if row_id in seen_ids or (cluster, driver, pool) not in pools:
+            continue
+        devices.add((cluster, driver, pool, device))
+        touched.add((cluster, driver, pool))
+    return devices, touched

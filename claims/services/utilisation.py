@@ -1,0 +1,62 @@
+"""Utilisation snapshots: devices in use per cluster, driver and product, recorded periodically.
+
+"Product" is the device's ``productName`` attribute (GPUs), else ``model`` or ``type``, else empty. A
+partitionable device's partitions are counted as devices (a MIG partition in use is one device in use).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from django.db import transaction
+from django.utils import timezone
+
+from claims.models import DeviceAllocation, UtilisationSnapshot
+from claims.services import fleet
+
+PRODUCT_ATTRIBUTES = ("productName", "model", "type")
+
+
+def _product(device: dict) -> str:
+    attrs = device.get("attributes") or {}
+    for name in PRODUCT_ATTRIBUTES:
+        value = attrs.get(name)
+        if isinstance(value, dict):
+            for kind in ("string", "version", "int", "bool"):
+                if kind in value:
+                    return str(value[kind])[:253]
+    return ""
+
+
+def record_snapshot() -> int:
+    view = fleet.current_view()
+    totals: Counter = Counter()
+    product_of: dict[tuple[str, str, str, str], str] = {}
+    for cluster in view.snapshot.clusters:
+        for s in cluster.resource_slices:
+            spec = s.get("spec") or {}
+            driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
+            for device in spec.get("devices") or ():
+                product = _product(device)
+                product_of[(cluster.name, driver, pool, device.get("name", ""))] = product
+                totals[(cluster.name, driver, product)] += 1
+    used: Counter = Counter()
+    shares: Counter = Counter()
+    seen: set = set()
+    for cluster, driver, pool, device, share_id in DeviceAllocation.objects.filter(admin_access=False).values_list(
+            "cluster", "driver", "pool", "device", "share_id").iterator(chunk_size=5000):
+        product = product_of.get((cluster, driver, pool, device))
+        if product is None:
+            continue  # the device left the inventory; its allocation stays until released
+        key = (cluster, driver, product)
+        if share_id:
+            shares[key] += 1
+        if (cluster, driver, pool, device) not in seen:
+            seen.add((cluster, driver, pool, device))
+            used[key] += 1
+    now = timezone.now()
+    rows = [UtilisationSnapshot(taken_at=now, cluster=c, driver=d, product=p, devices_total=n,
+                                devices_allocated=used.get((c, d, p), 0), shares_allocated=shares.get((c, d, p), 0))
+            for (c, d, p), n in sorted(totals.items())]
+    with transaction.atomic():
+        UtilisationSnapshot.objects.bulk_create(rows, batch_size=1000)
+    return len(rows)
