@@ -7,6 +7,7 @@ content (same GPU model on many nodes).
 """
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -22,13 +23,17 @@ ATTRIBUTE_VALUE_KINDS = ("int", "bool", "string", "version")
 
 def _freeze(value: Any) -> Any:
     """A hashable, order-independent copy of JSON-like data (dict key order never matters)."""
-    if isinstance(value, Mapping):
+    cls = type(value)
+    if cls is str or cls is int:
+        return value
+    if cls is bool:
+        # Keep True distinct from 1 in the fingerprint.
+        return ("b", value)
+    # Exact dict first: the Mapping ABC check is slow and this runs for every attribute.
+    if cls is dict or isinstance(value, Mapping):
         return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
-    if isinstance(value, bool):
-        # Keep True distinct from 1 in the fingerprint.
-        return ("b", value)
     return value
 
 
@@ -48,21 +53,28 @@ def _capacity_value(raw: Any) -> Any:
     return raw
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class CELDevice:
-    """One device's driver, attributes and capacity in resource.k8s.io/v1 JSON form."""
+    """One device's driver, attributes and capacity in resource.k8s.io/v1 JSON form.
+
+    Treat the mappings as immutable: the fingerprint and the resolved view are computed once
+    and cached on the object.
+    """
 
     driver: str
     attributes: Mapping[str, Mapping] = field(default_factory=dict)
     capacity: Mapping[str, Mapping] = field(default_factory=dict)
     allow_multiple_allocations: bool | None = None
+    # Caches (slots, so the hot path of a fleet-wide lookup is a plain attribute read).
+    _key: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _view: "DeviceView | None" = field(default=None, init=False, repr=False, compare=False)
 
     def key(self) -> tuple:
         """Fingerprint of everything CEL can see; equal keys mean equal selector results.
 
         Capacity request policies are left out: no CEL expression can read them.
         """
-        cached = self.__dict__.get("_key")
+        cached = self._key
         if cached is None:
             cached = (
                 self.driver,
@@ -81,7 +93,7 @@ class CELDevice:
 
     def view(self) -> "DeviceView":
         """The resolved view of this device (shared between devices with equal content)."""
-        cached = self.__dict__.get("_view")
+        cached = self._view
         if cached is None:
             cached = _views.get(self)
             object.__setattr__(self, "_view", cached)
@@ -124,93 +136,115 @@ class DomainsMap(celtypes.MapType):
 
 
 class DeviceView:
-    """Resolved content of a device: the CEL value, a flat (kind, domain, id) -> value table for
-    projections, and the error that any evaluation must report if the content is unusable."""
+    """Resolved content of a device, shared by all devices with equal content.
 
-    __slots__ = ("value", "flat", "domains", "names", "error", "driver", "multi", "activation", "projections")
+    Built eagerly (cheap, needed for every memo lookup): the flat (kind, domain, id) -> frozen
+    JSON table that projections read, the domain and name lists that error hints show, and the
+    error any evaluation must report if the content is unusable (e.g. a version attribute that
+    is not semver, which upstream reports before evaluating anything). Built lazily (needed only
+    when an expression is really evaluated): the CEL `device` value and its activation.
+    """
+
+    __slots__ = ("flat", "domains", "names", "error", "driver", "multi", "_value", "_attributes",
+                 "_capacity", "activation", "projections")
 
     def __init__(self, device: CELDevice):
         self.driver = device.driver
         self.multi = bool(device.allow_multiple_allocations)
         self.error: str | None = None
-        # Filled lazily by the compiler and the selector cache.
+        self._value = None
         self.activation = None
+        # Filled lazily by the selector cache: footprint id -> projection.
         self.projections: dict = {}
         attrs: dict[str, dict] = {}
         caps: dict[str, dict] = {}
         flat: dict[tuple[str, str, str], Any] = {}
-        for name, raw in device.attributes.items():
-            domain, ident = split_qualified_name(str(name), device.driver)
-            try:
-                value = _attribute_value(raw)
-            except ValueError as exc:
-                self.error = self.error or f"attribute {name}: {exc}"
+        _, frozen_attributes, frozen_capacity, _ = device.key()
+        for name, frozen in frozen_attributes:
+            domain, ident = split_qualified_name(name, device.driver)
+            value, error = _attribute_value(frozen)
+            if error is not None:
+                self.error = self.error or f"attribute {name}: {error}"
                 continue
             attrs.setdefault(domain, {})[celtypes.StringType(ident)] = value
             # Projections hold the frozen JSON, not the CEL value: plain tuples compare safely.
-            flat[("a", domain, ident)] = _freeze(raw)
-        for name, raw in device.capacity.items():
-            domain, ident = split_qualified_name(str(name), device.driver)
-            text = _capacity_value(raw)
-            try:
-                value = Quantity.parse(text) if isinstance(text, str) else _bad_capacity(text)
-            except QuantityError as exc:
-                self.error = self.error or f"capacity {name}: {exc}"
+            flat[("a", domain, ident)] = frozen
+        for name, text in frozen_capacity:
+            domain, ident = split_qualified_name(name, device.driver)
+            value, error = _capacity_quantity(text) if isinstance(text, str) else (None, f"capacity value must be a quantity string, got {text!r}")
+            if error is not None:
+                self.error = self.error or f"capacity {name}: {error}"
                 continue
             caps.setdefault(domain, {})[celtypes.StringType(ident)] = value
             flat[("c", domain, ident)] = text
         self.flat = flat
+        self._attributes = attrs
+        self._capacity = caps
         self.domains = (tuple(sorted(attrs)), tuple(sorted(caps)))
-        self.names = {("a", d): tuple(sorted(v)) for d, v in attrs.items()}
-        self.names.update({("c", d): tuple(sorted(v)) for d, v in caps.items()})
-        fields = {
-            celtypes.StringType("driver"): celtypes.StringType(device.driver),
-            celtypes.StringType("attributes"): DomainsMap(
-                "attributes",
-                {celtypes.StringType(d): DomainMap("attributes", d, m) for d, m in attrs.items()},
-            ),
-            celtypes.StringType("capacity"): DomainsMap(
-                "capacity",
-                {celtypes.StringType(d): DomainMap("capacity", d, m) for d, m in caps.items()},
-            ),
-            # Upstream: ptr.Deref(AllowMultipleAllocations, false). Whether the field exists at
-            # all is decided at compile time (consumable_capacity), not here.
-            celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(self.multi),
-        }
-        self.value = celtypes.MapType(fields)
+        # Plain str (not celtypes.StringType, whose __eq__ is Python code) for cheap comparisons.
+        self.names = {("a", d): tuple(sorted(str(k) for k in v)) for d, v in attrs.items()}
+        self.names.update({("c", d): tuple(sorted(str(k) for k in v)) for d, v in caps.items()})
+
+    @property
+    def value(self) -> celtypes.MapType:
+        """The CEL value of the `device` variable."""
+        if self._value is None:
+            self._value = celtypes.MapType({
+                celtypes.StringType("driver"): celtypes.StringType(self.driver),
+                celtypes.StringType("attributes"): DomainsMap(
+                    "attributes",
+                    {celtypes.StringType(d): DomainMap("attributes", d, m) for d, m in self._attributes.items()},
+                ),
+                celtypes.StringType("capacity"): DomainsMap(
+                    "capacity",
+                    {celtypes.StringType(d): DomainMap("capacity", d, m) for d, m in self._capacity.items()},
+                ),
+                # Upstream: ptr.Deref(AllowMultipleAllocations, false). Whether the field exists
+                # at all is decided at compile time (consumable_capacity), not here.
+                celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(self.multi),
+            })
+        return self._value
 
 
-def _bad_capacity(value: Any) -> Quantity:
-    raise QuantityError(f"capacity value must be a quantity string, got {value!r}")
+@functools.lru_cache(maxsize=65536)
+def _capacity_quantity(text: str):
+    # Fleets repeat the same few capacity strings; parse each once. Returns (value, error).
+    try:
+        return Quantity.parse(text), None
+    except QuantityError as exc:
+        return None, str(exc)
 
 
-def _attribute_value(raw: Any):
-    """One v1 DeviceAttribute ({"int": 3} etc.) -> the CEL value; exactly one kind must be set."""
-    if not isinstance(raw, Mapping):
-        raise ValueError("unsupported attribute value")
-    present = [k for k in ATTRIBUTE_VALUE_KINDS if raw.get(k) is not None]
+@functools.lru_cache(maxsize=65536)
+def _attribute_value(frozen: Any):
+    """One v1 DeviceAttribute, frozen ((("int", 3),) etc.) -> (CEL value, error). Cached:
+    the same attribute values repeat across a fleet. Exactly one kind must be set."""
+    items = dict(frozen) if isinstance(frozen, tuple) and all(isinstance(i, tuple) and len(i) == 2 for i in frozen) else None
+    if items is None:
+        return None, "unsupported attribute value"
+    present = [k for k in ATTRIBUTE_VALUE_KINDS if items.get(k) is not None]
     if len(present) != 1:
-        raise ValueError("unsupported attribute value")
+        return None, "unsupported attribute value"
     kind = present[0]
-    value = raw[kind]
-    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
-        return celtypes.IntType(value)
-    if kind == "bool" and isinstance(value, bool):
-        return celtypes.BoolType(value)
+    value = items[kind]
+    if kind == "int" and isinstance(value, int):
+        return celtypes.IntType(value), None
+    if kind == "bool" and isinstance(value, tuple) and value[0] == "b":
+        return celtypes.BoolType(value[1]), None
     if kind == "string" and isinstance(value, str):
-        return celtypes.StringType(value)
+        return celtypes.StringType(value), None
     if kind == "version" and isinstance(value, str):
         try:
-            return Semver.parse(value)
+            return Semver.parse(value), None
         except SemverError as exc:
-            raise ValueError(f"parse semantic version: {exc}") from None
-    raise ValueError("unsupported attribute value")
+            return None, f"parse semantic version: {exc}"
+    return None, "unsupported attribute value"
 
 
 class _ViewCache:
     """Bounded content-addressed cache of DeviceViews: devices with equal content share one."""
 
-    def __init__(self, max_entries: int = 50_000):
+    def __init__(self, max_entries: int = 100_000):
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._items: OrderedDict[tuple, DeviceView] = OrderedDict()
@@ -228,6 +262,10 @@ class _ViewCache:
             if len(self._items) > self.max_entries:
                 self._items.popitem(last=False)
         return view
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
 
 
 _views = _ViewCache()

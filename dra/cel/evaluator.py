@@ -20,6 +20,7 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 
+from . import operators
 from .device import DomainMap, DomainsMap, MissingDomain
 from .library import no_overload, type_name
 
@@ -190,19 +191,63 @@ class DRAEvaluator(Evaluator):
         try:
             if op == "_in_":
                 return self._in(left, right, tree)
-            if op in ("_==_", "_!=_"):
-                equal = _equals(left, right)
-                return celtypes.BoolType(equal if op == "_==_" else not equal)
-            result = self.activation.resolve_function(op)(left, right)
-        except TypeError:
-            result = NotImplemented
-        if result is NotImplemented or isinstance(result, CELEvalError) or not isinstance(result, celtypes.BoolType):
+            if op == "_==_":
+                return celtypes.BoolType(operators.equals(left, right))
+            if op == "_!=_":
+                return celtypes.BoolType(not operators.equals(left, right))
+            return celtypes.BoolType(operators.compare(op, left, right))
+        except operators.NoOverload:
             return error_at(
                 f"found no matching overload for '{op}' applied to '({type_name(left)}, {type_name(right)})'",
                 tree,
                 {"operator": op, "types": (type_name(left), type_name(right))},
             )
+
+    _ARITH = {"addition_add": "_+_", "addition_sub": "_-_", "multiplication_mul": "_*_",
+              "multiplication_div": "_/_", "multiplication_mod": "_%_"}
+
+    def _arithmetic(self, tree):
+        if len(tree.children) == 1:
+            return self.visit(tree.children[0])
+        op_tree, right_tree = tree.children
+        left = self.visit(op_tree.children[0])
+        right = self.visit(right_tree)
+        for v in (left, right):
+            if isinstance(v, CELEvalError):
+                return v
+        op = self._ARITH[op_tree.data]
+        try:
+            result = operators.arithmetic(op, left, right)
+        except operators.NoOverload:
+            return error_at(
+                f"found no matching overload for '{op}' applied to '({type_name(left)}, {type_name(right)})'", tree
+            )
+        except operators.OperatorError as exc:
+            return error_at(str(exc), tree)
+        if isinstance(result, (str, list)):
+            # Concatenation traverses its operands.
+            self.budget.charge(len(result) // 10 + 1, tree)
         return result
+
+    addition = multiplication = _arithmetic
+
+    def unary(self, tree):
+        if len(tree.children) == 1:
+            return self.visit(tree.children[0])
+        op_tree, operand_tree = tree.children
+        value = self.visit(operand_tree)
+        if isinstance(value, CELEvalError):
+            return value
+        if op_tree.data == "unary_not":
+            if isinstance(value, celtypes.BoolType):
+                return celtypes.BoolType(not value)
+            return error_at(f"found no matching overload for '!_' applied to '({type_name(value)})'", tree)
+        try:
+            return operators.negate(value)
+        except operators.NoOverload:
+            return error_at(f"found no matching overload for '-_' applied to '({type_name(value)})'", tree)
+        except operators.OperatorError as exc:
+            return error_at(str(exc), tree)
 
     def _in(self, item, container, tree):
         if isinstance(container, celtypes.MapType):
@@ -210,7 +255,7 @@ class DRAEvaluator(Evaluator):
             return celtypes.BoolType(item in container)
         if isinstance(container, celtypes.ListType):
             self.budget.charge(len(container), tree)
-            return celtypes.BoolType(any(_equals(item, c) for c in container))
+            return celtypes.BoolType(any(operators.equals(item, c) for c in container))
         return no_overload("_in_", item, container)
 
     # --- member access ---------------------------------------------------------------------
@@ -427,35 +472,3 @@ class DRAEvaluator(Evaluator):
             else:
                 out_list.append(value)
         return out_map if kind == "transformMap" else celtypes.ListType(out_list)
-
-
-def _equals(a, b) -> bool:
-    """CEL runtime equality: values of different kinds are unequal (cel-go's heterogeneous
-    equality); numbers compare across int, uint and double."""
-    numeric = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
-    a_bool, b_bool = isinstance(a, celtypes.BoolType), isinstance(b, celtypes.BoolType)
-    if a_bool or b_bool:
-        return a_bool and b_bool and bool(a) == bool(b)
-    if isinstance(a, numeric) and isinstance(b, numeric):
-        return float(a) == float(b) if isinstance(a, celtypes.DoubleType) or isinstance(b, celtypes.DoubleType) else int(a) == int(b)
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, celtypes.ListType) and isinstance(b, celtypes.ListType):
-        return len(a) == len(b) and all(_equals(x, y) for x, y in zip(a, b))
-    if isinstance(a, celtypes.MapType) and isinstance(b, celtypes.MapType):
-        if len(a) != len(b):
-            return False
-        for k, v in a.items():
-            if k not in b or not _equals(v, b[k]):
-                return False
-        return True
-    for cls in (celtypes.StringType, celtypes.BytesType):
-        if isinstance(a, cls) or isinstance(b, cls):
-            return isinstance(a, cls) and isinstance(b, cls) and str.__eq__(a, b) if cls is celtypes.StringType else (
-                isinstance(a, cls) and isinstance(b, cls) and bytes.__eq__(a, b))
-    if type(a) is not type(b):
-        return False
-    try:
-        return bool(a == b)
-    except TypeError:
-        return False

@@ -10,6 +10,7 @@ from typing import Any
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
+from . import operators
 from .library import _is_int, err, no_overload
 from .quantity import Quantity
 from .semver import Semver
@@ -36,7 +37,7 @@ def _list_index(name: str, lst: celtypes.ListType, item: Any, last: bool):
     positions = range(len(lst) - 1, -1, -1) if last else range(len(lst))
     for i in positions:
         try:
-            if lst[i] == item:
+            if operators.equals(lst[i], item):
                 return celtypes.IntType(i)
         except TypeError:
             continue
@@ -183,9 +184,14 @@ def sum(lst=None, *extra):  # noqa: A001 - the CEL function is called sum
         return celtypes.IntType(0)
     total = lst[0]
     for v in lst[1:]:
-        if type(v) is not type(total) or not isinstance(v, (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)):
+        try:
+            total = operators.arithmetic("_+_", total, v)
+        except operators.NoOverload:
             return no_overload("sum", lst)
-        total = total + v
+        except operators.OperatorError as exc:
+            return err(str(exc))
+    if not isinstance(total, (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)) or isinstance(total, celtypes.BoolType):
+        return no_overload("sum", lst)
     return total
 
 
@@ -213,13 +219,7 @@ def max(lst=None, *extra):  # noqa: A001
 
 # --- sets extension -------------------------------------------------------------------------
 def _member(item: Any, lst: celtypes.ListType) -> bool:
-    for x in lst:
-        try:
-            if x == item:
-                return True
-        except TypeError:
-            continue
-    return False
+    return any(operators.equals(x, item) for x in lst)
 
 
 def sets_contains(a=None, b=None, *extra):
