@@ -103,7 +103,7 @@ def _stage(engine, cluster, alt, d, stale, node, group, entry):
     if isinstance(st, SelectorFailure):
         return "cel_error"
     if st is NO_MATCH:
-        stage = alt.sel.stage.get(d.idx, "class_selector")
+        stage = alt.sel.stage_of(d)
         if stage == "request_selector":
             for i in range(len(alt.sel.request_exprs)):
                 if alt.sel.evaluate_partial(d, i) is not NO_MATCH:

@@ -12,9 +12,10 @@ from typing import Iterable
 
 from dra.cel import CELCompileError, SelectorCache
 
+from .capacity import consumption, fits
 from .diagnostics import explain
 from .index import KeyIndex
-from .model import ClusterModel, Device, Node
+from .model import REACH_NODE, ClusterModel, Device, Node
 from .plan import GroupPlan, build_plan
 from .quantity import Q, QuantityError, format_quantity
 from .results import build_allocation, share_id
@@ -50,11 +51,25 @@ class Engine:
         self.counters_used: dict[tuple, dict[str, Fraction]] = {}  # (pool uid, counter set) -> consumed
         self.node_used: dict[tuple[str, str], int] = {}  # (cluster, node) -> devices in use on the node
         self.unknown_allocated: set[tuple] = set()  # records naming devices this snapshot does not have
+        # Index-level availability: free, counters fit, capacity left. An upper bound for the exact checks.
+        self.avail = bytearray(len(self.devices))
+        self.counter_users: dict[tuple, list[Device]] = {}  # (pool uid, counter set) -> devices consuming it
+        for d in self.devices:
+            for set_name, _ in d.consumes:
+                self.counter_users.setdefault((d.pool_ref.uid, set_name), []).append(d)
+        # Versions: a node's answer for a claim shape can only change when something reachable from it changes.
+        self.node_version: dict[tuple[str, str], int] = {}
+        self.net_version: dict[str, int] = {}
+        self._node_failures: dict[tuple, tuple] = {}
         self._share_seq = 0
         self._selector_sets: dict[tuple, SelectorSet] = {}
         self._key_index: dict[tuple, KeyIndex] = {}
         self._node_cands: dict[tuple, list[Device]] = {}
         self._plans: dict[tuple, GroupPlan] = {}
+        self._capacity_admits: dict[tuple, bool] = {}
+        self._capacity_keepalive: list = []
+        for d in self.devices:
+            self.avail[d.idx] = self._available(d)
         for rec in allocated:
             self._apply_record(rec, +1)
 
@@ -66,6 +81,48 @@ class Engine:
     def _device_allocated(self, d: Device) -> bool:
         return bool(self.excl[d.idx] or self.active.get(d.idx))
 
+    def capacity_admits(self, requests, d: Device) -> bool:
+        """Can a dedicated (not shared) allocation of ``d`` satisfy these capacity requests? Static per pair."""
+        key = (id(requests), d.idx)
+        ok = self._capacity_admits.get(key)
+        if ok is None:
+            amounts = consumption(requests, d)
+            ok = amounts is not None and fits(amounts, d) is None
+            # ``requests`` belongs to a cached plan; keep it alive so that its id() cannot be reused.
+            self._capacity_admits[key] = ok
+            self._capacity_keepalive.append(requests)
+        return ok
+
+    def _available(self, d: Device) -> bool:
+        """Could a non-admin request get ``d`` now, as far as the device alone can tell?"""
+        if not self.is_free(d):
+            return False
+        if d.allow_multiple:
+            used = self.cap_used.get(d.idx)
+            if used:
+                for name, least in d.min_share.items():
+                    if d.capacity[name].value - used.get(name, 0) < least:
+                        return False
+            if self.active.get(d.idx):
+                return True  # counters were charged with the first share
+        if d.consumes and self.features.partitionable_devices:
+            uid = d.pool_ref.uid
+            for set_name, counters in d.consumes:
+                total = d.pool_ref.counter_sets.get(set_name, {})
+                used = self.counters_used.get((uid, set_name), {})
+                for cname, amount in counters.items():
+                    if amount > total.get(cname, 0) - used.get(cname, 0):
+                        return False
+        return True
+
+    def _refresh(self, d: Device) -> None:
+        now = self._available(d)
+        if now != self.avail[d.idx]:
+            self.avail[d.idx] = now
+            delta = 1 if now else -1
+            for key in d.keys:
+                key.device_changed(d, delta)
+
     def _apply_record(self, rec: AllocatedDevice, sign: int) -> None:
         d = self.by_id.get((rec.cluster, rec.driver, rec.pool, rec.device))
         if d is None:
@@ -74,7 +131,7 @@ class Engine:
             return
         if rec.admin_access:
             return
-        was_free, was_allocated = self.is_free(d), self._device_allocated(d)
+        was_allocated = self._device_allocated(d)
         if rec.share_id is not None or rec.consumed_capacity is not None:
             amounts = {}
             for name, value in (rec.consumed_capacity or {}).items():
@@ -84,11 +141,17 @@ class Engine:
                     continue
             sid = rec.share_id or f"aggregated-{len(self.shares.get(d.idx, {}))}"
             self._change_share(d, sid, amounts, sign)
-        elif sign > 0:
-            self.excl[d.idx] = 1
         else:
-            self.excl[d.idx] = 0
-        self._after_change(d, was_free, was_allocated)
+            self.excl[d.idx] = 1 if sign > 0 else 0
+        now_allocated = self._device_allocated(d)
+        if d.reach == REACH_NODE:
+            k = (d.cluster, d.node_name)
+            self.node_version[k] = self.node_version.get(k, 0) + 1
+        else:
+            self.net_version[d.cluster] = self.net_version.get(d.cluster, 0) + 1
+        if was_allocated != now_allocated:
+            self._allocated_changed(d, 1 if now_allocated else -1)
+        self._refresh(d)
 
     def _change_share(self, d: Device, sid: str, amounts: dict[str, Fraction], sign: int) -> None:
         shares = self.shares.setdefault(d.idx, {})
@@ -107,27 +170,26 @@ class Engine:
             self.cap_used.pop(d.idx, None)
             self.shares.pop(d.idx, None)
 
-    def _after_change(self, d: Device, was_free: bool, was_allocated: bool) -> None:
-        now_free, now_allocated = self.is_free(d), self._device_allocated(d)
-        if was_free != now_free:
-            delta = 1 if now_free else -1
-            for key in d.keys:
-                key.device_changed(d, delta)
-        if was_allocated != now_allocated:
-            sign = 1 if now_allocated else -1
-            uid = d.pool_ref.uid
-            for set_name, counters in d.consumes:
-                used = self.counters_used.setdefault((uid, set_name), {})
-                for cname, amount in counters.items():
-                    used[cname] = used.get(cname, 0) + sign * amount
-            if d.node_name is not None and d.reach == "node":
-                key = (d.cluster, d.node_name)
-                before = self.node_used.get(key, 0)
-                self.node_used[key] = before + sign
-                if (before == 0) != (self.node_used[key] == 0):
-                    for ki in self._key_index.values():
-                        if ki.cluster.name == d.cluster:
-                            ki.node_usage_changed(d.node_name)
+    def _allocated_changed(self, d: Device, sign: int) -> None:
+        """``d`` went from unallocated to allocated (sign 1) or back: counters and node usage follow."""
+        uid = d.pool_ref.uid
+        for set_name, counters in d.consumes:
+            used = self.counters_used.setdefault((uid, set_name), {})
+            for cname, amount in counters.items():
+                used[cname] = used.get(cname, 0) + sign * amount
+            # More consumption can only make siblings unavailable, less only available again.
+            want = 1 if sign > 0 else 0
+            for sibling in self.counter_users.get((uid, set_name), ()):
+                if sibling is not d and self.avail[sibling.idx] == want:
+                    self._refresh(sibling)
+        if d.reach == REACH_NODE:
+            key = (d.cluster, d.node_name)
+            before = self.node_used.get(key, 0)
+            self.node_used[key] = before + sign
+            if (before == 0) != (self.node_used[key] == 0):
+                for ki in self._key_index.values():
+                    if ki.cluster.name == d.cluster:
+                        ki.node_usage_changed(d.node_name)
 
     def release(self, devices: Iterable[AllocatedDevice]) -> None:
         for rec in devices:
@@ -174,16 +236,19 @@ class Engine:
         return cands
 
     def plan_for(self, claims: list[dict], cluster: str | None) -> GroupPlan:
+        """The search plan for these claims; cached by claim specs (``repr`` is cheap; a spec written with
+        another key order only misses the cache)."""
         scope = cluster if cluster is not None and self.cluster_classes.get(cluster) else None
-        key = (scope, json.dumps([c.get("spec") for c in claims], sort_keys=True),
-               tuple(json.dumps(c.get("metadata", {}), sort_keys=True) for c in claims))
+        key = (scope, repr([c.get("spec") for c in claims]))
         plan = self._plans.get(key)
         if plan is None:
             plan = build_plan(claims, self.features, lambda name: self.get_class(scope, name), self.selector_set)
+            plan.fp = key
             if len(self._plans) > 4096:
                 self._plans.clear()
             self._plans[key] = plan
-        return plan
+            return plan
+        return plan.for_claims(claims)
 
     # ------------------------------------------------------------------------------------------ allocate
     def allocate(self, group: ClaimGroup, *, raise_errors: bool = True) -> GroupOutcome:
@@ -250,22 +315,33 @@ class Engine:
             for cluster, node in self._node_order(group, clusters, plans):
                 plan = plans[cluster.name]
                 examined += 1
+                version = (self.node_version.get((cluster.name, node.name), 0), self.net_version.get(cluster.name, 0))
+                fail_key = (plan.fp, cluster.name, node.name)
+                if self._node_failures.get(fail_key) == version:
+                    # This claim shape already failed here and nothing reachable from the node changed since.
+                    self._node_failed(cluster, node, {"reason": "unchanged_since_last_failure"}, node_log,
+                                      node_errors)
+                    continue
                 search = NodeSearch(self, plan, cluster, node, budget)
                 shape = None
                 try:
                     if not search.preflight():
+                        self._node_failures[fail_key] = version
                         self._node_failed(cluster, node, search.failure, node_log, node_errors)
                         continue
-                    shape = self._node_shape(cluster, node)
-                    if shape in failed_shapes:
-                        self._node_failed(cluster, node, {"reason": "same_as_failed_node"}, node_log, node_errors)
-                        continue
+                    if failed_shapes:
+                        shape = self._node_shape(cluster, node)
+                        if shape in failed_shapes:
+                            self._node_failed(cluster, node, {"reason": "same_as_failed_node"}, node_log,
+                                              node_errors)
+                            continue
                     searched += 1
                     if searched > self.budget.max_nodes:
                         raise SearchBudgetExceeded()
                     if search._claim(0) is True:
                         return self._success(group, plan, cluster, node, search.results, search.selected, budget)
-                    failed_shapes.add(shape)
+                    failed_shapes.add(shape or self._node_shape(cluster, node))
+                    self._node_failures[fail_key] = version
                     self._node_failed(cluster, node, {"reason": "no_combination"}, node_log, node_errors)
                 except NodeError as exc:
                     node_errors.append(exc.error)
@@ -310,8 +386,9 @@ class Engine:
             plan = plans.get(cluster.name)
             if plan is None or not cluster.nodes:
                 continue
-            primary, need = _primary_alt(plan)
+            primary = _primary_alt(plan)
             ki = self.key_index(primary.sel, cluster)
+            need = _need_from(plan, primary.sel, ki.multi)
             pref = 0 if cluster.name == group.preferred_cluster else 1
             streams.append(((pref, score, cluster.name, node) for score, node in ki.nodes(need)))
         for _, _, cname, nname in heapq.merge(*streams):
@@ -359,15 +436,26 @@ class Engine:
 
 
 def _primary_alt(plan: GroupPlan):
-    """The request that best narrows the nodes: the largest fixed count without alternatives."""
-    best, need = None, 0
+    """The alternative whose selector set narrows the nodes most: the largest fixed count without alternatives
+    (counts of requests with the same selectors add up); else the first alternative."""
+    first, best, best_need = None, None, 0
     for cp in plan.claims:
         for rp in cp.requests:
             alt = rp.alts[0]
+            first = first or alt
             if rp.has_sub or alt.all_mode:
-                if best is None:
-                    best = alt
                 continue
-            if best is None or alt.count > need:
-                best, need = alt, alt.count
-    return best, need
+            need = _need_from(plan, alt.sel, False)
+            if best is None or need > best_need:
+                best, best_need = alt, need
+    return best or first
+
+
+def _need_from(plan: GroupPlan, sel, shared: bool) -> int:
+    """Devices of ``sel`` the group needs on one node: the sum of fixed counts of non-admin requests with that
+    selector set (the largest one when devices can be shared between requests)."""
+    counts = [rp.alts[0].count for cp in plan.claims for rp in cp.requests
+              if not rp.has_sub and not rp.alts[0].all_mode and not rp.alts[0].admin and rp.alts[0].sel is sel]
+    if not counts:
+        return 0
+    return max(counts) if shared else sum(counts)

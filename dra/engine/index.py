@@ -27,6 +27,7 @@ class KeyIndex:
         self.score: dict[str, tuple] = {}
         self.buckets: dict[tuple, list[str]] = {}
         self._sorted_scores: list[tuple] | None = None
+        self.multi = False  # any member can be shared: one device may serve several requests
         binding_ok = engine.features.device_binding_and_status
         for d in cluster.devices:
             if not d.pool_ref.usable or (d.binding_conditions and not binding_ok):
@@ -34,7 +35,8 @@ class KeyIndex:
             if sel.evaluate(d) is NO_MATCH:
                 continue
             d.keys.append(self)
-            free = engine.is_free(d)
+            self.multi = self.multi or d.allow_multiple
+            free = engine.avail[d.idx]
             if d.reach == REACH_NODE:
                 self.local_total[d.node_name] = self.local_total.get(d.node_name, 0) + 1
                 if free:

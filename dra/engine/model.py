@@ -90,7 +90,7 @@ class Device:
     __slots__ = ("idx", "cluster", "driver", "pool", "name", "pool_ref", "slice_name", "reach", "node_name",
                  "node_selector", "result_node_name", "result_node_selector", "attributes", "capacity",
                  "consumes", "taints", "binding_conditions", "binding_failure_conditions", "binds_to_node",
-                 "allow_multiple", "allow_multiple_raw", "sig", "locality", "_cel", "keys")
+                 "allow_multiple", "allow_multiple_raw", "sig", "content", "min_share", "locality", "_cel", "keys")
 
     def __init__(self):
         self._cel = None
@@ -323,6 +323,18 @@ class ClusterModel:
         d.binds_to_node = bool(raw.get("bindsToNode"))
         d.allow_multiple_raw = raw.get("allowMultipleAllocations")
         d.allow_multiple = bool(d.allow_multiple_raw) and self.features.consumable_capacity
+        # What CEL can see of the device: equal content, equal selector results (memoized per selector set).
+        d.content = (d.driver, _canon(d.attributes),
+                     _canon({n: (c or {}).get("value") for n, c in (raw.get("capacity") or {}).items()}),
+                     d.allow_multiple_raw)
+        # The least one share of a multi-allocatable device can take from each capacity: once less than that
+        # is left, the device cannot take another share.
+        d.min_share = {}
+        for cname, cap in d.capacity.items():
+            if cap.has_range and cap.range_min is not None:
+                d.min_share[cname] = cap.range_min.value
+            elif cap.valid_values:
+                d.min_share[cname] = min(v.value for v in cap.valid_values)
         locality = d.attribute(PCIE_ROOT) or d.attribute(f"{d.driver}/parentUUID")
         d.locality = _attr_scalar(locality)
         # Devices with the same signature are interchangeable for every check the search makes: CEL sees only
@@ -339,24 +351,49 @@ class ClusterModel:
         return d
 
     # -------------------------------------------------------------------------------------------- per node
+    def _pool_reach_index(self) -> None:
+        """Pools by the node they are local to, and the pools reachable from more than one node."""
+        self._local_pools: dict[str, list[Pool]] = {}
+        self._network_pools: list[Pool] = []
+        for pool in self.pools:
+            local_nodes, network = set(), False
+            for d in pool.devices:
+                if d.reach == REACH_NODE:
+                    local_nodes.add(d.node_name)
+                elif d.reach != REACH_NONE:
+                    network = True
+            for s in pool.slices:  # counter-only slices make a pool relevant to their node too
+                reach, name, _ = _node_fields(s.get("spec") or {})
+                if reach == REACH_NODE:
+                    local_nodes.add(name)
+                elif reach != REACH_NONE:
+                    network = True
+            for n in local_nodes:
+                self._local_pools.setdefault(n, []).append(pool)
+            if network:
+                self._network_pools.append(pool)
+
     def node_candidates(self, node: Node) -> list[Device]:
         """Devices reachable from ``node`` in allocation order (pool order, then slice and device order)."""
         if node.candidates is None:
-            cands = []
-            pools = []
-            for pool in self.pools:
+            if not hasattr(self, "_local_pools"):
+                self._pool_reach_index()
+            pools = sorted(set(self._local_pools.get(node.name, [])) | set(self._network_pools),
+                           key=lambda p: p.order)
+            cands, relevant_pools = [], []
+            for pool in pools:
                 relevant = False
                 for d in pool.devices:
                     if device_reaches(d, node):
                         relevant = True
                         if pool.usable:
                             cands.append(d)
-                if not relevant and pool.counter_sets and not pool.devices:
+                if not relevant and not pool.devices:
                     relevant = any(_slice_reaches(s, node) for s in pool.slices)
                 if relevant:
-                    pools.append(pool)
+                    relevant_pools.append(pool)
             node.candidates = cands
-            node.pools = pools
+            node.pools = relevant_pools
             node.sig = tuple(d.sig for d in cands)
         return node.candidates
 

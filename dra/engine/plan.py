@@ -66,6 +66,12 @@ class ClaimPlan:
 @dataclass
 class GroupPlan:
     claims: list[ClaimPlan] = field(default_factory=list)
+    fp: tuple = ()  # what the plan was built from (class scope, claim specs): equal fp, equal search
+
+    def for_claims(self, claims: list[dict]) -> "GroupPlan":
+        """The same plan for other claims with equal specs (names and uids differ, the search does not)."""
+        return GroupPlan([ClaimPlan(claim, claim_ref(claim), cp.requests, cp.constraints, cp.min_devices)
+                          for claim, cp in zip(claims, self.claims)], self.fp)
 
     @property
     def alts(self):

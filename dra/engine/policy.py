@@ -43,18 +43,22 @@ def order_candidates(search, alt, cands: list[Device], need: int) -> list[Device
         return cands
 
     engine = search.e
+    touched: dict[tuple, bool] = {}
+
+    def set_touched(key: tuple) -> bool:
+        t = touched.get(key)
+        if t is None:
+            used = engine.counters_used.get(key)
+            local = search.loc_counters.get(key)
+            t = touched[key] = bool((used and any(used.values())) or (local and any(local.values())))
+        return t
 
     def partly_used(d: Device) -> int:
         if d.allow_multiple:
             return 0 if (engine.active.get(d.idx) or search.loc_active.get(d.idx)) else 1
         if d.consumes:
             uid = d.pool_ref.uid
-            for set_name, _ in d.consumes:
-                used = engine.counters_used.get((uid, set_name))
-                local = search.loc_counters.get((uid, set_name))
-                if (used and any(used.values())) or (local and any(local.values())):
-                    return 0
-            return 1
+            return 0 if any(set_touched((uid, set_name)) for set_name, _ in d.consumes) else 1
         return 1
 
     group_rank: dict[object, int] = {}

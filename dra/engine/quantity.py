@@ -28,7 +28,7 @@ class QuantityError(ValueError):
 
 
 @lru_cache(maxsize=65536)
-def parse_quantity_with_format(text: str) -> tuple[Fraction, str]:
+def parse_quantity_with_format(text: str) -> tuple[int | Fraction, str]:
     """Returns (value, format) of a quantity string; raises ``QuantityError`` for anything malformed."""
     if not isinstance(text, str):
         if isinstance(text, bool):
@@ -58,6 +58,10 @@ def parse_quantity_with_format(text: str) -> tuple[Fraction, str]:
         nanos = -((-value.numerator * 10**9) // value.denominator) if value > 0 else \
             (value.numerator * 10**9) // value.denominator
         value = Fraction(nanos, 10**9)
+    # Integral values (bytes, counts: nearly all of them) stay plain ints: exact, and much faster to add and
+    # compare than Fractions in the search's inner loop.
+    if value.denominator == 1:
+        return int(value), fmt
     return value, fmt
 
 

@@ -96,9 +96,8 @@ class NodeSearch:
         return self.e.node_selector_candidates(self.cluster, self.node, alt.sel)
 
     def _free(self, d: Device, alt: Alt) -> bool:
-        if alt.admin:
-            return True
-        return not self.e.excl[d.idx] and (d.allow_multiple or not self.e.active.get(d.idx))
+        """Could ``alt`` get ``d`` as far as the device alone tells (in use, counters, capacity left)?"""
+        return alt.admin or self.e.avail[d.idx]
 
     def _raise_selector_failure(self, alt: Alt, devices) -> None:
         for d in devices:
@@ -279,18 +278,20 @@ class NodeSearch:
             return self._request(ci, ri + 1)
         tried = set()
         n = len(cands)
-        excl, active = self.e.excl, self.e.active
+        excl, avail = self.e.excl, self.e.avail
+        loc_excl = self.loc_excl
         for pos in range(start, n):
             if n - pos < need:
                 break
             d = cands[pos]
             idx = d.idx
-            # "In use" is cheap and comes first, as upstream; the signature includes the global in-use state
-            # because admin access may pick a device that is in use and another that is not.
+            # "In use" is cheap and comes first, as upstream (``avail`` also folds in counters and capacity that
+            # are used up fleet-wide); the signature includes the global in-use state because admin access may
+            # pick a device that is in use and another that is not.
             if alt.admin:
-                if not d.allow_multiple and ci in self.loc_excl.get(idx, ()):
+                if not d.allow_multiple and ci in loc_excl.get(idx, ()):
                     continue
-            elif excl[idx] or self.loc_excl.get(idx) or (not d.allow_multiple and active.get(idx)):
+            elif not avail[idx] or idx in loc_excl:
                 continue
             sig = (d.sig, excl[idx])
             if sig in tried:
@@ -323,10 +324,13 @@ class NodeSearch:
         elif e.excl[idx] or self.loc_excl.get(idx) or (not multi and e.active.get(idx)):
             return None
         amounts = None
-        if f.consumable_capacity:
+        if multi:  # (only with the consumable capacity feature)
             amounts = consumption(alt.cap_requests, d)
             if amounts is None or fits(amounts, d, e.cap_used.get(idx), self.loc_cap.get(idx)) is not None:
                 return None
+        elif f.consumable_capacity and (d.capacity or alt.cap_requests) and \
+                not e.capacity_admits(alt.cap_requests, d):
+            return None
         if d.consumes and not f.partitionable_devices:
             return None
         charge_counters = bool(d.consumes) and not (multi and (e.active.get(idx) or self.loc_active.get(idx)))

@@ -46,7 +46,7 @@ class SelectorSet:
     """Class selectors then request selectors of one request; evaluated lazily, memoized per device."""
 
     __slots__ = ("key", "class_name", "class_exprs", "request_exprs", "compiled", "drivers", "status", "stage",
-                 "cache", "consumable_capacity")
+                 "cache", "consumable_capacity", "by_content")
 
     def __init__(self, key: tuple, class_name: str, class_exprs: tuple[str, ...], request_exprs: tuple[str, ...],
                  cache: SelectorCache, consumable_capacity: bool):
@@ -68,32 +68,40 @@ class SelectorSet:
         # device's drop-out from "request selector" to "class selector" in diagnostics.
         self.drivers = drivers
         self.status: dict[int, object] = {}  # device idx -> MATCH / NO_MATCH / SelectorFailure
-        self.stage: dict[int, str] = {}  # device idx -> stage at which it dropped out (for diagnostics)
+        self.stage: dict = {}  # device content -> stage at which it dropped out (for diagnostics)
+        # Devices with equal CEL-visible content (same model on many nodes) share one answer.
+        self.by_content: dict[tuple, object] = {}
 
     def evaluate(self, device: Device) -> object:
         st = self.status.get(device.idx)
         if st is not None:
             return st
-        st = self._evaluate(device)
+        st = self.by_content.get(device.content)
+        if st is None:
+            st = self._evaluate(device)
+            self.by_content[device.content] = st
         self.status[device.idx] = st
         return st
+
+    def stage_of(self, device: Device) -> str:
+        return self.stage.get(device.content, STAGE_CLASS)
 
     def _evaluate(self, device: Device) -> object:
         cel_device = cel_device_of(device)
         # The driver index skips devices of other drivers, except devices whose content CEL cannot represent:
         # upstream fails on those with any expression, and so do we.
         if self.drivers is not None and device.driver not in self.drivers and cel_device.view().error is None:
-            self.stage[device.idx] = STAGE_DRIVER
+            self.stage[device.content] = STAGE_DRIVER
             return NO_MATCH
         for origin, i, expr, compiled in self.compiled:
             try:
                 ok = self.cache.evaluate(expr, cel_device)
             except CELRuntimeError as exc:
                 stage = STAGE_CLASS if origin == "class" else STAGE_REQUEST
-                self.stage[device.idx] = "cel_error"
+                self.stage[device.content] = "cel_error"
                 return SelectorFailure(origin, self.class_name, i, exc, stage)
             if not ok:
-                self.stage[device.idx] = STAGE_CLASS if origin == "class" else STAGE_REQUEST
+                self.stage[device.content] = STAGE_CLASS if origin == "class" else STAGE_REQUEST
                 return NO_MATCH
         return MATCH
 
