@@ -72,6 +72,9 @@ class _Checker:
 
     # --- dispatch ------------------------------------------------------------------------
     def check(self, node):
+        # Skip single-child wrapper nodes in a loop (see analysis.unwrap) to keep recursion
+        # proportional to the CEL nesting, not to the grammar.
+        node = analysis.unwrap(node)
         return getattr(self, "t_" + node.data)(node)
 
     def _single(self, node):

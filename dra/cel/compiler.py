@@ -8,7 +8,7 @@ from typing import Any
 import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError, CELParser
-from celpy.evaluation import Activation, CELEvalError
+from celpy.evaluation import Activation, CELEvalError, Evaluator, base_functions
 
 from . import analysis, library, library_ext
 from .device import CELDevice, DeviceView
@@ -18,10 +18,11 @@ from .hints import runtime_hint
 
 # Upstream limits a selector's length by the size of the API object; 10 KiB is ours.
 MAX_EXPRESSION_LENGTH = 10 * 1024
-# Nesting levels (calls, brackets, parentheses, operators). Each level costs the tree-walking
-# evaluator a dozen Python frames; 32 keeps the deepest expression far from the stack limit
-# while being several times deeper than any real selector.
-MAX_NESTING_DEPTH = 32
+# Nesting levels (calls, brackets, parentheses, binary operators other than && and ||). The
+# checker and the tree-walking evaluator recurse about four Python frames per level; measured
+# under Python's default recursion limit of 1000, evaluation stays safe to ~240 levels, so 64
+# leaves room for the caller's own stack and is still far deeper than any real selector.
+MAX_NESTING_DEPTH = 64
 
 FUNCTIONS: dict[str, Any] = {
     name: getattr(library, name)
@@ -49,6 +50,9 @@ FUNCTIONS.update(
     }
 )
 
+# cel-python's standard functions (size, contains, int(), ...) with ours taking precedence.
+_ALL_FUNCTIONS: dict[str, Any] = {**base_functions, **FUNCTIONS}
+
 _parser_lock = threading.Lock()
 _parser: CELParser | None = None
 
@@ -69,13 +73,29 @@ def _offset(expression: str, line: int | None, column: int | None) -> int | None
     return sum(len(x) + 1 for x in lines[: line - 1]) + column - 1
 
 
-def _activation(view: DeviceView) -> Activation:
-    """The `device` activation for one device content; built once, shared by all expressions."""
+def _activation(view: DeviceView) -> dict:
+    """The variables for one device content; built once, shared by all expressions."""
     activation = view.activation
     if activation is None:
-        activation = Activation(vars={"device": view.value}, functions=FUNCTIONS)
+        activation = {"device": view.value}
         view.activation = activation
     return activation
+
+
+def _prepare(tree: lark.Tree) -> dict:
+    """Normalise the parse tree for fast evaluation and decode every literal once.
+
+    Rule names become plain str (lark's Token compares in Python code, and the evaluator
+    checks rule names on every step); literal values are keyed by node identity.
+    """
+    literals: dict[int, Any] = {}
+    probe = Evaluator(tree, Activation())
+    for node in tree.iter_subtrees():
+        node.data = str(node.data)
+        if node.data == "literal":
+            value = probe.literal(node)
+            literals[id(node)] = value
+    return literals
 
 
 class CompiledExpression:
@@ -85,6 +105,7 @@ class CompiledExpression:
         self.expression = expression
         self.consumable_capacity = consumable_capacity
         self._tree = tree
+        self._literals = _prepare(tree)
         self.drivers: frozenset[str] | None = analysis.drivers(tree)
         self.footprint: analysis.Footprint | None = analysis.footprint(tree)
         self.checked = checked
@@ -101,7 +122,8 @@ class CompiledExpression:
                       time_limit: float = DEFAULT_TIME_LIMIT_S) -> bool:
         if view.error is not None:
             raise CELRuntimeError(self.expression, view.error)
-        evaluator = DRAEvaluator(self._tree, _activation(view), Budget(cost_limit, time_limit))
+        evaluator = DRAEvaluator(self._tree, _activation(view), _ALL_FUNCTIONS, self._literals,
+                                 Budget(cost_limit, time_limit))
         try:
             value = evaluator.visit(self._tree)
         except BudgetExceeded as exc:
@@ -165,7 +187,11 @@ def compile_expression(expression: str, *, consumable_capacity: bool = True) -> 
             expression, f"expression nests {depth} levels deep, more than the limit of {MAX_NESTING_DEPTH}",
             hint="split deeply nested conditions or use cel.bind to name intermediate values",
         )
-    checked = check(expression, tree, consumable_capacity=consumable_capacity)
+    try:
+        checked = check(expression, tree, consumable_capacity=consumable_capacity)
+    except RecursionError:
+        # Only reachable if the caller is already deep in its own stack.
+        raise CELCompileError(expression, "expression nests too deeply to check") from None
     return CompiledExpression(expression, tree, consumable_capacity, checked)
 
 

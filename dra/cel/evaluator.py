@@ -18,7 +18,7 @@ from typing import Any
 
 import lark
 from celpy import celtypes
-from celpy.evaluation import Activation, CELEvalError, Evaluator
+from celpy.evaluation import CELEvalError, Evaluator
 
 from . import operators
 from .device import DomainMap, DomainsMap, MissingDomain
@@ -33,6 +33,15 @@ DEFAULT_COST_LIMIT = 1_000_000
 DEFAULT_TIME_LIMIT_S = 1.0
 _CLOCK_CHECK_EVERY = 256
 
+# Type identifiers, for `type(x) == int`.
+_TYPE_NAMES = {
+    "int": celtypes.IntType, "uint": celtypes.UintType, "double": celtypes.DoubleType,
+    "bool": celtypes.BoolType, "string": celtypes.StringType, "bytes": celtypes.BytesType,
+    "list": celtypes.ListType, "map": celtypes.MapType, "null_type": type(None), "type": celtypes.TypeType,
+}
+_PASS_THROUGH = frozenset(
+    {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication", "unary", "member", "primary"}
+)
 _MACROS_ONE_VAR = {"all", "exists", "exists_one", "existsOne", "map", "filter"}
 _MACROS_TWO_VAR = {"all", "exists", "existsOne", "exists_one", "transformList", "transformMap"}
 _NAMESPACED = {
@@ -98,17 +107,30 @@ def _tree_ident(tree: Any) -> str | None:
 
 
 class DRAEvaluator(Evaluator):
-    """One evaluation of one expression against one activation (not thread-shared)."""
+    """One evaluation of one expression (not shared between threads).
 
-    def __init__(self, ast: lark.Tree, activation: Activation, budget: Budget):
+    Variables live in a plain dict per scope instead of cel-python's Activation/NameContainer:
+    their protobuf-package name resolution costs more than the rest of a typical selector, and
+    a DRA selector only ever sees `device` and comprehension/bind variables.
+    """
+
+    def __init__(self, ast: lark.Tree, variables: dict, functions: dict, literals: dict, budget: Budget):
         self.ast = ast
-        self.base_activation = activation
-        self.activation = activation
+        self.variables = variables
+        self.functions = functions
+        self.literals = literals
         self.level = 0
         self.budget = budget
 
     # --- budget hook: every node visit goes through here ---------------------------------
     def _visit_tree(self, tree):
+        # cel-python's tree wraps every operand in ~9 single-child nodes (expr -> conditionalor
+        # -> ... -> primary); skipping them in a loop saves most Python frames and calls, and
+        # makes one cost unit one CEL operation rather than one grammar rule.
+        children = tree.children
+        while tree.data in _PASS_THROUGH and len(children) == 1:
+            tree = children[0]
+            children = tree.children
         self.budget.charge(1, tree)
         return getattr(self, tree.data)(tree)
 
@@ -117,21 +139,18 @@ class DRAEvaluator(Evaluator):
     def visit_children(self, tree):
         return [self._visit_tree(c) if isinstance(c, lark.Tree) else c for c in tree.children]
 
-    def sub_evaluator(self, ast: lark.Tree) -> "DRAEvaluator":
-        return DRAEvaluator(ast, self.activation, self.budget)
-
-    def set_activation(self, values):
-        # cel-python clones the whole activation per macro step; a child scope is enough.
-        self.activation = self.base_activation.nested_activation(vars=values)
-        return self
-
     def _scoped(self, tree: lark.Tree, values: dict):
-        saved = self.activation
-        self.activation = saved.nested_activation(vars=values)
+        saved = self.variables
+        self.variables = {**saved, **values}
         try:
             return self.visit(tree)
         finally:
-            self.activation = saved
+            self.variables = saved
+
+    def literal(self, tree):
+        # Literal values are decoded once per compiled expression (string unescaping is
+        # surprisingly expensive in cel-python) and shared; they are immutable scalars.
+        return self.literals[id(tree)]
 
     # --- logic -----------------------------------------------------------------------------
     def _chain(self, tree: lark.Tree, name: str) -> list[lark.Tree]:
@@ -323,7 +342,7 @@ class DRAEvaluator(Evaluator):
         if size > 10:
             self.budget.charge(size // 10, tree)
         try:
-            fn = self.activation.resolve_function(name)
+            fn = self.functions[name]
         except KeyError:
             return error_at(f"undeclared reference to '{name}'", tree)
         try:
@@ -350,25 +369,49 @@ class DRAEvaluator(Evaluator):
             return args[0]
         return self._call(name, args, tree)
 
+    # Primary expressions are reached directly (the wrapper nodes are skipped).
+    def ident(self, tree):
+        name = str(tree.children[0])
+        try:
+            return self.variables[name]
+        except KeyError:
+            if name in _TYPE_NAMES:
+                return _TYPE_NAMES[name]
+            return error_at(f"undeclared reference to '{name}'", tree)
+
+    def paren_expr(self, tree):
+        return self.visit(tree.children[0])
+
+    def list_lit(self, tree):
+        values = self.visit_children(tree.children[0]) if tree.children else []
+        for v in values:
+            if isinstance(v, CELEvalError):
+                return v
+        self.budget.charge(len(values), tree)
+        return celtypes.ListType(values)
+
+    def map_lit(self, tree):
+        result = celtypes.MapType()
+        if not tree.children:
+            return result
+        items = self.visit_children(tree.children[0])
+        for v in items:
+            if isinstance(v, CELEvalError):
+                return v
+        for key, value in zip(items[0::2], items[1::2]):
+            if any(operators.equals(key, k) for k in result):
+                return error_at(f"Failed with repeated key: {key}", tree)
+            result[key] = value
+        self.budget.charge(len(result), tree)
+        return result
+
+    def dot_ident(self, tree):
+        return error_at(f"undeclared reference to '.{tree.children[0]}'", tree)
+
+    dot_ident_arg = dot_ident
+
     def primary(self, tree):
-        child = tree.children[0]
-        data = child.data
-        if data == "ident_arg":
-            return self.ident_arg(child)
-        if data == "ident":
-            name = str(child.children[0])
-            try:
-                return self.activation.resolve_variable(name)
-            except KeyError:
-                return error_at(f"undeclared reference to '{name}'", child)
-        if data == "list_lit":
-            values = self.visit_children(child.children[0]) if child.children else []
-            for v in values:
-                if isinstance(v, CELEvalError):
-                    return v
-            self.budget.charge(len(values), child)
-            return celtypes.ListType(values)
-        return super().primary(tree)
+        return self.visit(tree.children[0])
 
     def member_dot_arg(self, tree):
         member_tree, name_token = tree.children[0], str(tree.children[1])
