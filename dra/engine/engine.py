@@ -180,7 +180,15 @@ class Engine:
             # More consumption can only make siblings unavailable, less only available again.
             want = 1 if sign > 0 else 0
             for sibling in self.counter_users.get((uid, set_name), ()):
-                if sibling is not d and self.avail[sibling.idx] == want:
+                if sibling is d:
+                    continue
+                if sibling.reach == REACH_NODE and sibling.node_name != d.node_name:
+                    # A counter set shared across nodes: the other node's answers change too.
+                    k = (sibling.cluster, sibling.node_name)
+                    self.node_version[k] = self.node_version.get(k, 0) + 1
+                elif sibling.reach != REACH_NODE:
+                    self.net_version[d.cluster] = self.net_version.get(d.cluster, 0) + 1
+                if self.avail[sibling.idx] == want:
                     self._refresh(sibling)
         if d.reach == REACH_NODE:
             key = (d.cluster, d.node_name)
@@ -382,7 +390,7 @@ class Engine:
                 yield cluster, cluster.nodes[group.node]
             return
         streams = []
-        for rank, cluster in enumerate(clusters):
+        for cluster in clusters:
             plan = plans.get(cluster.name)
             if plan is None or not cluster.nodes:
                 continue
@@ -390,7 +398,7 @@ class Engine:
             ki = self.key_index(primary.sel, cluster)
             need = _need_from(plan, primary.sel, ki.multi)
             pref = 0 if cluster.name == group.preferred_cluster else 1
-            streams.append(((pref, score, cluster.name, node) for score, node in ki.nodes(need)))
+            streams.append(_ranked(pref, cluster.name, ki.nodes(need)))
         for _, _, cname, nname in heapq.merge(*streams):
             cluster = self.clusters[cname]
             yield cluster, cluster.nodes[nname]
@@ -433,6 +441,12 @@ class Engine:
         diagnostics = explain(self, group, clusters, plans, skipped, node_log, node_errors, budget, reason)
         summary = diagnostics.get("summary") or message
         return GroupOutcome(False, key=group.key, reason=reason, message=summary, diagnostics=diagnostics)
+
+
+def _ranked(pref: int, cluster: str, nodes):
+    """(preference, score, cluster, node) per node, for merging the clusters' node streams in policy order."""
+    for score, node in nodes:
+        yield pref, score, cluster, node
 
 
 def _primary_alt(plan: GroupPlan):

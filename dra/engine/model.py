@@ -346,7 +346,9 @@ class ClusterModel:
         else:
             d.sig = (d.driver, _canon(d.attributes), _canon(raw.get("capacity") or {}), _canon(taints),
                      _canon(d.binding_conditions), _canon(d.binding_failure_conditions), d.binds_to_node,
-                     d.reach, d.node_name, _canon(d.node_selector) if d.node_selector else "",
+                     # The node's name is left out: within one node all its local devices share it, and
+                     # leaving it out lets identical nodes share one search (engine node shapes).
+                     d.reach, _canon(d.node_selector) if d.node_selector else "",
                      d.allow_multiple_raw)
         return d
 
