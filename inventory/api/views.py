@@ -10,7 +10,9 @@ from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from draservice.yaml import YAMLParser
 from inventory import filtersets
+from inventory.api.parsers import FastJSONParser
 from inventory.api import serializers as s
 from inventory.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from inventory.hooks import allocation_states
@@ -21,6 +23,7 @@ from inventory.services import fleet, sync
 
 PROBLEM = OpenApiResponse(description="application/problem+json with field paths")
 NAME_REGEX = r"[^/]+"
+SYNC_PARSERS = [FastJSONParser, YAMLParser]
 
 
 class InventoryViewMixin:
@@ -108,7 +111,7 @@ class ClusterViewSet(InventoryViewMixin, viewsets.ModelViewSet):
                                "v1beta1 objects; also a Kubernetes List with items.")
     @extend_schema(methods=["GET"], responses={200: s.InventoryPushSerializer},
                    description="The cluster's inventory in the shape a push takes.")
-    @action(detail=True, methods=["get", "put"], url_path="inventory")
+    @action(detail=True, methods=["get", "put"], url_path="inventory", parser_classes=SYNC_PARSERS)
     def inventory(self, request, cluster=None):
         if request.method == "PUT":
             return Response(sync.push_inventory(cluster, request.data))
@@ -138,7 +141,8 @@ class ClusterViewSet(InventoryViewMixin, viewsets.ModelViewSet):
                    responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT, 412: PROBLEM, 422: PROBLEM})
     @extend_schema(methods=["GET"], responses={200: OpenApiTypes.OBJECT})
     @extend_schema(methods=["DELETE"], responses={204: None})
-    @action(detail=True, methods=["get", "put", "delete"], url_path=r"resourceslices/(?P<slice_name>[^/]+)")
+    @action(detail=True, methods=["get", "put", "delete"], url_path=r"resourceslices/(?P<slice_name>[^/]+)",
+            parser_classes=SYNC_PARSERS)
     def resource_slice(self, request, cluster=None, slice_name=None):
         """One ResourceSlice as a Kubernetes object (the agent's incremental sync). ETag: content hash."""
         if request.method == "PUT":
