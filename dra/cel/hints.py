@@ -26,16 +26,17 @@ def runtime_hint(info: dict | None) -> str | None:
     if "missing_domain" in info:
         kind = info["kind"]
         available = info["available"]
-        has = ", ".join(f'"{d}"' for d in available) if available else "none"
+        listed = ", ".join(f'"{d}"' for d in available) if available else "none"
+        example = available[0] if available else "<domain>"
         return (
-            f'the device has no {kind} in domain "{info["missing_domain"]}" (its {kind} domains: {has}); '
-            f'{kind} are reached as device.{kind}["<domain>"].<name>, e.g. '
-            f'device.{kind}["gpu.nvidia.com"].{info["name"]}, and unqualified names belong to the driver\'s domain'
+            f'the device has no {kind} domain "{info["missing_domain"]}"; its {kind} domains are: {listed}. '
+            f'Write device.{kind}["<domain>"].<name>, e.g. device.{kind}["{example}"].{info["name"]}; '
+            "names published without a domain belong to the driver's domain"
         )
     if "domain" in info:
         names = ", ".join(info["names"]) or "none"
         return (
-            f'domain "{info["domain"]}" of this device has no {info["kind"][:-1] if info["kind"].endswith("s") else info["kind"]} '
+            f'domain "{info["domain"]}" of this device has no {"attribute" if info["kind"] == "attributes" else "capacity"} '
             f'"{info["name"]}" (it has: {names}); guard optional ones with '
             f'has(device.{info["kind"]}["{info["domain"]}"].{info["name"]})'
         )
