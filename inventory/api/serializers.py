@@ -79,7 +79,8 @@ class ClusterCreatedSerializer(ClusterSerializer):
 
 class HeartbeatSerializer(serializers.Serializer):
     agentVersion = serializers.CharField(required=False, allow_blank=True, max_length=128)
-    status = serializers.JSONField(required=False, help_text="Free-form agent metrics, stored as given.")
+    status = serializers.JSONField(required=False, help_text="Free-form agent metrics, stored as given "
+                                                             "(other top-level keys are stored too when absent).")
 
 
 class NodeSerializer(serializers.ModelSerializer):

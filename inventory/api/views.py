@@ -130,11 +130,16 @@ class ClusterViewSet(InventoryViewMixin, viewsets.ModelViewSet):
     @extend_schema(request=s.HeartbeatSerializer, responses={200: s.ClusterSerializer})
     @action(detail=True, methods=["post"], url_path="heartbeat")
     def heartbeat(self, request, cluster=None):
-        body = s.HeartbeatSerializer(data=request.data if isinstance(request.data, dict) else {})
+        data = request.data if isinstance(request.data, dict) else {}
+        body = s.HeartbeatSerializer(data=data)
         body.is_valid(raise_exception=True)
+        # Agents send their metrics either under "status" or as the body's other keys: keep them as given.
+        status_doc = body.validated_data.get("status")
+        if status_doc is None:
+            status_doc = {k: v for k, v in data.items() if k != "agentVersion"}
         target = cluster_services.record_heartbeat(Cluster.objects.get(name=cluster),
                                                    agent_version=body.validated_data.get("agentVersion", ""),
-                                                   status=body.validated_data.get("status"))
+                                                   status=status_doc)
         return Response(s.ClusterSerializer(self.get_queryset().get(pk=target.pk)).data)
 
     @extend_schema(methods=["PUT"], request=s.KubeObjectInputSerializer,

@@ -1,0 +1,38 @@
+"""Periodic inventory work for Celery beat (registered in InventoryConfig.ready).
+
+The stale-cluster sweep (``inventory.services.clusters.sweep_stale_clusters``) is scheduled by the claims
+app, which re-runs allocation after it. ``refresh_demo_clusters`` stands in for the agents
+of the demo fleet (clusters labelled draservice.io/demo=true): without it the demo would go stale five
+minutes after ``make run``. It only heartbeats clusters that carry that label.
+"""
+from celery import shared_task
+from django.conf import settings
+
+from inventory.demo import DEMO_LABEL
+
+SCHEDULE = {
+    "inventory-refresh-demo-clusters": {
+        "task": "inventory.tasks.refresh_demo_clusters",
+        "schedule": max(10.0, settings.STALE_CLUSTER_SECONDS / 3),
+    },
+}
+
+
+@shared_task(name="inventory.tasks.refresh_demo_clusters", ignore_result=True)
+def refresh_demo_clusters() -> int:
+    from inventory.models import Cluster
+    from inventory.services.clusters import record_heartbeat
+
+    demo_clusters = Cluster.objects.filter(labels__contains={DEMO_LABEL: "true"}) \
+        if _json_contains_supported() else [c for c in Cluster.objects.all() if (c.labels or {}).get(DEMO_LABEL) == "true"]
+    count = 0
+    for cluster in demo_clusters:
+        record_heartbeat(cluster, agent_version="demo-fleet", status={"simulated": True})
+        count += 1
+    return count
+
+
+def _json_contains_supported() -> bool:
+    from django.db import connection
+
+    return connection.features.supports_json_field_contains
