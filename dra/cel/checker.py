@@ -7,6 +7,7 @@ we do too, with cel-go's wording and our hints.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 import lark
@@ -14,7 +15,8 @@ from celpy.evaluation import celstr
 
 from . import analysis, hints, regex
 from .errors import CELCompileError
-from .types import (ANY, BOOL, BYTES, DEVICE, DOUBLE, DYN, INT, NULL, QUANTITY, SEMVER, SIGNATURES, STRING, TYPE,
+from .evaluator import _SYMBOLS, operator_position, token_position
+from .types import (ANY, ATTRIBUTES, BOOL, CAPACITY, BYTES, DEVICE, DOUBLE, DYN, INT, NULL, QUANTITY, SEMVER, SIGNATURES, STRING, TYPE,
                     UINT, UNSUPPORTED, binary_result, device_fields, fmt, is_dyn, list_of, map_of, match,
                     substitute, unify)
 
@@ -66,8 +68,8 @@ class _Checker:
         self.warnings: list[Issue] = []
         self.scopes: list[dict] = [{"device": DEVICE}]
 
-    def error(self, message: str, node, hint: str | None = None):
-        self.errors.append(Issue(message, _pos(node), hint))
+    def error(self, message: str, node, hint: str | None = None, position: int | None = None):
+        self.errors.append(Issue(message, _pos(node) if position is None else position, hint))
         return DYN
 
     # --- dispatch ------------------------------------------------------------------------
@@ -128,7 +130,8 @@ class _Checker:
                 if t in (left, right) and op in ("_<_", "_<=_", "_>_", "_>=_"):
                     hint = hints.ordering_on_library_type(
                         op, t, _source(self.expression, op_tree.children[0]), _source(self.expression, right_tree))
-            return self.error(f"found no matching overload for '{op}' applied to '({fmt(left)}, {fmt(right)})'", node, hint)
+            return self.error(f"found no matching overload for '{op}' applied to '({fmt(left)}, {fmt(right)})'", node,
+                              hint, operator_position(op_tree, _SYMBOLS[op]))
         return result
 
     def _arith(self, node, prefix: str):
@@ -143,7 +146,8 @@ class _Checker:
             hint = None
             if QUANTITY in (left, right) and op in ("_+_", "_-_"):
                 hint = "quantities are added with q.add(other) and subtracted with q.sub(other)"
-            return self.error(f"found no matching overload for '{op}' applied to '({fmt(left)}, {fmt(right)})'", node, hint)
+            return self.error(f"found no matching overload for '{op}' applied to '({fmt(left)}, {fmt(right)})'", node,
+                              hint, operator_position(op_tree, _SYMBOLS[op]))
         return result
 
     def t_addition(self, node):
@@ -239,18 +243,23 @@ class _Checker:
         operand_node, name_token = node.children
         name = str(name_token)
         t = self.check(operand_node)
-        return self.select(t, name, node)
+        return self.select(t, name, node, token_position(name_token))
 
-    def select(self, t, name: str, node):
+    def select(self, t, name: str, node, position: int | None = None):
         if t == DEVICE:
             if name not in self.fields:
-                hint = None
                 if name == "allowMultipleAllocations":
                     hint = "device.allowMultipleAllocations exists only when the DRAConsumableCapacity feature is enabled"
-                elif name in ("attribute", "capacities", "name", "pool"):
-                    hint = "the device variable has the fields: " + ", ".join(sorted(self.fields))
-                return self.error(f"undefined field '{name}'", node, hint)
+                else:
+                    hint = _did_you_mean(name, self.fields) + "the device variable has the fields: " + ", ".join(
+                        sorted(self.fields))
+                return self.error(f"undefined field '{name}'", node, hint, position)
             return self.fields[name]
+        if t in (ATTRIBUTES, CAPACITY):
+            # device.attributes.productName reads the *domain* "productName".
+            kind = "attributes" if t == ATTRIBUTES else "capacity"
+            self.warn(f'device.{kind}.{name} selects the {kind} domain "{name}", which is not a domain name',
+                      position, f'write device.{kind}["<domain>"].{name}, e.g. device.{kind}["gpu.nvidia.com"].{name}')
         if is_dyn(t):
             return t
         if isinstance(t, tuple) and t[0] == "map":
@@ -272,8 +281,27 @@ class _Checker:
         if isinstance(t, tuple) and t[0] == "map":
             if unify(t[1], index) is None:
                 return self.error(f"found no matching overload for '_[_]' applied to '({fmt(t)}, {fmt(index)})'", node)
+            if t in (ATTRIBUTES, CAPACITY):
+                self.lint_domain(t, index_node)
             return t[2]
         return self.error(f"found no matching overload for '_[_]' applied to '({fmt(t)}, {fmt(index)})'", node)
+
+    def lint_domain(self, t, index_node):
+        """Domain keys that are really qualified names or bare names are common mistakes."""
+        domain = analysis.string_literal(index_node)
+        if domain is None:
+            return
+        kind = "attributes" if t == ATTRIBUTES else "capacity"
+        if "/" in domain:
+            d, _, n = domain.partition("/")
+            self.warn(f'"{domain}" is a qualified name, not a domain: no device has that {kind} domain', _pos(index_node),
+                      f'write device.{kind}["{d}"].{n}')
+        elif "." not in domain:
+            self.warn(f'"{domain}" does not look like a domain (domains are DNS names such as "gpu.nvidia.com")',
+                      _pos(index_node), f'names go after the domain: device.{kind}["<driver domain>"].{domain}')
+
+    def warn(self, message: str, position: int | None, hint: str | None = None):
+        self.warnings.append(Issue(message, position, hint, "warning"))
 
     # --- calls and macros ------------------------------------------------------------------
     def t_ident_arg(self, node):
@@ -281,7 +309,7 @@ class _Checker:
         args = node.children[1].children if len(node.children) > 1 else []
         if name == "has":
             return self.has(node, args)
-        return self.call(name, None, None, args, node)
+        return self.call(name, None, None, args, node, token_position(node.children[0]))
 
     def has(self, node, args):
         target = analysis.unwrap(args[0]) if len(args) == 1 else None
@@ -299,13 +327,13 @@ class _Checker:
                 return self.bind(node, args)
             return self.error(f"undeclared reference to 'cel.{name}' (in container '')", node)
         if namespace in _NAMESPACES and self.lookup(namespace) is None:
-            return self.call(f"{namespace}.{name}", None, None, args, node)
+            return self.call(f"{namespace}.{name}", None, None, args, node, token_position(node.children[1]))
         if name in _MACROS:
             macro = self.comprehension(node, name, operand_node, args)
             if macro is not None:
                 return macro
         receiver = self.check(operand_node)
-        return self.call(name, receiver, operand_node, args, node)
+        return self.call(name, receiver, operand_node, args, node, token_position(node.children[1]))
 
     def bind(self, node, args):
         var = analysis.ident_name(args[0]) if len(args) == 3 else None
@@ -361,11 +389,12 @@ class _Checker:
             return map_of(key_t, bodies[-1])
         return list_of(bodies[-1])
 
-    def call(self, name: str, receiver, receiver_node, arg_nodes, node):
+    def call(self, name: str, receiver, receiver_node, arg_nodes, node, position: int | None = None):
         arg_types = [self.check(a) for a in arg_nodes]
         overloads = SIGNATURES.get(name)
         if overloads is None:
-            return self.error(f"undeclared reference to '{name}' (in container '')", node, UNSUPPORTED.get(name))
+            hint = UNSUPPORTED.get(name) or (_did_you_mean(name, SIGNATURES).rstrip("; ") or None)
+            return self.error(f"undeclared reference to '{name}' (in container '')", node, hint, position)
         results = []
         for recv, params, result in overloads:
             if (recv is None) != (receiver is None) or len(params) != len(arg_types):
@@ -378,7 +407,7 @@ class _Checker:
         if not results:
             return self.error(
                 f"found no matching overload for '{name}' applied to '{fmt(receiver) + '.' if receiver is not None else ''}"
-                f"({', '.join(fmt(t) for t in arg_types)})'", node, _call_hint(name, receiver))
+                f"({', '.join(fmt(t) for t in arg_types)})'", node, _call_hint(name, receiver), position)
         if name in _REGEX_FUNCTIONS:
             pattern_node = arg_nodes[1] if receiver is None else arg_nodes[0]
             self.check_regex_literal(pattern_node)
@@ -416,6 +445,12 @@ class _Checker:
             self.warnings.append(Issue(
                 f'{name}("{text}") will fail for every device: {exc}', _pos(arg_nodes[0]),
                 "the value looks like an unexpanded template placeholder" if templated else None, "warning"))
+
+
+def _did_you_mean(name: str, candidates) -> str:
+    by_lower = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.75)
+    return f"did you mean '{by_lower[close[0]]}'? " if close else ""
 
 
 def _call_hint(name: str, receiver) -> str | None:

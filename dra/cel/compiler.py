@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import lark
+import lark.exceptions
 from celpy import celtypes
 from celpy.celparser import CELParseError, CELParser
 from celpy.evaluation import Activation, CELEvalError, Evaluator, base_functions
@@ -151,7 +152,9 @@ def _tree_offset(tree: lark.Tree | None) -> int | None:
 
 def _runtime_error(expression: str, error: CELEvalError) -> CELRuntimeError:
     reason = str(error.args[0]) if error.args else "evaluation failed"
-    position = _tree_offset(error.tree)
+    position = getattr(error, "dra_position", None)
+    if position is None:
+        position = _tree_offset(error.tree)
     if position is None:
         position = _offset(expression, error.line, error.column)
     hint = runtime_hint(getattr(error, "dra_hint", None))
@@ -179,8 +182,10 @@ def compile_expression(expression: str, *, consumable_capacity: bool = True) -> 
         tree = _parse(expression)
     except CELParseError as exc:
         position = _offset(expression, getattr(exc, "line", None), getattr(exc, "column", None))
-        detail = str(exc.args[0]).split("\n")[0] if exc.args else ""
-        raise CELCompileError(expression, f"Syntax error: {_syntax_reason(detail)}", position) from None
+        reason, hint = _syntax_reason(expression, position, exc.__context__)
+        if reason == "unexpected end of expression":
+            position = len(expression.rstrip())
+        raise CELCompileError(expression, f"Syntax error: {reason}", position, hint) from None
     depth = analysis.nesting_depth(tree)
     if depth > MAX_NESTING_DEPTH:
         raise CELCompileError(
@@ -195,6 +200,22 @@ def compile_expression(expression: str, *, consumable_capacity: bool = True) -> 
     return CompiledExpression(expression, tree, consumable_capacity, checked)
 
 
-def _syntax_reason(detail: str) -> str:
-    detail = detail.strip()
-    return detail if detail and not detail.startswith("?") else "unexpected input"
+def _syntax_reason(expression: str, position: int | None, cause: BaseException | None) -> tuple[str, str | None]:
+    """cel-python's error carries only the position; the lark error it wraps (its implicit
+    context) tells whether the input ended early. Say what is wrong and, for the usual
+    suspects, what to write instead."""
+    token = getattr(cause, "token", None)
+    if (isinstance(cause, lark.exceptions.UnexpectedToken) and getattr(token, "type", None) == "$END") or \
+            position is None or position >= len(expression.rstrip()):
+        return "unexpected end of expression", "an operand, a closing bracket or a closing quote is missing"
+    char = expression[position]
+    before = expression[:position].rstrip()
+    if char == "?" and before.endswith(".") or expression[position:].startswith("?."):
+        return "unexpected '?'", "optional field selection (.?field, ?.) is not supported; guard with has(...) instead"
+    if char in "\"'":
+        return "unterminated string literal", None
+    if char == "=" and before.endswith("="):
+        return "unexpected '='", "equality is written =="
+    if char == "=" and not before.endswith(("!", "<", ">", "=")):
+        return "unexpected '='", "equality is written =="
+    return f"unexpected {char!r}", None

@@ -39,6 +39,8 @@ _TYPE_NAMES = {
     "bool": celtypes.BoolType, "string": celtypes.StringType, "bytes": celtypes.BytesType,
     "list": celtypes.ListType, "map": celtypes.MapType, "null_type": type(None), "type": celtypes.TypeType,
 }
+_SYMBOLS = {"_<_": "<", "_<=_": "<=", "_>_": ">", "_>=_": ">=", "_==_": "==", "_!=_": "!=", "_in_": "in",
+            "_+_": "+", "_-_": "-", "_*_": "*", "_/_": "/", "_%_": "%"}
 _PASS_THROUGH = frozenset(
     {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication", "unary", "member", "primary"}
 )
@@ -87,11 +89,25 @@ class Budget:
                 )
 
 
-def error_at(message: str, tree: lark.Tree | None, hint: dict | None = None) -> CELEvalError:
+def error_at(message: str, tree: lark.Tree | None, hint: dict | None = None, position: int | None = None) -> CELEvalError:
+    """A CEL error value; `position` (a character offset) is more precise than the tree's
+    start, e.g. the operator of a comparison or the name in a field selection."""
     e = CELEvalError(message, ValueError, None, tree=tree)
     if hint:
         e.dra_hint = hint  # type: ignore[attr-defined]
+    if position is not None:
+        e.dra_position = position  # type: ignore[attr-defined]
     return e
+
+
+def operator_position(op_tree: lark.Tree, symbol: str) -> int | None:
+    """Offset of the operator of a binary node (its rule spans `left <op>`)."""
+    meta = op_tree.meta
+    return None if meta.empty else meta.end_pos - len(symbol)
+
+
+def token_position(token) -> int | None:
+    return getattr(token, "start_pos", None)
 
 
 def _tree_ident(tree: Any) -> str | None:
@@ -220,6 +236,7 @@ class DRAEvaluator(Evaluator):
                 f"found no matching overload for '{op}' applied to '({type_name(left)}, {type_name(right)})'",
                 tree,
                 {"operator": op, "types": (type_name(left), type_name(right))},
+                operator_position(op_tree, _SYMBOLS[op]),
             )
 
     _ARITH = {"addition_add": "_+_", "addition_sub": "_-_", "multiplication_mul": "_*_",
@@ -239,10 +256,11 @@ class DRAEvaluator(Evaluator):
             result = operators.arithmetic(op, left, right)
         except operators.NoOverload:
             return error_at(
-                f"found no matching overload for '{op}' applied to '({type_name(left)}, {type_name(right)})'", tree
+                f"found no matching overload for '{op}' applied to '({type_name(left)}, {type_name(right)})'", tree,
+                position=operator_position(op_tree, _SYMBOLS[op]),
             )
         except operators.OperatorError as exc:
-            return error_at(str(exc), tree)
+            return error_at(str(exc), tree, position=operator_position(op_tree, _SYMBOLS[op]))
         if isinstance(result, (str, list)):
             # Concatenation traverses its operands.
             self.budget.charge(len(result) // 10 + 1, tree)
@@ -283,7 +301,7 @@ class DRAEvaluator(Evaluator):
         member = self.visit(member_tree)
         if isinstance(member, CELEvalError):
             return member
-        return self._lookup(member, str(name_token), tree)
+        return self._lookup(member, str(name_token), tree, token_position(name_token))
 
     def member_index(self, tree):
         member = self.visit(tree.children[0])
@@ -297,11 +315,12 @@ class DRAEvaluator(Evaluator):
             if not 0 <= int(index) < len(member):
                 return error_at(f"index out of range: {int(index)}", tree)
             return member[int(index)]
-        return self._lookup(member, index, tree)
+        index_tree = tree.children[1]
+        return self._lookup(member, index, tree, None if index_tree.meta.empty else index_tree.meta.start_pos)
 
-    def _lookup(self, member, key, tree):
+    def _lookup(self, member, key, tree, position=None):
         if not isinstance(member, celtypes.MapType):
-            return error_at(f"type '{type_name(member)}' does not support field selection", tree)
+            return error_at(f"type '{type_name(member)}' does not support field selection", tree, position=position)
         try:
             return member[key]
         except (KeyError, TypeError):
@@ -311,7 +330,7 @@ class DRAEvaluator(Evaluator):
             hint = {"missing_domain": member.domain, "kind": member.kind, "available": member.available, "name": str(key)}
         elif isinstance(member, DomainMap):
             hint = {"domain": member.domain, "kind": member.kind, "names": tuple(sorted(member.keys())), "name": str(key)}
-        return error_at(f"no such key: {key}", tree, hint)
+        return error_at(f"no such key: {key}", tree, hint, position)
 
     # --- has(), function and method calls --------------------------------------------------
     def macro_has_eval(self, exprlist):
@@ -330,7 +349,7 @@ class DRAEvaluator(Evaluator):
             return celtypes.BoolType(name in operand)
         return error_at(f"invalid type for field selection: {type_name(operand)}", node)
 
-    def _call(self, name: str, args: list, tree):
+    def _call(self, name: str, args: list, tree, position=None):
         for a in args:
             if isinstance(a, CELEvalError):
                 return a
@@ -344,17 +363,19 @@ class DRAEvaluator(Evaluator):
         try:
             fn = self.functions[name]
         except KeyError:
-            return error_at(f"undeclared reference to '{name}'", tree)
+            return error_at(f"undeclared reference to '{name}'", tree, position=position)
         try:
             result = fn(*args)
         except (TypeError, AttributeError):
-            return no_overload(name, *args)
+            result = no_overload(name, *args)
         except (ValueError, OverflowError) as exc:
-            return error_at(str(exc) or "return error for overflow", tree)
+            return error_at(str(exc) or "return error for overflow", tree, position=position)
         except ZeroDivisionError:
-            return error_at("divide by zero", tree)
+            return error_at("division by zero", tree, position=position)
         if isinstance(result, CELEvalError) and result.tree is None:
             result.tree, result.line, result.column = tree, tree.meta.line, tree.meta.column
+            if position is not None:
+                result.dra_position = position  # type: ignore[attr-defined]
         if isinstance(result, celtypes.ListType):
             self.budget.charge(len(result), tree)
         return result
@@ -367,7 +388,7 @@ class DRAEvaluator(Evaluator):
         args = self.visit_children(args_tree) if args_tree is not None else []
         if name == "dyn":
             return args[0]
-        return self._call(name, args, tree)
+        return self._call(name, args, tree, token_position(tree.children[0]))
 
     # Primary expressions are reached directly (the wrapper nodes are skipped).
     def ident(self, tree):
@@ -424,7 +445,7 @@ class DRAEvaluator(Evaluator):
         if namespace is not None and (namespace, name_token) in _NAMESPACED:
             values = [self.visit(a) for a in args]
             fname = _NAMESPACED[(namespace, name_token)]
-            return self._call(fname.replace(".", "_"), values, tree)
+            return self._call(fname.replace(".", "_"), values, tree, token_position(tree.children[1]))
         if name_token in _MACROS_ONE_VAR and len(args) in (2, 3) and _tree_ident(args[0]) is not None and (
             len(args) == 2 or name_token == "map" or _tree_ident(args[1]) is None
         ):
@@ -435,7 +456,7 @@ class DRAEvaluator(Evaluator):
             )
         target = self.visit(member_tree)
         values = [self.visit(a) for a in args]
-        return self._call(name_token, [target, *values], tree)
+        return self._call(name_token, [target, *values], tree, token_position(tree.children[1]))
 
     # --- comprehensions --------------------------------------------------------------------
     def _comprehension(self, tree, name, range_tree, variables, bodies):
