@@ -122,7 +122,9 @@ def test_validate_expression_reports_errors_and_warnings():
     assert 'device.attributes["gpu.nvidia.com"].productName' in issues[2]["hint"]
     [warning] = validate_expression('device.capacity["memory"].value.isInteger()')
     assert warning["severity"] == "warning" and "does not look like a domain" in warning["message"]
-    [warning] = validate_expression('device.attributes.productName == "x"')  # compiles: the domain is "productName"
+    # `device.attributes.productName` is the domain map "productName": a type error, explained.
+    error, warning = validate_expression('device.attributes.productName == "x"')
+    assert "(map(string, any), string)" in error["message"]
     assert 'device.attributes["<domain>"].productName' in warning["hint"]
 
 
