@@ -1,11 +1,13 @@
 from django.urls import path
 
 from claims.api import views
+from claims.api.simulate import SimulateView
 
 NS = "namespaces/<str:namespace>"
 CLAIM = f"{NS}/resourceclaims/<str:name>"
 
 urlpatterns = [
+    path("simulate", SimulateView.as_view(), name="simulate"),
     path("namespaces", views.NamespaceListView.as_view(), name="namespace-list"),
     path("resourceclaims", views.AllClaimsView.as_view(), name="resourceclaim-all"),
     path("utilisation", views.UtilisationView.as_view(), name="utilisation-list"),

@@ -66,8 +66,7 @@ class Engine:
         self._key_index: dict[tuple, KeyIndex] = {}
         self._node_cands: dict[tuple, list[Device]] = {}
         self._plans: dict[tuple, GroupPlan] = {}
-        self._capacity_admits: dict[tuple, bool] = {}
-        self._capacity_keepalive: list = []
+        self._capacity_admits: dict[tuple, bool] = {}  # (capacity requests, device) -> fits when dedicated
         for d in self.devices:
             self.avail[d.idx] = self._available(d)
         for rec in allocated:
@@ -81,16 +80,13 @@ class Engine:
     def _device_allocated(self, d: Device) -> bool:
         return bool(self.excl[d.idx] or self.active.get(d.idx))
 
-    def capacity_admits(self, requests, d: Device) -> bool:
-        """Can a dedicated (not shared) allocation of ``d`` satisfy these capacity requests? Static per pair."""
-        key = (id(requests), d.idx)
+    def capacity_admits(self, alt, d: Device) -> bool:
+        """Can a dedicated (not shared) allocation of ``d`` satisfy the alternative's capacity requests?"""
+        key = (alt.cap_key, d.idx)
         ok = self._capacity_admits.get(key)
         if ok is None:
-            amounts = consumption(requests, d)
-            ok = amounts is not None and fits(amounts, d) is None
-            # ``requests`` belongs to a cached plan; keep it alive so that its id() cannot be reused.
-            self._capacity_admits[key] = ok
-            self._capacity_keepalive.append(requests)
+            amounts = consumption(alt.cap_requests, d)
+            ok = self._capacity_admits[key] = amounts is not None and fits(amounts, d) is None
         return ok
 
     def _available(self, d: Device) -> bool:

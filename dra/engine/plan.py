@@ -41,6 +41,7 @@ class Alt:
     admin: bool
     tolerations: list
     cap_requests: dict[str, Q] | None
+    cap_key: tuple | None = None  # cap_requests by value, for memos that outlive the plan
 
     @property
     def name(self) -> str:
@@ -177,10 +178,11 @@ def _alt(ci, ri, si, base, sub, spec, exact, ref, features, get_class, get_selec
             raise AllocationError(ErrorCode.INVALID, f"class {class_name}: selector #{i}: CEL expression empty "
                                   "(unsupported selector type?)")
         compile_or_raise(expr, consumable_capacity=features.consumable_capacity, origin="class", name=class_name,
-                         index=i)
+                         index=i, field=f"deviceClasses[{class_name}].spec.selectors[{i}].cel.expression")
         class_exprs.append(expr)
     for i, expr in enumerate(exprs):
-        compile_or_raise(expr, consumable_capacity=features.consumable_capacity, origin="claim", name=ref, index=i)
+        compile_or_raise(expr, consumable_capacity=features.consumable_capacity, origin="claim", name=ref, index=i,
+                         field=f"{path}.selectors[{i}].cel.expression", claim=ref)
     cap_requests = None
     capacity = spec.get("capacity")
     if capacity is not None and capacity.get("requests"):
@@ -192,5 +194,7 @@ def _alt(ci, ri, si, base, sub, spec, exact, ref, features, get_class, get_selec
                 raise AllocationError(ErrorCode.INVALID, f"{ref}, request {name}: capacity {cname}: {exc}",
                                       claim=ref, field=f"{path}.capacity.requests[{cname}]") from exc
     sel = get_selectors(class_name, tuple(class_exprs), tuple(exprs))
+    cap_key = tuple(sorted((n, q.value) for n, q in cap_requests.items())) if cap_requests else None
     return Alt(ci, ri, si, base, sub, class_name, klass, sel, all_mode, count,
-               bool(spec.get("adminAccess")) if exact else False, list(spec.get("tolerations") or []), cap_requests)
+               bool(spec.get("adminAccess")) if exact else False, list(spec.get("tolerations") or []), cap_requests,
+               cap_key)

@@ -329,7 +329,7 @@ class NodeSearch:
             if amounts is None or fits(amounts, d, e.cap_used.get(idx), self.loc_cap.get(idx)) is not None:
                 return None
         elif f.consumable_capacity and (d.capacity or alt.cap_requests) and \
-                not e.capacity_admits(alt.cap_requests, d):
+                not e.capacity_admits(alt, d):
             return None
         if d.consumes and not f.partitionable_devices:
             return None

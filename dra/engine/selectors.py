@@ -134,7 +134,8 @@ def _capacity_strings(device: Device):
         yield name, format_quantity(cap.value, cap.fmt)
 
 
-def compile_or_raise(expr: str, *, consumable_capacity: bool, origin: str, name: str, index: int) -> None:
+def compile_or_raise(expr: str, *, consumable_capacity: bool, origin: str, name: str, index: int,
+                     field: str | None = None, claim: str | None = None) -> None:
     """Compile errors are input errors; upstream words them per class or per claim."""
     try:
         compile_expression(expr, consumable_capacity=consumable_capacity)
@@ -144,4 +145,4 @@ def compile_or_raise(expr: str, *, consumable_capacity: bool, origin: str, name:
             msg = f"class {name}: selector #{index}: CEL compile error: {reason}"
         else:
             msg = f"{name}: selector #{index}: CEL compile error: {reason}"
-        raise AllocationError(ErrorCode.CEL, msg) from exc
+        raise AllocationError(ErrorCode.CEL, msg, claim=claim, field=field) from exc
