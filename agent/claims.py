@@ -16,8 +16,15 @@ The convention (documented in the README):
 * deleting the claim, or removing the annotation, releases it in the service and drops the finalizer.
 
 Reconciliation is level-triggered: every change to a claim (from the watch) queues its key, and the
-claims thread brings cluster and service into agreement from their current states, requeueing pending
-claims every ``poll_interval`` until the service has decided.
+claims thread brings cluster and service into agreement from their current states. Claims the service
+has not decided yet wait in a set; every ``poll_interval`` one list request
+(``GET /api/v1/resourceclaims?labelSelector=draservice.io/source-cluster=<cluster>``) shows which of them
+have moved on, so a hundred pending claims cost one request per interval, not a hundred. The same list,
+every ``sweep_period``, finds service claims whose cluster claim is gone (a finalizer removed by hand)
+and releases them.
+
+Nothing is mirrored before the inventory's first full sync has been accepted: the service refuses
+claims that name a DeviceClass it has not heard of, and the cluster's DeviceClasses arrive with it.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ import heapq
 import logging
 import threading
 import time
+from typing import Callable
 
 from kubernetes.client.exceptions import ApiException
 
@@ -65,13 +73,16 @@ def service_name(cluster: str, name: str) -> str:
 
 class ClaimSync:
     def __init__(self, kube: KubeClient, service: ServiceClient, resource: Resource, stop: threading.Event,
-                 *, poll_interval: float = 2.0, watch_timeout: int = 300, backoff_cap: float = 60.0):
+                 *, poll_interval: float = 2.0, sweep_period: float = 60.0, watch_timeout: int = 300,
+                 backoff_cap: float = 60.0, ready: Callable[[], bool] = lambda: True):
         self.kube = kube
         self.service = service
         self.cluster = service.cluster
         self.resource = resource
         self.stop = stop
         self.poll_interval = poll_interval
+        self.sweep_period = sweep_period
+        self.ready = ready
         self.backoff = Backoff(base=1.0, cap=backoff_cap)
         self.informer = Informer(kube, resource, self._on_change, stop, watch_timeout=watch_timeout)
         self._lock = threading.Condition()
@@ -79,6 +90,7 @@ class ClaimSync:
         self._due: dict[str, float] = {}  # key -> earliest due time queued
         self._mirrored: dict[str, tuple[str, str]] = {}  # cluster key -> (service namespace, service name)
         self._reported: dict[str, str] = {}  # key -> last outcome logged (log each state once, not per poll)
+        self._waiting: set[str] = set()  # keys whose service claim is still Pending
         self.last_error: str | None = None
         self.thread: threading.Thread | None = None
 
@@ -86,6 +98,10 @@ class ClaimSync:
         self.informer.start()
         self.thread = threading.Thread(target=self.run, name="claims", daemon=True)
         self.thread.start()
+
+    def wake(self) -> None:
+        with self._lock:
+            self._lock.notify_all()
 
     def mirrored_count(self) -> int:
         return len(self._mirrored)
@@ -106,7 +122,9 @@ class ClaimSync:
             heapq.heappush(self._queue, (due, key))
             self._lock.notify()
 
-    def _next(self) -> str | None:
+    def _next(self, timeout: float) -> str | None:
+        """The next key that is due, waiting at most ``timeout`` seconds for one."""
+        deadline = time.monotonic() + timeout
         with self._lock:
             while not self.stop.is_set():
                 now = time.monotonic()
@@ -116,25 +134,44 @@ class ClaimSync:
                     _, key = heapq.heappop(self._queue)
                     del self._due[key]
                     return key
-                self._lock.wait(timeout=min(1.0, self._queue[0][0] - now) if self._queue else 1.0)
+                if now >= deadline:
+                    return None
+                wake = min(deadline, self._queue[0][0]) if self._queue else deadline
+                self._lock.wait(timeout=min(1.0, wake - now))
         return None
 
     def run(self) -> None:
         self.informer.synced.wait()
+        while not self.ready():
+            if self.stop.wait(0.2):
+                return
+        log.info("claim write-back running: claims annotated %s=\"true\" are allocated by the service", MARK)
+        next_poll = next_sweep = time.monotonic()
         while not self.stop.is_set():
-            key = self._next()
+            now = time.monotonic()
+            if now >= next_poll and (self._waiting or now >= next_sweep):
+                try:
+                    self._poll_service(sweep=now >= next_sweep)
+                    if now >= next_sweep:
+                        next_sweep = now + self.sweep_period
+                except ServiceError as exc:
+                    metrics.ERRORS.labels("claims").inc()
+                    self.last_error = f"listing the service's claims: {exc}"
+                    log.warning("claims: cannot list this cluster's claims in the service: %s", exc)
+                next_poll = now + self.poll_interval
+            key = self._next(timeout=max(0.0, next_poll - time.monotonic()))
             if key is None:
-                break
+                continue
             try:
                 again = self.reconcile(key)
                 self.backoff.reset()
             except ServiceRejected as exc:
-                # The service will not take this claim as it is (a claim's spec is immutable, so retrying
-                # cannot help); it is looked at again when it changes in the cluster.
+                # Refused as it is - e.g. a DeviceClass the service has not received yet. A claim's spec is
+                # immutable, so only a slow retry makes sense; it is logged once.
                 metrics.ERRORS.labels("claims").inc()
                 self.last_error = f"claim {key}: {exc}"
                 self._report(key, "rejected", logging.ERROR, "claim %s: REJECTED by the service: %s", key, exc)
-                again = None
+                again = max(30.0, self.poll_interval * 15)
             except (ServiceUnavailable, ApiException, OSError) as exc:
                 metrics.ERRORS.labels("claims").inc()
                 self.last_error = f"claim {key}: {exc}"
@@ -142,6 +179,29 @@ class ClaimSync:
                 log.warning("claim %s: %s; retrying in %.1fs", key, _short(exc), again)
             if again is not None:
                 self.enqueue(key, again)
+
+    def _poll_service(self, sweep: bool) -> None:
+        """One list of the claims mirrored from this cluster: requeue the waiting ones the service has
+        decided, and (``sweep``) release those whose cluster claim no longer exists."""
+        remote = self.service.list_claims(label_selector=f"{SOURCE_CLUSTER}={self.cluster}")
+        by_key = {}
+        for item in remote:
+            annotations = (item.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(SOURCE_CLUSTER) == self.cluster and annotations.get(SOURCE_CLAIM):
+                by_key[annotations[SOURCE_CLAIM]] = item
+        for key in list(self._waiting):
+            item = by_key.get(key)
+            if item is None or (item.get("status") or {}).get("phase", "Pending") != "Pending":
+                self._waiting.discard(key)
+                self.enqueue(key)
+        if not sweep:
+            return
+        for key, item in by_key.items():
+            claim = self.informer.get(key)
+            uid = (item["metadata"].get("annotations") or {}).get(SOURCE_UID)
+            if claim is None or (uid and claim["metadata"].get("uid") != uid):
+                meta = item["metadata"]
+                self._release(key, meta["namespace"], meta["name"], why="its cluster claim no longer exists")
 
     # -- reconcile one claim ----------------------------------------------------------------------
     def reconcile(self, key: str) -> float | None:
@@ -154,6 +214,7 @@ class ClaimSync:
             return None
         meta = claim["metadata"]
         finalizers = meta.get("finalizers") or []
+        self._waiting.discard(key)  # looked at now; re-added below if still pending
         if meta.get("deletionTimestamp") or not is_marked(claim):
             if FINALIZER in finalizers:
                 why = "deleted in the cluster" if meta.get("deletionTimestamp") else "no longer marked"
@@ -199,7 +260,8 @@ class ClaimSync:
                                                    if c.get("reason")), "")
             self._report(key, f"pending:{reason}", logging.INFO,
                          "claim %s: pending in the service%s", key, f" ({reason})" if reason else "")
-            return self.poll_interval
+            self._waiting.add(key)  # the next poll requeues it once the service has decided
+            return None
         self._report(key, phase, logging.WARNING, "claim %s: the service reports %s: %s", key, phase,
                      status.get("message") or status.get("reason") or "no reason given")
         return self.poll_interval * 10 if phase == "Failed" else None
@@ -257,13 +319,16 @@ class ClaimSync:
             SOURCE_CLAIM: f"{meta['namespace']}/{meta['name']}",
             SOURCE_UID: meta.get("uid", ""),
         })
+        # The label lets one list request find every claim mirrored from this cluster.
+        labels = {**(meta.get("labels") or {}), SOURCE_CLUSTER: self.cluster}
         return {"apiVersion": claim.get("apiVersion") or self.resource.api_version, "kind": "ResourceClaim",
-                "metadata": {"name": name, "labels": meta.get("labels") or {}, "annotations": annotations},
+                "metadata": {"name": name, "labels": labels, "annotations": annotations},
                 "spec": claim.get("spec") or {}}
 
     def _release(self, key: str, ns: str, name: str, why: str) -> None:
         self.service.release_claim(ns, name)
         self._mirrored.pop(key, None)
+        self._waiting.discard(key)
         self._reported.pop(key, None)
         log.info("claim %s: released %s/%s in the service (%s)", key, ns, name, why)
 

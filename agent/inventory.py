@@ -21,6 +21,7 @@ full sync re-arms itself), and the pusher backs off exponentially with jitter un
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 
@@ -64,6 +65,7 @@ class InventorySync:
         self._full_needed = True
         self._full_since: float | None = None  # oldest change that only a full sync will carry
         self.last_full_sync: float | None = None  # wall-clock time of the last accepted full sync
+        self._pushing = False  # a push is in flight (its changes are out of the dirty set, not yet accepted)
         self.last_error: str | None = None
         self.service_down_since: float | None = None
         self.thread: threading.Thread | None = None
@@ -87,14 +89,18 @@ class InventorySync:
         self.thread = threading.Thread(target=self.run, name="inventory-pusher", daemon=True)
         self.thread.start()
 
+    def wake(self) -> None:
+        self._wake.set()
+
     @property
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers.values())
 
     def in_sync(self) -> bool:
-        """True when every informer has listed and nothing is waiting to be pushed."""
+        """True when every informer has listed, a full sync was accepted, and nothing is pending or in flight."""
         with self._lock:
-            return self.synced and not self._dirty and not self._full_needed and self.last_full_sync is not None
+            return (self.synced and not self._dirty and not self._full_needed and not self._pushing
+                    and self.last_full_sync is not None)
 
     # -- change intake (informer threads) ---------------------------------------------------------
     def _change_handler(self, plural: str):
@@ -160,6 +166,7 @@ class InventorySync:
         """Push what is pending; returns True when that was a full sync. Raises ServiceUnavailable
         after putting back everything it did not get accepted."""
         with self._lock:
+            self._pushing = True
             full, since = self._full_needed, self._full_since
             if full:
                 # The full state carries every pending change: the dirty set is spent.
@@ -169,11 +176,15 @@ class InventorySync:
             else:
                 batch = dict(self._dirty)
                 self._dirty.clear()
-        if full:
-            self._push_full(since, dirty_at_snapshot)
-            return True
-        self._push_incremental(batch)
-        return False
+        try:
+            if full:
+                self._push_full(since, dirty_at_snapshot)
+                return True
+            self._push_incremental(batch)
+            return False
+        finally:
+            with self._lock:
+                self._pushing = False
 
     def snapshot(self) -> dict:
         def objects(plural: str) -> list[dict]:
@@ -189,35 +200,49 @@ class InventorySync:
     def _push_full(self, since: float | None, dirty_at_snapshot: dict) -> None:
         state = self.snapshot()
         started = time.monotonic()
-        try:
-            self.service.put_inventory(state)
-        except ServiceUnavailable:
-            with self._lock:
-                oldest = min([t for t in [since, *dirty_at_snapshot.values()] if t is not None], default=None)
-                self._require_full(oldest)
-            metrics.PUSHES.labels("full", "retry").inc()
-            raise
-        except ServiceRejected as exc:
-            # Pushes are atomic: one object the service refuses rejects the whole state. Retrying the
-            # same state is pointless; incremental pushes still carry every other object, and the
-            # next periodic full sync tries again (by then the object may have been fixed).
-            metrics.PUSHES.labels("full", "rejected").inc()
-            metrics.ERRORS.labels("service").inc()
-            self.last_error = str(exc)
-            log.error("full sync REJECTED by the service (%s); the cluster's objects will be pushed one by "
-                      "one instead, and the full sync retried in %.0fs", exc, self.resync_period)
-            with self._lock:
-                for plural in (SLICES, "nodes"):
-                    for obj in (self.informers[plural].items() if plural in self.informers else []):
-                        self._dirty.setdefault((plural, obj["metadata"]["name"]), time.monotonic())
-            self._wake.set()
-            return
-        self.last_full_sync = time.time()
+        excluded: list[str] = []
+        while True:
+            try:
+                self.service.put_inventory(state)
+                break
+            except ServiceUnavailable:
+                with self._lock:
+                    oldest = min([t for t in [since, *dirty_at_snapshot.values()] if t is not None], default=None)
+                    self._require_full(oldest)
+                metrics.PUSHES.labels("full", "retry").inc()
+                raise
+            except ServiceRejected as exc:
+                metrics.ERRORS.labels("service").inc()
+                self.last_error = str(exc)
+                # Pushes are atomic: one object the service refuses (say a field from a newer Kubernetes
+                # than it knows) rejects the whole state. The problem's field paths name the objects; push
+                # the state without them, so everything else - deletions included - still gets through.
+                dropped = _drop_rejected(state, exc.problem)
+                if not dropped or len(excluded) > 1000:
+                    metrics.PUSHES.labels("full", "rejected").inc()
+                    self._full_rejected(exc)
+                    return
+                excluded += dropped
+                for what, reason in dropped:
+                    log.error("%s REJECTED by the service and left out of the full sync: %s", what, reason)
         metrics.PUSHES.labels("full", "ok").inc()
+        self.last_full_sync = time.time()
         metrics.LAST_FULL_SYNC.set(self.last_full_sync)
-        log.info("full sync pushed: %d resourceslices, %d nodes, %d deviceclasses, %d devicetaintrules in %.2fs",
+        log.info("full sync pushed: %d resourceslices, %d nodes, %d deviceclasses, %d devicetaintrules in %.2fs%s",
                  len(state["resourceSlices"]), len(state["nodes"]), len(state["deviceClasses"]),
-                 len(state["deviceTaintRules"]), time.monotonic() - started)
+                 len(state["deviceTaintRules"]), time.monotonic() - started,
+                 f" ({len(excluded)} rejected object(s) left out)" if excluded else "")
+
+    def _full_rejected(self, exc: ServiceRejected) -> None:
+        """The service refused the state without saying which object: push objects one by one instead
+        (each good one gets in), and try the full sync again at the next period."""
+        log.error("full sync REJECTED by the service (%s); pushing the cluster's objects one by one instead "
+                  "and retrying the full sync in %.0fs", exc, self.resync_period)
+        with self._lock:
+            for plural in (SLICES, "nodes"):
+                for obj in (self.informers[plural].items() if plural in self.informers else []):
+                    self._dirty.setdefault((plural, obj["metadata"]["name"]), time.monotonic())
+        self._wake.set()
 
     def _push_incremental(self, batch: dict[tuple[str, str], float]) -> None:
         if not batch:
@@ -280,6 +305,28 @@ class InventorySync:
         metrics.SYNC_LAG.set(self.lag())
         with self._lock:
             metrics.PENDING_CHANGES.set(len(self._dirty))
+
+
+_FIELD = re.compile(r"^(resourceSlices|nodes|deviceClasses|deviceTaintRules)\[(\d+)\]")
+
+
+def _drop_rejected(state: dict, problem: dict) -> list[tuple[str, str]]:
+    """Remove from ``state`` the objects that the problem's ``errors[].field`` paths point at.
+
+    Returns ("<kind> <name>", reason) for each; empty when an error cannot be pinned on one object (then
+    nothing is removed, as a partial guess could drop good objects)."""
+    hits: dict[tuple[str, int], str] = {}
+    for err in problem.get("errors") or []:
+        match = _FIELD.match(str((err or {}).get("field") or ""))
+        if not match or int(match.group(2)) >= len(state.get(match.group(1)) or []):
+            return []
+        hits.setdefault((match.group(1), int(match.group(2))), f"{err.get('field')}: {err.get('reason')}")
+    dropped = []
+    for (key, index), reason in sorted(hits.items(), reverse=True):  # highest index first: indices stay valid
+        obj = state[key].pop(index)
+        name = obj.get("name") or (obj.get("metadata") or {}).get("name")
+        dropped.append((f"{key[:-1]} {name}", reason))
+    return dropped
 
 
 def _summary(batch: dict) -> str:

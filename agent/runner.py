@@ -34,6 +34,7 @@ class Settings:
     full_sync_threshold: int = 500  # more pending objects than this: push one full sync instead
     claims: bool = True  # mirror marked ResourceClaims and write allocations back
     claim_poll_interval: float = 2.0  # how often pending claims are checked in the service
+    claim_sweep_period: float = 60.0  # how often service claims of deleted cluster claims are looked for
     backoff_cap: float = 60.0
 
 
@@ -75,9 +76,11 @@ class Agent:
             backoff=Backoff(base=1.0, cap=s.backoff_cap))
         self.inventory.start()
         if s.claims and "resourceclaims" in self.resources:
+            inventory = self.inventory
             self.claims = ClaimSync(self.kube, self.service, self.resources["resourceclaims"], self.stop_event,
-                                    poll_interval=s.claim_poll_interval, watch_timeout=s.watch_timeout,
-                                    backoff_cap=s.backoff_cap)
+                                    poll_interval=s.claim_poll_interval, sweep_period=s.claim_sweep_period,
+                                    watch_timeout=s.watch_timeout, backoff_cap=s.backoff_cap,
+                                    ready=lambda: inventory.last_full_sync is not None)
             self.claims.start()
         elif s.claims:
             log.warning("the cluster serves no ResourceClaims: claim write-back is off")
@@ -87,7 +90,12 @@ class Agent:
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stop_event.set()
+        # Wake every thread from whatever it waits on: watches (sockets), the pusher, the claims queue.
         self.kube.close_watches()
+        if self.inventory:
+            self.inventory.wake()
+        if self.claims:
+            self.claims.wake()
         deadline = time.monotonic() + timeout
         threads = list(self._threads)
         if self.inventory:
@@ -97,6 +105,7 @@ class Agent:
         for thread in threads:
             if thread is not None:
                 thread.join(max(0.0, deadline - time.monotonic()))
+        self.service.close()
 
     def run_forever(self) -> None:
         self.start()
@@ -134,7 +143,8 @@ class Agent:
         }
 
     def send_heartbeat(self) -> None:
-        self.service.heartbeat(self.status())
+        # The service stores agentVersion in its own column and ``status`` as given (the dashboard shows it).
+        self.service.heartbeat({"agentVersion": __version__, "status": self.status()})
 
     def _heartbeat_loop(self) -> None:
         backoff = Backoff(base=self.settings.heartbeat_interval / 4 or 1.0, cap=self.settings.backoff_cap)

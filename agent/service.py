@@ -103,6 +103,10 @@ class ServiceClient:
         # while the agent keeps its changes and retries.
         raise ServiceUnavailable(message, status, problem)
 
+    def close(self) -> None:
+        """Drop pooled keep-alive connections (at shutdown: the service need not keep them open)."""
+        self.http.clear()
+
     def _cluster_path(self, *parts: str) -> str:
         return "/api/v1/clusters/" + "/".join(quote(p, safe="") for p in (self.cluster, *parts))
 
@@ -138,6 +142,20 @@ class ServiceClient:
     def get_claim(self, namespace: str, name: str) -> Any:
         """The claim, or None when the service has none of that name."""
         return self.request("GET", self._claims_path(namespace, name), missing_ok=True)
+
+    def list_claims(self, label_selector: str, page_size: int = 500) -> list[dict]:
+        """Claims in every namespace the token can read, selected by label, across pages."""
+        items: list[dict] = []
+        token = None
+        while True:
+            query = {"labelSelector": label_selector, "limit": page_size}
+            if token:
+                query["continue"] = token
+            page = self.request("GET", "/api/v1/resourceclaims", query=query) or {}
+            items += page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
 
     def release_claim(self, namespace: str, name: str) -> Any:
         return self.request("DELETE", self._claims_path(namespace, name), missing_ok=True)
