@@ -76,3 +76,17 @@ class BearerTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request):
         return self.keyword
+
+
+try:  # document the scheme in /api/schema/ (drf-spectacular finds extensions by import)
+    from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+    class BearerTokenScheme(OpenApiAuthenticationExtension):
+        target_class = "inventory.auth.BearerTokenAuthentication"
+        name = "bearerToken"
+
+        def get_security_definition(self, auto_schema):
+            return {"type": "http", "scheme": "bearer", "bearerFormat": "dra_<prefix>_<secret>",
+                    "description": "An API token (python manage.py create_token, or a cluster's token)."}
+except ImportError:  # pragma: no cover - drf-spectacular is a dependency
+    pass
