@@ -1,1 +1,31 @@
-urlpatterns: list = []
+"""Dashboard URLs. Everything needs a logged-in person (Django auth); writes also need permissions (see views.base)."""
+from django.urls import path
+
+from frontend.views import auth, claims, fleet, inventory, nodes
+
+app_name = "frontend"
+
+urlpatterns = [
+    path("login/", auth.LoginView.as_view(), name="login"),
+    path("logout/", auth.LogoutView.as_view(), name="logout"),
+    path("", fleet.overview, name="overview"),
+    path("utilisation/", fleet.utilisation, name="utilisation"),
+    path("sharing/", fleet.sharing, name="sharing"),
+    path("fragmentation/", fleet.fragmentation, name="fragmentation"),
+    path("clusters/", nodes.cluster_list, name="clusters"),
+    path("clusters/<str:cluster>/", nodes.cluster_detail, name="cluster"),
+    path("clusters/<str:cluster>/nodes/<str:node>/", nodes.node_detail, name="node"),
+    path("clusters/<str:cluster>/devices/<str:driver>/<str:pool>/<str:device>/", nodes.device_detail, name="device"),
+    path("clusters/<str:cluster>/devices/<str:driver>/<str:pool>/<str:device>/taint/", nodes.taint_device,
+         name="taint-device"),
+    path("claims/", claims.claim_list, name="claims"),
+    path("claims/<str:namespace>/<str:name>/", claims.claim_detail, name="claim"),
+    path("claims/<str:namespace>/<str:name>/release/", claims.release_claim, name="release-claim"),
+    path("inventory/slices/", inventory.slice_list, name="slices"),
+    path("inventory/slices/<str:cluster>/<str:name>/", inventory.slice_detail, name="slice"),
+    path("inventory/pools/", inventory.pool_list, name="pools"),
+    path("inventory/deviceclasses/", inventory.deviceclass_list, name="deviceclasses"),
+    path("inventory/deviceclasses/<str:name>/", inventory.deviceclass_detail, name="deviceclass"),
+    path("inventory/try-selector/", inventory.try_selector, name="try-selector"),
+    path("inventory/taintrules/", inventory.taintrule_list, name="taintrules"),
+]

@@ -1,0 +1,162 @@
+"""Fleet overview and per-cluster summaries: a handful of GROUP BY queries, whatever the fleet's size."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, Min
+from django.utils import timezone
+
+from claims.models import Phase, ResourceClaim
+from frontend.queries.sql import fetch_dicts
+from frontend.queries.units import STATE_SQL, has_taint_rules, units_sql
+from inventory.models import Cluster
+
+
+@dataclass
+class Tally:
+    """Units in each exclusive state. ``allocated`` includes ``shared``; ``stale`` are free units of stale
+    clusters (not offered for new claims); ``invalid`` free units of invalid pools."""
+
+    total: int = 0
+    allocated_only: int = 0
+    shared: int = 0
+    tainted: int = 0
+    stale: int = 0
+    invalid: int = 0
+    free: int = 0
+    partitioned: int = 0
+
+    def add_row(self, row: dict, stale_cluster: bool) -> None:
+        self.total += row["total"] or 0
+        self.allocated_only += row["allocated_only"] or 0
+        self.shared += row["shared"] or 0
+        self.tainted += row["tainted"] or 0
+        self.partitioned += row["partitioned"] or 0
+        if stale_cluster:  # nothing on a stale cluster is offered, whatever its own state
+            self.stale += (row["free"] or 0) + (row["invalid"] or 0)
+        else:
+            self.invalid += row["invalid"] or 0
+            self.free += row["free"] or 0
+
+    @property
+    def allocated(self) -> int:
+        return self.allocated_only + self.shared
+
+    @property
+    def unavailable(self) -> int:
+        return self.stale + self.invalid
+
+    @property
+    def utilisation(self) -> int:
+        return int(round(100 * self.allocated / self.total)) if self.total else 0
+
+    @property
+    def segments(self) -> list[tuple[str, int, str]]:
+        """(css class, count, label) for a stacked bar."""
+        return [("alloc", self.allocated_only, "allocated"), ("shared", self.shared, "shared"),
+                ("taint", self.tainted, "tainted"), ("stale", self.unavailable, "stale / invalid pool"),
+                ("free", self.free, "free")]
+
+
+@dataclass
+class Group:
+    key: str
+    label: str
+    tally: Tally = field(default_factory=Tally)
+    extra: dict = field(default_factory=dict)
+
+
+def cluster_freshness(now: datetime | None = None) -> list[Cluster]:
+    """All clusters with ``stale_now`` and ``last_seen`` set, and ``node_count``."""
+    now = now or timezone.now()
+    clusters = list(Cluster.objects.annotate(node_count=Count("nodes")).order_by("name"))
+    for c in clusters:
+        c.stale_now = c.is_stale(now)
+        c.last_seen = c.last_seen_at
+    return clusters
+
+
+def _tally_rows(group_by: str, where: str = "", params: list | None = None) -> list[dict]:
+    sql = (f"SELECT {group_by}, {STATE_SQL} FROM ({units_sql(where, with_rules=has_taint_rules())}) u "
+           f"GROUP BY {group_by}")
+    return fetch_dicts(sql, params or [])
+
+
+def pending_summary() -> dict:
+    agg = ResourceClaim.objects.filter(phase=Phase.PENDING).aggregate(count=Count("id"), oldest=Min("created_at"))
+    oldest = None
+    if agg["count"]:
+        oldest = (ResourceClaim.objects.filter(phase=Phase.PENDING).select_related("namespace")
+                  .order_by("created_at", "id").first())
+    return {"count": agg["count"], "oldest_at": agg["oldest"], "oldest": oldest}
+
+
+def claim_phase_counts() -> dict[str, int]:
+    counts = {p.value: 0 for p in Phase}
+    for row in ResourceClaim.objects.values("phase").annotate(n=Count("id")):
+        counts[row["phase"]] = row["n"]
+    return counts
+
+
+def fleet_overview(now: datetime | None = None) -> dict:
+    """Everything the overview page shows, from one unit aggregate plus a few small queries."""
+    clusters = cluster_freshness(now)
+    stale_ids = {c.id for c in clusters if c.stale_now}
+    rows = _tally_rows("u.cluster_id, u.driver, u.product")
+
+    totals = Tally()
+    by_cluster = {c.id: Group(c.name, c.name, extra={"cluster": c}) for c in clusters}
+    by_product: dict[tuple, Group] = {}
+    by_driver: dict[str, Group] = {}
+    for row in rows:
+        stale = row["cluster_id"] in stale_ids
+        totals.add_row(row, stale)
+        by_cluster[row["cluster_id"]].tally.add_row(row, stale)
+        pkey = (row["product"] or "", row["driver"])
+        by_product.setdefault(pkey, Group(pkey[0], pkey[0] or "(no product name)",
+                                          extra={"driver": row["driver"]})).tally.add_row(row, stale)
+        by_driver.setdefault(row["driver"], Group(row["driver"], row["driver"])).tally.add_row(row, stale)
+
+    def ordered(groups):
+        return sorted(groups, key=lambda g: (-g.tally.total, g.label))
+
+    return {
+        "totals": totals,
+        "by_cluster": [by_cluster[c.id] for c in clusters],
+        "by_product": ordered(by_product.values()),
+        "by_driver": ordered(by_driver.values()),
+        "stale_clusters": [c for c in clusters if c.stale_now],
+        "clusters": clusters,
+        "pending": pending_summary(),
+        "phases": claim_phase_counts(),
+    }
+
+
+def cluster_nodes(cluster: Cluster, *, search: str = "", offset: int = 0, limit: int = 200) -> dict:
+    """Per-node tallies for one cluster (one GROUP BY), nodes ordered by name, paginated in Python
+    over the already-aggregated rows (a few thousand small rows at most)."""
+    where, params = "d.cluster_id = %s", [cluster.id]
+    if search:
+        where += " AND d.node_name LIKE %s"
+        params.append(f"%{search}%")
+    rows = _tally_rows("u.node_name", where, params)
+    stale = cluster.is_stale()
+    nodes = []
+    totals = Tally()
+    for row in sorted(rows, key=lambda r: r["node_name"] or ""):
+        tally = Tally()
+        tally.add_row(row, stale)
+        totals.add_row(row, stale)
+        nodes.append(Group(row["node_name"] or "", row["node_name"] or "(not node-local)", tally))
+    return {"nodes": nodes[offset:offset + limit], "node_total": len(nodes), "totals": totals}
+
+
+def cluster_products(cluster: Cluster) -> list[Group]:
+    stale = cluster.is_stale()
+    groups = []
+    for row in _tally_rows("u.driver, u.product", "d.cluster_id = %s", [cluster.id]):
+        g = Group(row["product"] or "", row["product"] or "(no product name)", extra={"driver": row["driver"]})
+        g.tally.add_row(row, stale)
+        groups.append(g)
+    return sorted(groups, key=lambda g: (-g.tally.total, g.label))

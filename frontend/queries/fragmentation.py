@@ -1,0 +1,149 @@
+"""Stranded capacity: free devices that no pending claim can use, and nodes whose free GPUs are too few
+for the claim sizes people actually ask for."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from django.urls import reverse
+
+from claims.models import Phase, ResourceClaim
+from dra.cel.errors import CELCompileError
+from frontend.queries.claims import claim_size
+from frontend.queries.fleet import cluster_freshness
+from frontend.queries.selectors import _evaluate_all, class_selectors, device_groups
+from frontend.queries.sql import T_ALLOC, fetch_dicts
+from frontend.queries.units import partition_expr, tainted_expr, units_sql
+from dra.cel import compile_expression
+
+PENDING_SAMPLE = 2000  # distinct shapes come from the oldest pending claims; more adds nothing but time
+SIZE_SAMPLE = 5000  # claim sizes are learnt from the most recent claims
+COMMON_SHARE = 0.05  # a size is "common" when at least 5% of recent claims ask for it
+
+
+def pending_shapes() -> list[dict]:
+    """Distinct (device class, request selectors) among pending claims, with how many claims want each."""
+    shapes: dict[tuple, dict] = {}
+    for claim_id, spec in (ResourceClaim.objects.filter(phase=Phase.PENDING).order_by("id")
+                           .values_list("id", "spec")[:PENDING_SAMPLE]):
+        for req in ((spec or {}).get("devices") or {}).get("requests") or []:
+            alternatives = [req["exactly"]] if req.get("exactly") else list(req.get("firstAvailable") or [])
+            for body in alternatives:
+                exprs = tuple(s["cel"]["expression"] for s in body.get("selectors") or [] if (s.get("cel") or {}).get("expression"))
+                key = (body.get("deviceClassName", ""), exprs)
+                shape = shapes.setdefault(key, {"class": key[0], "selectors": list(exprs), "claims": set()})
+                shape["claims"].add(claim_id)
+    out = []
+    for shape in shapes.values():
+        shape["claims"] = len(shape["claims"])
+        out.append(shape)
+    return sorted(out, key=lambda s: -s["claims"])
+
+
+def _compiled_shapes(shapes: list[dict]) -> list[tuple[dict, list]]:
+    compiled = []
+    for shape in shapes:
+        exprs = (class_selectors(shape["class"]) or []) + shape["selectors"]
+        try:
+            compiled.append((shape, [compile_expression(e) for e in exprs]))
+        except CELCompileError:
+            continue  # a shape that cannot compile matches nothing (the claim fails with that error)
+    return compiled
+
+
+def unusable_free_devices(stale_ids: set[int]) -> dict:
+    """Free whole devices (not partitions, not tainted, fresh cluster, valid pool) that match none of the
+    pending claims' shapes, grouped by cluster and product."""
+    shapes = pending_shapes()
+    compiled = _compiled_shapes(shapes)
+    # Free: no allocation row. Partitions are left out: their free placements overlap and are shown per GPU.
+    where = (f"NOT {partition_expr('d')} AND {tainted_expr('d')} = 0 AND p.state <> 'invalid' AND NOT EXISTS "
+             f"(SELECT 1 FROM {T_ALLOC} da WHERE da.cluster = c.name AND da.driver = d.driver AND da.pool = d.pool_name"
+             f" AND da.device = d.name AND NOT da.admin_access)")
+    params: list = []
+    if stale_ids:
+        where += f" AND d.cluster_id NOT IN ({', '.join(['%s'] * len(stale_ids))})"
+        params += sorted(stale_ids)
+    all_exprs = [c for _, cl in compiled for c in cl]
+    groups, state, method = device_groups(all_exprs, where, params)
+    unusable: dict[tuple, int] = defaultdict(int)
+    usable_by: Counter = Counter()
+    free_total = unusable_total = 0
+    for g in groups:
+        free_total += g.count
+        hit = False
+        for shape, cl in compiled:
+            ok, _ = _evaluate_all(cl, g.device)
+            if ok:
+                usable_by[(shape["class"], tuple(shape["selectors"]))] += g.count
+                hit = True
+        if not hit:
+            unusable_total += g.count
+            unusable[(g.cluster, g.product, g.driver)] += g.count
+    for shape in shapes:
+        shape["free_matching"] = usable_by.get((shape["class"], tuple(shape["selectors"])), 0)
+    return {
+        "shapes": shapes,
+        "free_total": free_total,
+        "unusable_total": unusable_total,
+        "unusable": [{"cluster": k[0], "product": k[1], "driver": k[2], "count": v}
+                     for k, v in sorted(unusable.items(), key=lambda kv: -kv[1])],
+        "exhaustive": state["exhaustive"],
+        "method": method,
+    }
+
+
+def common_sizes() -> list[dict]:
+    """Device counts per claim among recent claims, the common ones first."""
+    sizes: Counter = Counter()
+    for spec in ResourceClaim.objects.order_by("-id").values_list("spec", flat=True)[:SIZE_SAMPLE]:
+        n = claim_size(spec)
+        if n:
+            sizes[n] += 1
+    total = sum(sizes.values())
+    return [{"size": s, "claims": n, "share": round(100 * n / total)} for s, n in sorted(sizes.items())
+            if total and n / total >= COMMON_SHARE]
+
+
+def fragmented_nodes(stale_ids: set[int], sizes: list[int]) -> dict:
+    """Per node and product, free whole units; nodes with some free but fewer than a common size."""
+    rows = fetch_dicts(
+        f"SELECT u.cluster_id, u.cluster, u.node_name, u.product, COUNT(*) AS total, "
+        f"SUM(CASE WHEN u.claims = 0 AND u.tainted = 0 AND u.invalid = 0 THEN 1 ELSE 0 END) AS free "
+        f"FROM ({units_sql('d.node_name <> %s')}) u WHERE u.partitioned = 0 "
+        f"GROUP BY u.cluster_id, u.cluster, u.node_name, u.product", [""])
+    rows = [r for r in rows if r["cluster_id"] not in stale_ids and r["total"] > 1]
+    # A node is fragmented for size s when it is big enough to hold s but has fewer than s free: a node
+    # smaller than s never could, which is a fleet-shape question, not fragmentation.
+    by_size = []
+    for s in sizes:
+        if s <= 1:
+            continue
+        big_enough = [r for r in rows if r["total"] >= s]
+        short = [r for r in big_enough if 0 < r["free"] < s]
+        by_size.append({"size": s, "nodes_fit": sum(1 for r in big_enough if r["free"] >= s),
+                        "nodes_big_enough": len(big_enough), "nodes_short": len(short),
+                        "stranded": sum(r["free"] for r in short)})
+    multi = [s for s in sizes if s > 1]
+    biggest = max(multi, default=0)
+
+    def stranded_for(r) -> int | None:
+        """The smallest common size this node could hold but cannot now, if any."""
+        return next((s for s in multi if r["total"] >= s and 0 < r["free"] < s), None)
+
+    worst = sorted((dict(r, blocks=stranded_for(r)) for r in rows if stranded_for(r)),
+                   key=lambda r: (-r["free"], r["cluster"], r["node_name"]))[:50]
+    for r in worst:
+        r["url"] = reverse("frontend:node", args=[r["cluster"], r["node_name"]])
+    histogram = Counter(r["free"] for r in rows)
+    return {"by_size": by_size, "worst": worst, "histogram": sorted(histogram.items()), "nodes": len(rows),
+            "biggest": biggest}
+
+
+def fragmentation() -> dict:
+    stale_ids = {c.id for c in cluster_freshness() if c.stale_now}
+    sizes = common_sizes()
+    return {
+        "sizes": sizes,
+        "nodes": fragmented_nodes(stale_ids, [s["size"] for s in sizes]),
+        "free": unusable_free_devices(stale_ids),
+    }

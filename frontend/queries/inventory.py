@@ -1,0 +1,101 @@
+"""Inventory listings: ResourceSlices, pools, DeviceClasses, DeviceTaintRules (paginated, filtered in SQL)."""
+from __future__ import annotations
+
+from django.core.paginator import Paginator
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
+
+from frontend.queries.claims import to_yaml
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Pool, ResourceSlice
+
+PAGE_SIZE = 100
+
+
+def _page(qs, number):
+    paginator = Paginator(qs, PAGE_SIZE)
+    return paginator.get_page(number)
+
+
+def slice_list(get) -> dict:
+    f = {k: get.get(k, "").strip() for k in ("cluster", "driver", "pool", "node")}
+    qs = ResourceSlice.objects.select_related("cluster")
+    if f["cluster"]:
+        qs = qs.filter(cluster__name=f["cluster"])
+    if f["driver"]:
+        qs = qs.filter(driver=f["driver"])
+    if f["pool"]:
+        qs = qs.filter(pool_name=f["pool"])
+    if f["node"]:
+        qs = qs.filter(node_name=f["node"])
+    # Never load the stored JSON for a listing (it is the bulk of a slice); only ask whether counters exist.
+    qs = (qs.annotate(has_counters=ExpressionWrapper(Q(object__spec__has_key="sharedCounters"),
+                                                     output_field=BooleanField()))
+          .defer("object").order_by("cluster__name", "driver", "pool_name", "name"))
+    return {"page": _page(qs, get.get("page", 1)), "f": f,
+            "clusters": list(Cluster.objects.order_by("name").values_list("name", flat=True)),
+            "drivers": sorted(set(Pool.objects.values_list("driver", flat=True).distinct()))}
+
+
+def slice_detail(cluster: str, name: str) -> dict | None:
+    s = ResourceSlice.objects.select_related("cluster").filter(cluster__name=cluster, name=name).first()
+    if s is None:
+        return None
+    pool = Pool.objects.filter(cluster=s.cluster, driver=s.driver, name=s.pool_name).first()
+    return {"slice": s, "yaml": to_yaml(s.object), "pool": pool,
+            "current": pool is not None and pool.generation == s.pool_generation}
+
+
+def pool_list(get) -> dict:
+    state = get.get("state", "")
+    cluster = get.get("cluster", "").strip()
+    qs = Pool.objects.select_related("cluster")
+    if state in dict(Pool.STATES):
+        qs = qs.filter(state=state)
+    if cluster:
+        qs = qs.filter(cluster__name=cluster)
+    counts = {row["state"]: row["n"] for row in Pool.objects.values("state").annotate(n=Count("id"))}
+    # Problems first: invalid, then incomplete, then the rest by name.
+    qs = qs.order_by("state" if state else "-state", "cluster__name", "driver", "name")
+    return {"page": _page(qs, get.get("page", 1)), "state": state, "cluster": cluster, "counts": counts,
+            "clusters": list(Cluster.objects.order_by("name").values_list("name", flat=True))}
+
+
+def _selectors(obj: dict) -> list[str]:
+    return [s["cel"]["expression"] for s in ((obj or {}).get("spec") or {}).get("selectors") or []
+            if (s.get("cel") or {}).get("expression")]
+
+
+def deviceclass_list() -> dict:
+    classes = list(DeviceClass.objects.select_related("cluster").order_by("name", "cluster__name"))
+    for dc in classes:
+        dc.selectors = _selectors(dc.object)
+        dc.has_config = bool(((dc.object or {}).get("spec") or {}).get("config"))
+    return {"classes": classes}
+
+
+def deviceclass_detail(name: str, cluster: str = "") -> dict | None:
+    qs = DeviceClass.objects.select_related("cluster").filter(name=name)
+    dc = (qs.filter(cluster__name=cluster).first() if cluster else None) or qs.filter(cluster__isnull=True).first() \
+        or qs.first()
+    if dc is None:
+        return None
+    overrides = list(qs.exclude(pk=dc.pk).values_list("cluster__name", flat=True))
+    return {"dc": dc, "selectors": _selectors(dc.object), "yaml": to_yaml(dc.object), "overrides": overrides}
+
+
+def taintrule_list() -> dict:
+    rules = list(DeviceTaintRule.objects.select_related("cluster").order_by("name"))
+    for r in rules:
+        spec = (r.object or {}).get("spec") or {}
+        r.taint = spec.get("taint") or {}
+        r.selector = spec.get("deviceSelector")
+        q = Q() if r.cluster_id is None else Q(cluster_id=r.cluster_id)
+        if r.driver:
+            q &= Q(driver=r.driver)
+        if r.pool_name:
+            q &= Q(pool_name=r.pool_name)
+        if r.device_name:
+            q &= Q(name=r.device_name)
+        # Rules name at least a driver in practice, so this is an indexed count; no selector selects nothing.
+        r.selected = Device.objects.filter(q).count() if r.selector is not None and (r.driver or r.pool_name or r.device_name) else (0 if r.selector is None else None)
+        r.annotations = ((r.object or {}).get("metadata") or {}).get("annotations") or {}
+    return {"rules": rules}

@@ -1,0 +1,64 @@
+"""The few SQL fragments that differ between PostgreSQL (production, tests) and SQLite (the embedded default).
+
+The fleet aggregates are written as SQL because they join devices to allocations on the composite key
+(cluster, driver, pool, device), which has no foreign key the ORM could follow, and a LEFT JOIN + GROUP BY is
+one pass where ORM ``Exists`` annotations would probe an index once per device. Only constant paths chosen by
+this module are interpolated; every value is a query parameter.
+"""
+from __future__ import annotations
+
+import re
+
+from django.db import connection
+
+from claims.models import DeviceAllocation, Namespace, Reservation, ResourceClaim
+from inventory.models import Cluster, Device, DeviceTaintRule, Node, Pool, ResourceSlice
+
+T_DEVICE = Device._meta.db_table
+T_CLUSTER = Cluster._meta.db_table
+T_POOL = Pool._meta.db_table
+T_NODE = Node._meta.db_table
+T_SLICE = ResourceSlice._meta.db_table
+T_TAINTRULE = DeviceTaintRule._meta.db_table
+T_ALLOC = DeviceAllocation._meta.db_table
+T_RESERVATION = Reservation._meta.db_table
+T_CLAIM = ResourceClaim._meta.db_table
+T_NAMESPACE = Namespace._meta.db_table
+
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+
+
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def json_text(column: str, *path: str | int) -> str:
+    """SQL for the text at ``path`` inside a JSON column (NULL when absent)."""
+    for part in path:
+        if isinstance(part, str) and not _SAFE_KEY.match(part):
+            raise ValueError(f"unsafe JSON key {part!r}")
+    if is_postgres():
+        steps = [str(p) if isinstance(p, int) else f"'{p}'" for p in path]
+        return f"({column} -> " + " -> ".join(steps[:-1]) + f" ->> {steps[-1]})" if len(steps) > 1 \
+            else f"({column} ->> {steps[0]})"
+    jpath = "$" + "".join(f"[{p}]" if isinstance(p, int) else f'."{p}"' for p in path)
+    return f"json_extract({column}, '{jpath}')"
+
+
+def json_array_nonempty(column: str) -> str:
+    if is_postgres():
+        return f"(jsonb_typeof({column}) = 'array' AND jsonb_array_length({column}) > 0)"
+    return f"(json_type({column}) = 'array' AND json_array_length({column}) > 0)"
+
+
+def product_expr(alias: str = "d") -> str:
+    """A device's product: ``productName`` (NVIDIA, AMD) or ``model`` (Intel, the example driver)."""
+    return (f"COALESCE({json_text(alias + '.attributes', 'productName', 'string')}, "
+            f"{json_text(alias + '.attributes', 'model', 'string')}, '')")
+
+
+def fetch_dicts(sql: str, params: list | tuple = ()) -> list[dict]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        columns = [c[0] for c in cursor.description]
+        return [dict(zip(columns, row)) for row in cursor.fetchall()]

@@ -1,0 +1,84 @@
+"""Cluster -> node -> device drill-down, and the "taint this device" action."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_GET, require_POST
+
+from frontend import actions
+from frontend.queries import fleet as fleet_q
+from frontend.queries import nodes as nodes_q
+from frontend.views.base import can_taint, page, require
+from inventory.models import Cluster, Node, Pool
+
+
+@login_required
+@require_GET
+def cluster_list(request):
+    data = fleet_q.fleet_overview()
+    return page(request, "frontend/fleet/clusters.html", "clusters", {"title": "Clusters", **data})
+
+
+@login_required
+@require_GET
+def cluster_detail(request, cluster):
+    c = get_object_or_404(Cluster.objects.all(), name=cluster)
+    search = request.GET.get("q", "").strip()
+    try:
+        p = max(1, int(request.GET.get("page", 1)))
+    except ValueError:
+        p = 1
+    per_page = 120
+    data = fleet_q.cluster_nodes(c, search=search, offset=(p - 1) * per_page, limit=per_page)
+    pools = Pool.objects.filter(cluster=c).exclude(state=Pool.COMPLETE).order_by("driver", "name")[:50]
+    return page(request, "frontend/fleet/cluster.html", "clusters", {
+        "title": c.name, "cluster": c, "stale": c.is_stale(), **data, "q": search, "page_no": p,
+        "has_next": p * per_page < data["node_total"], "has_prev": p > 1, "products": fleet_q.cluster_products(c),
+        "bad_pools": pools,
+    })
+
+
+@login_required
+@require_GET
+def node_detail(request, cluster, node):
+    c = get_object_or_404(Cluster.objects.all(), name=cluster)
+    node_obj = Node.objects.filter(cluster=c, name=node).first()
+    lay = nodes_q.node_detail(c, node)
+    if node_obj is None and not (lay.whole or lay.counter_sets or lay.parents):
+        raise Http404("no such node")
+    return page(request, "frontend/fleet/node.html", "clusters", {
+        "title": f"{node} · {c.name}", "cluster": c, "node_name": node, "node": node_obj, "layout": lay,
+        "stale": c.is_stale(),
+    })
+
+
+@login_required
+@require_GET
+def device_detail(request, cluster, driver, pool, device):
+    c = get_object_or_404(Cluster.objects.all(), name=cluster)
+    view, counter_set = nodes_q.device_detail(c, driver, pool, device)
+    if view is None:
+        raise Http404("no such device")
+    caps = nodes_q.capacity_views(view) if view.device.allow_multiple_allocations else []
+    return page(request, "frontend/fleet/device.html", "clusters", {
+        "title": f"{device} · {view.device.node_name or c.name}", "cluster": c, "d": view, "counter_set": counter_set,
+        "capacities": caps, "taint_scope": actions.taint_scope(driver, pool, device),
+    })
+
+
+@login_required
+@require_POST
+def taint_device(request, cluster, driver, pool, device):
+    require(can_taint(request.user))
+    c = get_object_or_404(Cluster.objects.all(), name=cluster)
+    effect = request.POST.get("effect", "NoSchedule")
+    reason = request.POST.get("reason", "").strip()
+    try:
+        rule = actions.taint_device(c, driver, pool, device, effect=effect, reason=reason, user=request.user)
+    except actions.ActionError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Tainted {device} ({effect}) with DeviceTaintRule {rule.name}.")
+    return redirect("frontend:device", cluster=cluster, driver=driver, pool=pool, device=device)
