@@ -17,8 +17,10 @@ Inputs are Kubernetes JSON dicts wrapped in small dataclasses (``dra.engine.type
 
 ``Engine(snapshot, allocated, features=None, budget=None)`` is long-lived: build it once per snapshot and call
 ``allocate(group) -> GroupOutcome`` many times. Each success updates the engine's own in-use state, so the next
-group sees those devices as taken; ``release(devices)`` gives devices back. Indexes (free devices per node and
-class, memoized CEL selector results) are built once and updated incrementally.
+group sees those devices as taken; ``release(devices)`` gives devices back and ``commit(devices)`` marks devices
+that were allocated elsewhere (another worker) as in use. Indexes (free devices per node and selector set,
+memoized CEL selector results, failures per claim shape and node version) are built lazily and updated
+incrementally. An engine is not thread-safe: one thread at a time.
 
 ``GroupOutcome`` (``to_dict()`` is JSON-safe):
 
@@ -29,16 +31,20 @@ class, memoized CEL selector results) are built once and updated incrementally.
   ``bindingConditions``, ``bindingFailureConditions``, ``shareID``, ``consumedCapacity``), ``devices.config``
   (class configs, then claim configs, each once) and ``nodeSelector`` (built as upstream does it).
 * failure: ``allocated=False``, ``reason`` (a ``Reason`` code: ``unsatisfiable``, ``search_budget_exceeded``,
-  ``no_eligible_cluster``, ``invalid_pools``), ``message`` and structured ``diagnostics``: per request the
-  number of devices considered and where they dropped out (class selector, request selector, taint,
-  allocated, counters, capacity, constraint, node mismatch, pool incomplete/invalid, cluster stale), per
-  cluster and node, and a nearest miss.
+  ``no_eligible_cluster``, ``invalid_pools``), ``message`` (a one-line summary) and structured ``diagnostics``
+  (``dra.engine.diagnostics``): per request and ``firstAvailable`` alternative the devices considered, the
+  count dropped at each check (class selector, request selector, CEL error, taint, allocated, counters,
+  capacity, node mismatch, pool incomplete/invalid, cluster stale), the devices available and the best nodes,
+  the nearest miss per request selector; per examined node why it failed; unusable pools; ineligible clusters.
 * input errors (unknown class, CEL compile/runtime error, limits, ``All`` over an incomplete pool, a feature
-  in use but disabled) raise ``AllocationError`` with the upstream wording; ``allocate(group,
-  raise_errors=False)`` returns them as ``GroupOutcome.error`` instead.
+  in use but disabled, invalid pools when nothing else fits) raise ``AllocationError`` with the upstream
+  wording; ``allocate(group, raise_errors=False)`` returns them as ``GroupOutcome.error`` instead. Errors that
+  belong to one node (CEL runtime error on a device, ``All`` over an incomplete pool, invalid pools) only
+  surface when the group is pinned to that node or every examined node failed with an error.
 
-``simulate(snapshot, allocated, claims, node=None, features=None)`` runs one group against a throw-away
-engine: the function behind ``POST /api/v1/simulate`` and the conformance tests.
+``simulate(snapshot, allocated, claims, node=None, features=None, *, allowed_clusters=None, budget=None)`` runs
+one group against a throw-away engine: the function behind ``POST /api/v1/simulate`` and the conformance tests
+(``dra.engine.simulate`` also turns the simulate body format into these inputs).
 
 Determinism: pools are ordered by (driver, pool), slices by name, devices in slice order; clusters and nodes
 by the bin-packing policy (``dra.engine.policy``) with names as the final tie-break. Equal input gives equal

@@ -62,9 +62,14 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
     summary = "; ".join(f"{r['claim']}/{r['request']}: {r['summary']}" for r in out_requests) or reason
     if node_errors:
         summary += f"; {len(node_errors)} node(s) failed with an error: {node_errors[0].message}"
+    pools = [{"cluster": c.name, "pool": p.pool_id, "generation": p.generation,
+              "state": "incomplete" if p.incomplete else "invalid",
+              "detail": p.invalid_reason if p.invalid else f"{len(p.slices)} slice(s) of generation {p.generation}"}
+             for c in clusters for p in c.pools if not p.usable][:MAX_NODES_LISTED]
     return {
         "reason": reason,
         "policy": "BinPack",
+        "unusable_pools": pools,
         "summary": summary,
         "requests": out_requests,
         "clusters": [{"cluster": c.name, "nodes": len(c.nodes), "eligible": True} for c in clusters]

@@ -358,13 +358,35 @@ class Engine:
                                  node_log, node_errors, budget)
         if node_errors and (group.node is not None or len(node_errors) == examined):
             raise node_errors[0]
+        if any(e.code == ErrorCode.POOL_INVALID for e in node_errors) or \
+                (group.node is None and self._relevant_invalid_pool(clusters, plans)):
+            # Upstream reports this per node; fleet-wide it is the reason when nothing fit anywhere.
+            return self._failure(group, Reason.INVALID_POOLS, "invalid resource pools were encountered", clusters,
+                                 plans, skipped, node_log, node_errors, budget)
         return self._failure(group, Reason.UNSATISFIABLE, "cannot be allocated", clusters, plans, skipped, node_log,
                              node_errors, budget)
+
+    @staticmethod
+    def _relevant_invalid_pool(clusters, plans) -> bool:
+        """Is there an invalid pool of a driver the group's classes could select (any driver if unknown)?"""
+        for cluster in clusters:
+            plan = plans.get(cluster.name)
+            if plan is None:
+                continue
+            drivers: set | None = set()
+            for alt in plan.alts:
+                if alt.sel.drivers is None:
+                    drivers = None
+                    break
+                drivers |= alt.sel.drivers
+            if any(p.invalid and (drivers is None or p.driver in drivers) for p in cluster.pools):
+                return True
+        return False
 
     def _node_failed(self, cluster, node, failure, node_log, node_errors) -> None:
         invalid = [p for p in cluster.node_pools(node) if p.invalid]
         if invalid:
-            err = AllocationError(ErrorCode.INVALID, "invalid resource pools were encountered")
+            err = AllocationError(ErrorCode.POOL_INVALID, "invalid resource pools were encountered")
             node_errors.append(err)
             failure = dict(failure or {}, invalid_pools=[f"{p.pool_id}: {p.invalid_reason}" for p in invalid])
         if len(node_log) < 50:

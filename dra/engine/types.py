@@ -144,7 +144,7 @@ class Reason:
     UNSATISFIABLE = "unsatisfiable"  # no cluster/node can hold the group now
     SEARCH_BUDGET_EXCEEDED = "search_budget_exceeded"
     NO_ELIGIBLE_CLUSTER = "no_eligible_cluster"  # allowed_clusters/staleness left nothing to try
-    INVALID_POOLS = "invalid_pools"  # the only candidates were in invalid pools (upstream's per-node error)
+    INVALID_POOLS = "invalid_pools"  # nothing fit anywhere, and some examined node has invalid pools
 
 
 class ErrorCode:
@@ -154,6 +154,7 @@ class ErrorCode:
     CEL = "cel_error"
     LIMIT = "limit_exceeded"
     POOL_UPDATING = "pool_being_updated"  # allocationMode All over an incomplete/invalid pool
+    POOL_INVALID = "pool_invalid"  # nothing fit and the node has invalid pools (upstream's per-node error)
     FEATURE_DISABLED = "feature_disabled"
     INVALID = "invalid_claim"
 

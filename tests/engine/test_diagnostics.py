@@ -52,6 +52,8 @@ def test_class_selector_taint_incomplete_pool_and_stale_cluster_are_counted():
     assert not out.allocated
     dropped = _request_diag(out)["dropped"]
     assert dropped == {"taint": 1, "class_selector": 1, "pool_incomplete": 2, "cluster_stale": 3}
+    assert out.diagnostics["unusable_pools"] == [{"cluster": "c1", "pool": f"{DRIVER}/p-incomplete", "generation": 1,
+                                                  "state": "incomplete", "detail": "1 slice(s) of generation 1"}]
     assert {"cluster": "c2", "reason": "cluster_stale", "eligible": False} in out.diagnostics["clusters"]
 
 
@@ -82,3 +84,19 @@ def test_subrequests_are_explained_each():
     out = e.allocate(group(claim("c", [r])))
     assert [d["request"] for d in out.diagnostics["requests"]] == ["r/big", "r/small"]
     assert [d["count"] for d in out.diagnostics["requests"]] == [4, 2]
+
+
+def test_invalid_pools_are_a_reason_fleet_wide_and_an_error_on_a_pinned_node():
+    import pytest
+
+    from dra.engine import AllocationError
+
+    dup = node_slice("n1", [device("gpu-0"), device("gpu-0")])  # duplicate device names: the pool is invalid
+    inv = ClusterInventory("c1", nodes=[{"name": "n1", "labels": {}}, {"name": "n2", "labels": {}}],
+                           resource_slices=[dup, node_slice("n2", gpus(1))])
+    e = engine(inv, allocated=[AllocatedDevice("c1", DRIVER, "n2", "gpu-0")])
+    out = e.allocate(group(claim("c", [request("r")])))
+    assert not out.allocated and out.reason == "invalid_pools"
+    assert out.diagnostics["unusable_pools"][0]["detail"] == "duplicate device name gpu-0"
+    with pytest.raises(AllocationError, match="invalid resource pools were encountered"):
+        e.allocate(group(claim("c", [request("r")]), node="n1"))
