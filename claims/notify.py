@@ -113,12 +113,18 @@ def _ensure_listener() -> None:
 
 
 def _listen() -> None:
+    import redis
+
     backoff = 0.5
     while True:
-        client = redis_client()
-        if client is None:
+        url = redis_url()
+        if url is None:
             return
         try:
+            # Its own connection without a read timeout (it blocks until a message comes); the health check
+            # pings an idle connection so that a dead one is noticed and replaced.
+            client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_keepalive=True,
+                                          health_check_interval=30)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(CHANNEL)
             backoff = 0.5

@@ -17,7 +17,10 @@ the inventory changed): the engine is deterministic, so retrying earlier would o
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -29,7 +32,7 @@ from claims import k8s
 from claims.models import DeviceAllocation, FleetState, Phase, ResourceClaim
 from claims.placement import clusters_matching
 from claims.services import events as ev
-from claims.services import fleet, locking
+from claims.services import bulk, fleet, locking
 from claims.services.conditions import set_allocated_condition
 from claims.services.grouping import Group, build_groups
 
@@ -105,6 +108,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH) -> RoundResult:
             result.taken = len(claims)
             groups, left_out = build_groups(claims)
             result.left_out = len(left_out)
+            locking.serialize_allocators()
             view = fleet.current_view()
             rows = fleet.rows_in_use()
             engine = _engines.engine_for(view, rows)
@@ -196,13 +200,46 @@ def engine_group(group: Group, view: fleet.FleetView):
 
 
 def _run_engine(engine, view: fleet.FleetView, groups: list[Group]) -> list:
+    """One outcome per group (None for blocked groups), in order.
+
+    A queue often holds many claims with the same spec ("one GPU", over and over). When one of them fails,
+    the next with the same spec and hints fails too unless something was allocated in between (the engine is
+    deterministic and only successes change its state during a round), so its outcome is reused instead of
+    searching again. This is what keeps re-running a long pending queue after every release cheap.
+    """
     outcomes = []
+    failed: dict[str, tuple[int, object, ResourceClaim]] = {}  # shape -> (successes then, outcome, claim)
+    successes = 0
     for group in groups:
         if group.blocked:
             outcomes.append(None)
             continue
-        outcomes.append(engine.allocate(engine_group(group, view), raise_errors=False))
+        cg = engine_group(group, view)
+        shape = _shape(cg) if len(group.claims) == 1 else None
+        hit = failed.get(shape) if shape else None
+        if hit is not None and hit[0] == successes:
+            outcomes.append(_same_failure(hit[1], hit[2], group.claims[0]))
+            continue
+        outcome = engine.allocate(cg, raise_errors=False)
+        if outcome.allocated:
+            successes += 1
+        elif shape and outcome.error is None:
+            failed[shape] = (successes, outcome, group.claims[0])
+        outcomes.append(outcome)
     return outcomes
+
+
+def _shape(cg) -> str:
+    return json.dumps([cg.claims[0]["spec"], cg.allowed_clusters, cg.preferred_cluster, cg.node], sort_keys=True)
+
+
+def _same_failure(outcome, like: ResourceClaim, claim: ResourceClaim):
+    """``outcome`` (the failure of ``like``) retold for ``claim``: same account, this claim's name in it."""
+    pattern = re.compile(re.escape(f"{like.namespace.name}/{like.name}") + r"(?![A-Za-z0-9.-])")
+    mine = f"{claim.namespace.name}/{claim.name}"
+    message = pattern.sub(mine, outcome.message or "")
+    diagnostics = json.loads(pattern.sub(mine, json.dumps(outcome.diagnostics))) if outcome.diagnostics else {}
+    return dataclasses.replace(outcome, key=f"claim:{claim.uid}", message=message, diagnostics=diagnostics)
 
 
 def _rows_for(claim: ResourceClaim, cluster: str, allocation: dict) -> list[DeviceAllocation]:
@@ -308,7 +345,7 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
             _set_pending(group.claims, REASONS.get(outcome.reason, "Unsatisfiable"), outcome.message, diag,
                          version, now, events)
             result.pending += len(group.claims)
-    ResourceClaim.objects.bulk_update(updated, UPDATE_FIELDS, batch_size=500)
+    bulk.update_rows(updated, UPDATE_FIELDS)
     ev.record(events)
     result.changed_ids = [c.id for c in updated]
 
@@ -320,12 +357,17 @@ UPDATE_FIELDS = ["phase", "reason", "message", "conditions", "cluster", "node", 
 
 def _set_pending(claims, reason, message, diagnostics, version, now, events) -> None:
     for claim in claims:
+        # The trail records each change of outcome; a repeat of the same "no" is counted in
+        # status.attempts but not written again (a long queue is re-tried after every release).
+        repeat = claim.reason == reason and claim.attempts > 1
         claim.phase = Phase.PENDING
         claim.reason, claim.message = reason, message or ""
         claim.diagnostics = diagnostics
         claim.attempted_version = version
         claim.conditions = set_allocated_condition(claim.conditions, False, reason, claim.message, now)
-        events.append(ev.event(claim, ev.ATTEMPT, reason, claim.message, {"outcome": "pending"}))
+        if not repeat:
+            events.append(ev.event(claim, ev.ATTEMPT, reason, claim.message,
+                                   {"outcome": "pending", "attempt": claim.attempts}))
 
 
 def _set_failed(group, error, reason, now, events) -> None:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from claims import dispatch, k8s, notify
 from claims.models import DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
 from claims.placement import parse_annotations, parse_duration
+from claims.services import bulk
 from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
 from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
@@ -184,8 +185,8 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
                                      RELEASED, True, reason, message, now)
         events.append(ev.event(c, ev.LEASE_EXPIRED if reason == LEASE_EXPIRED else ev.RELEASED, reason, message,
                                {"wasAllocated": had, "cluster": c.cluster or None, "node": c.node or None}))
-    ResourceClaim.objects.bulk_update(live, ["phase", "reason", "message", "allocation", "released_at",
-                                             "lease_expires_at", "resource_version", "updated_at", "conditions"])
+    bulk.update_rows(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
+                            "resource_version", "updated_at", "conditions"])
     ev.record(events)
     if freed:
         bump_fleet_version()

@@ -159,8 +159,6 @@ def test_lease_expiry_frees_devices(admin_client, small_fleet):
     assert admin_client.post(f"{NS}/resourceclaims/leased/renew").status_code == 409
 
 
-@pytest.mark.xfail(strict=True, reason="dra.engine Engine._node_order binds cluster.name late in a generator "
-                   "expression, so with two clusters nodes are looked up in the wrong cluster (KeyError)")
 def test_placement_hints_across_clusters(admin_client, two_clusters):
     pinned = gpu_claim("pinned", annotations={"draservice.io/allowed-clusters": "name=c-mig"})
     by_label = gpu_claim("by-label", annotations={"draservice.io/allowed-clusters": "env=gpu"})

@@ -1,0 +1,18 @@
+"""The project's Celery app, routed to a queue of the test run's own (``CLAIMS_TEST_QUEUE``).
+
+Worker subprocesses load this module (``celery -A tests.claims.celery_test_app worker``) so that tasks they
+enqueue themselves (fan-out, retries) stay on the test run's queue and never meet another run's workers.
+"""
+import os
+
+from draservice.celery import app
+
+app.conf.task_default_queue = os.environ.get("CLAIMS_TEST_QUEUE", "celery")
+app.conf.task_always_eager = False
+
+if os.environ.get("CLAIMS_TEST_RACE") == "1":
+    # Let the workers decide concurrently (no turn lock), so that only the database checks stand
+    # between them and a double allocation.
+    from django.conf import settings
+
+    settings.CLAIMS_SERIALIZE_ALLOCATION = False

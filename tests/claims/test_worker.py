@@ -1,0 +1,141 @@
+"""End to end with a real Celery worker process, real PostgreSQL and real Redis.
+
+The web side is the Django test client in this process; it enqueues to Redis exactly as the web server
+does. Allocation happens only in the worker subprocess (tasks are not eager here).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from claims.models import DeviceAllocation, ResourceClaim
+from claims.tasks import expire_leases
+from inventory.models import Device
+from tests.claims.fleet import gpu_claim, mig_pair_claim
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+NS = "/api/v1/namespaces/ci"
+
+
+def until(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def wait_phase(client, name, timeout=30.0):
+    resp = client.get(f"{NS}/resourceclaims/{name}?wait={int(timeout)}s")
+    assert resp.status_code == 200, resp.content
+    return resp.json()
+
+
+def test_submit_allocated_released(admin_client, small_fleet, live_broker):
+    start = time.monotonic()
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("build-1", count=4), format="json").status_code == 201
+    claim = wait_phase(admin_client, "build-1")
+    assert claim["status"]["phase"] == "Allocated", claim["status"]
+    assert time.monotonic() - start < 10
+    assert len(claim["status"]["allocation"]["devices"]["results"]) == 4
+    assert DeviceAllocation.objects.filter(claim__name="build-1").count() == 4
+    released = admin_client.delete(f"{NS}/resourceclaims/build-1")
+    assert released.status_code == 200
+    assert DeviceAllocation.objects.count() == 0
+    # The freed devices are allocatable again at once.
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("build-2", count=8), format="json")
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("build-3", count=8), format="json")
+    assert wait_phase(admin_client, "build-2")["status"]["phase"] == "Allocated"
+    assert wait_phase(admin_client, "build-3")["status"]["phase"] == "Allocated"
+
+
+def test_idempotent_retry_gives_one_claim(admin_client, small_fleet, live_broker):
+    body = gpu_claim("")
+    body["metadata"] = {"generateName": "retry-"}
+    answers = []
+
+    def post():
+        try:
+            answers.append(admin_client.post(f"{NS}/resourceclaims", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1"))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=post) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {a.status_code for a in answers} == {201}, [a.content for a in answers]
+    assert len({a.json()["metadata"]["uid"] for a in answers}) == 1
+    assert ResourceClaim.objects.count() == 1
+    name = answers[0].json()["metadata"]["name"]
+    assert wait_phase(admin_client, name)["status"]["phase"] == "Allocated"
+    again = admin_client.post(f"{NS}/resourceclaims", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert again.json()["metadata"]["uid"] == answers[0].json()["metadata"]["uid"]
+    assert ResourceClaim.objects.count() == 1 and DeviceAllocation.objects.count() == 1
+
+
+def test_shared_claim_several_consumers(admin_client, small_fleet, live_broker):
+    items = [gpu_claim("shared")] + [
+        {"kind": "Consumer", "metadata": {"name": f"pod-{i}"},
+         "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "shared"}]}} for i in range(4)]
+    assert admin_client.post(f"{NS}/resourceclaims/batch", {"items": items}, format="json").status_code == 201
+    claim = wait_phase(admin_client, "shared")
+    assert claim["status"]["phase"] == "Allocated"
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == [f"pod-{i}" for i in range(4)]
+    assert DeviceAllocation.objects.count() == 1
+    pod = admin_client.get(f"{NS}/consumers/pod-3?wait=10s").json()
+    assert pod["status"]["phase"] == "Allocated" and pod["status"]["node"] == claim["status"]["node"]
+
+
+def test_consumer_with_two_claims_lands_on_one_node(admin_client, small_fleet, live_broker):
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("filler", count=7), format="json")
+    filler = wait_phase(admin_client, "filler")["status"]["node"]
+    items = [gpu_claim("left"), gpu_claim("right"),
+             {"kind": "Consumer", "metadata": {"name": "trainer"}, "spec": {"resourceClaims": [
+                 {"name": "a", "resourceClaimName": "left"}, {"name": "b", "resourceClaimName": "right"}]}}]
+    assert admin_client.post(f"{NS}/resourceclaims/batch", {"items": items}, format="json").status_code == 201
+    consumer = admin_client.get(f"{NS}/consumers/trainer?wait=30s").json()
+    assert consumer["status"]["phase"] == "Allocated", consumer
+    left, right = (wait_phase(admin_client, n)["status"] for n in ("left", "right"))
+    assert left["node"] == right["node"] == consumer["status"]["node"] != filler
+
+
+def test_mig_claim_two_partitions_of_one_parent(admin_client, small_fleet, live_broker):
+    assert admin_client.post(f"{NS}/resourceclaims", mig_pair_claim("mig"), format="json").status_code == 201
+    claim = wait_phase(admin_client, "mig")
+    assert claim["status"]["phase"] == "Allocated", claim["status"]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    devices = [Device.objects.get(driver=r["driver"], pool_name=r["pool"], name=r["device"]) for r in results]
+    assert len({d.name for d in devices}) == 2
+    assert len({d.attributes["parentUUID"]["string"] for d in devices}) == 1
+
+
+def test_lease_expiry_frees_devices(admin_client, small_fleet, live_broker):
+    body = gpu_claim("leased", count=8, annotations={"draservice.io/lease-ttl": "5s"})
+    admin_client.post(f"{NS}/resourceclaims", body, format="json")
+    assert wait_phase(admin_client, "leased")["status"]["phase"] == "Allocated"
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("waiting", count=8), format="json")
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("waiting-too", count=8), format="json")
+    # Two 8-GPU nodes: one of the two gets the other node, the other is tried and stays pending.
+    until(lambda: set(ResourceClaim.objects.filter(name__startswith="waiting").values_list("reason", flat=True))
+          == {"Allocated", "Unsatisfiable"})
+    pending = ResourceClaim.objects.get(name__startswith="waiting", phase="Pending").name
+    ResourceClaim.objects.filter(name="leased").update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    expire_leases.delay()  # what beat does every few seconds
+    claim = admin_client.get(f"{NS}/resourceclaims/leased").json()
+    deadline = time.monotonic() + 20
+    while claim["status"]["phase"] != "Released" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        claim = admin_client.get(f"{NS}/resourceclaims/leased").json()
+    assert claim["status"]["phase"] == "Released" and claim["status"]["reason"] == "LeaseExpired"
+    assert not DeviceAllocation.objects.filter(claim__name="leased").exists()
+    # The release made room: the waiting claim gets the devices without anyone asking again.
+    assert wait_phase(admin_client, pending)["status"]["phase"] == "Allocated"
+    events = [e["type"] for e in admin_client.get(f"{NS}/resourceclaims/leased/events").json()["items"]]
+    assert events == ["Created", "Allocated", "LeaseExpired"]

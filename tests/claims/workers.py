@@ -1,0 +1,80 @@
+"""Real Celery worker processes for integration tests, against the test database and the test Redis."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_database_url() -> str:
+    s = connection.settings_dict
+    auth = s["USER"] or ""
+    if s.get("PASSWORD"):
+        auth += f":{s['PASSWORD']}"
+    return f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+class WorkerPool:
+    """``n`` single-process Celery workers (``--pool solo``: a SIGKILL kills the task it is running)."""
+
+    def __init__(self, broker_url: str, queue: str | None = None, race: bool = False):
+        self.broker_url = broker_url
+        self.race = race
+        self.queue = queue or f"claims-test-{uuid.uuid4().hex[:8]}"
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+
+    def env(self, i: int) -> dict:
+        env = dict(os.environ)
+        # application_name tells this worker's database sessions apart (see pg_stat_activity).
+        env.update(DATABASE_URL=f"{test_database_url()}?application_name={self.app_name(i)}",
+                   CELERY_BROKER_URL=self.broker_url, CLAIMS_TEST_RACE="1" if self.race else "0",
+                   CLAIMS_TEST_QUEUE=self.queue, DJANGO_SETTINGS_MODULE="draservice.settings",
+                   DB_CONN_MAX_AGE="600", PYTHONPATH=str(ROOT), LOG_LEVEL="WARNING")
+        return env
+
+    def start(self, n: int) -> None:
+        for _ in range(n):
+            i = len(self.procs)
+            log = Path(f"/tmp/claims-worker-{self.queue}-{i}.log")
+            cmd = [sys.executable, "-m", "celery", "-A", "tests.claims.celery_test_app", "worker", "--pool", "solo",
+                   "-Q", self.queue, "-n", f"w{i}-{self.queue}@%h", "--without-gossip", "--without-mingle",
+                   "--without-heartbeat", "--loglevel", "INFO"]
+            self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=self.env(i), stdout=log.open("w"),
+                                               stderr=subprocess.STDOUT))
+            self.logs.append(log)
+        deadline = time.monotonic() + 60
+        for proc, log in zip(self.procs, self.logs):
+            while "ready." not in log.read_text():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"celery worker did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.1)
+
+    def app_name(self, i: int) -> str:
+        return f"{self.queue}-w{i}"
+
+    def kill(self, i: int) -> None:
+        os.kill(self.procs[i].pid, signal.SIGKILL)
+        self.procs[i].wait(10)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def log_tail(self, n: int = 4000) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text()[-n:]}" for log in self.logs if log.exists())
