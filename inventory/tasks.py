@@ -5,6 +5,8 @@ app, which re-runs allocation after it. ``refresh_demo_clusters`` stands in for 
 of the demo fleet (clusters labelled draservice.io/demo=true): without it the demo would go stale five
 minutes after ``make run``. It only heartbeats clusters that carry that label.
 """
+from datetime import timedelta
+
 from celery import shared_task
 from django.conf import settings
 
@@ -13,7 +15,7 @@ from inventory.demo import DEMO_LABEL
 SCHEDULE = {
     "inventory-refresh-demo-clusters": {
         "task": "inventory.tasks.refresh_demo_clusters",
-        "schedule": max(10.0, settings.STALE_CLUSTER_SECONDS / 3),
+        "schedule": timedelta(seconds=max(10.0, settings.STALE_CLUSTER_SECONDS / 3)),
     },
 }
 

@@ -13,8 +13,9 @@ from inventory.services.tokens import issue_token
 
 @pytest.fixture(autouse=True)
 def _inventory_urls(settings):
-    # Other apps' views are developed concurrently; the inventory API is mounted at the same paths here.
-    if os.environ.get("INVENTORY_TESTS_FULL_URLCONF") != "1":
+    # The real URLconf by default. INVENTORY_TESTS_LOCAL_URLCONF=1 mounts only the inventory API (same
+    # paths), to test it while other apps' views are mid-change.
+    if os.environ.get("INVENTORY_TESTS_LOCAL_URLCONF") == "1":
         settings.ROOT_URLCONF = "tests.inventory.urls"
 
 
