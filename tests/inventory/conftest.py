@@ -3,7 +3,6 @@ import json
 import os
 
 import pytest
-from django.conf import settings
 from rest_framework.test import APIClient
 
 from inventory.models import APIToken

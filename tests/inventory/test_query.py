@@ -42,7 +42,7 @@ def test_device_filters(admin_client, fleet):
     assert len(results(admin_client, "/api/v1/devices", attribute="gpu.intel.com/sriov=true")) == 2  # bool
     assert len(results(admin_client, "/api/v1/devices", node="rpl-s", pool="rpl-s")) == 2
     assert len(results(admin_client, "/api/v1/devices", node_label="topology.kubernetes.io/zone=eu-a")) == 10
-    assert results(admin_client, "/api/v1/devices", attribute=f"gpu.nvidia.com/productName=nothing") == []
+    assert results(admin_client, "/api/v1/devices", attribute="gpu.nvidia.com/productName=nothing") == []
     bad = admin_client.get("/api/v1/devices", {"attribute": "no-equals-sign"})
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "attribute"
 
