@@ -18,15 +18,26 @@ from .model import Device
 _UNKNOWN = object()  # an attribute value of no supported type: equal to nothing, not even itself
 
 
+_ABSENT = object()
+
+
 def attribute_value(device: Device, name: str):
-    """(type, value) of a device attribute, ``_UNKNOWN`` for an empty/unsupported one, None if absent."""
+    """(type, value) of a device attribute, ``_UNKNOWN`` for an empty/unsupported one, None if absent.
+
+    Cached on the device: constraints ask for the same attribute of the same devices over and over."""
+    v = device.attr_cache.get(name, _ABSENT)
+    if v is not _ABSENT:
+        return v
+    v = None
     attr = device.attribute(name)
-    if attr is None:
-        return None
-    for kind in ("string", "int", "bool", "version"):
-        if kind in attr and attr[kind] is not None:
-            return (kind, attr[kind])
-    return _UNKNOWN
+    if attr is not None:
+        v = _UNKNOWN
+        for kind in ("string", "int", "bool", "version"):
+            if kind in attr and attr[kind] is not None:
+                v = (kind, attr[kind])
+                break
+    device.attr_cache[name] = v
+    return v
 
 
 class Constraint:

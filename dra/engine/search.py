@@ -128,7 +128,11 @@ class NodeSearch:
                     if alt.all_mode:
                         ok = ok or need > 0
                         continue
-                    free = sum(1 for d in cands if self._free(d, alt))
+                    if alt.admin:
+                        free = len(cands)
+                    else:
+                        avail = self.e.avail
+                        free = sum(avail[d.idx] for d in cands)
                     if free >= need:
                         ok = True
                         break
@@ -197,26 +201,37 @@ class NodeSearch:
                     if not rp.has_sub and not rp.alts[0].all_mode and c.applies(rp.name, None)]
         if not involved:
             return True
-        per_value_devices: dict[object, set[int]] = {}
-        per_value_need: Counter = Counter()
-        per_request_values = []
+        total_need = sum(a.count for a in involved)
+        lists = {}
         for alt in involved:
-            values: Counter = Counter()
-            for d in self.candidates(alt):
-                if d.allow_multiple or not self._free(d, alt):
-                    if d.allow_multiple:
-                        return True  # shared devices can serve several requests: no simple bound
+            lists.setdefault(id(self.candidates(alt)), (self.candidates(alt), alt.admin))
+        avail = self.e.avail
+        per_list = []  # per candidate list: value -> free devices with that value
+        for cands, admin in lists.values():
+            values: dict = {}
+            for d in cands:
+                if d.allow_multiple:
+                    return True  # shared devices can serve several requests: no simple bound
+                if not admin and not avail[d.idx]:
                     continue
                 v = attribute_value(d, c.attr)
                 if v is None or not isinstance(v, tuple):
                     continue
-                values[v] += 1
-                per_value_devices.setdefault(v, set()).add(d.idx)
-            per_request_values.append((alt, values))
-        total_need = sum(a.count for a in involved)
-        for v, devices in per_value_devices.items():
-            if all(values[v] >= alt.count for alt, values in per_request_values) and \
-                    len(devices) >= total_need:
+                values.setdefault(v, []).append(d.idx)
+            per_list.append(values)
+        if len(per_list) == 1:  # the common case: all constrained requests select from the same devices
+            return any(len(devs) >= total_need for devs in per_list[0].values())
+        position = {key: i for i, key in enumerate(lists)}
+        for v in set().union(*per_list):
+            union = set()
+            ok = True
+            for alt in involved:
+                devs = per_list[position[id(self.candidates(alt))]].get(v, ())
+                if len(devs) < alt.count:
+                    ok = False
+                    break
+                union.update(devs)
+            if ok and len(union) >= total_need:
                 return True
         return False
 
