@@ -202,6 +202,9 @@ class ClaimSync:
             if claim is None or (uid and claim["metadata"].get("uid") != uid):
                 meta = item["metadata"]
                 self._release(key, meta["namespace"], meta["name"], why="its cluster claim no longer exists")
+            elif (item.get("status") or {}).get("phase") in ("Released", "Failed") \
+                    and (claim.get("status") or {}).get("allocation"):
+                self.enqueue(key)  # the service took back what the cluster still holds
 
     # -- reconcile one claim ----------------------------------------------------------------------
     def reconcile(self, key: str) -> float | None:
@@ -233,6 +236,12 @@ class ClaimSync:
             # A previous claim of the same name (deleted while its finalizer was removed by hand).
             self._release(key, ns, name, why="left over from an earlier claim of the same name")
             remote = None
+        allocated_here = (claim.get("status") or {}).get("allocation")
+        if remote is None and allocated_here:
+            # Allocated in the cluster by someone else (the scheduler got there first): nothing to mirror.
+            self._report(key, "foreign", logging.WARNING, "claim %s: allocated in the cluster, not by the service; "
+                         "not mirrored (remove the %s annotation to silence this)", key, MARK)
+            return None
         if remote is None:
             remote = self.service.create_claim(ns, self._mirror_body(claim, name), idempotency_key=meta.get("uid"))
             log.info("claim %s: mirrored to the service as %s/%s", key, ns, name)
@@ -241,12 +250,20 @@ class ClaimSync:
     def _follow(self, key: str, claim: dict, remote: dict) -> float | None:
         status = remote.get("status") or {}
         phase = status.get("phase") or ("Allocated" if status.get("allocation") else "Pending")
-        if (claim.get("status") or {}).get("allocation"):
-            if phase == "Allocated":
+        allocated_here = (claim.get("status") or {}).get("allocation")
+        if allocated_here:
+            if phase == "Allocated" and _devices(status.get("allocation")) == _devices(allocated_here):
                 return None  # written back already: nothing left to do until it is deleted
-            self._report(key, "foreign", logging.WARNING,
-                         "claim %s: already allocated in the cluster (not by the service); the service's "
-                         "claim is %s and is left as it is", key, phase)
+            if phase in ("Pending", "Allocated"):
+                # The cluster's own allocation (made by the scheduler) is the one the kubelet uses; the
+                # service must not keep other devices held for this claim.
+                self._release(key, *self._target(claim), why="allocated in the cluster by someone else")
+                self._report(key, "foreign", logging.WARNING, "claim %s: allocated in the cluster, not by the "
+                             "service; the service's copy was released", key)
+                return None
+            # Released or Failed in the service (a lease ran out, an admin released it) while the cluster
+            # still holds the devices: the service may hand them to someone else now.
+            self._revoke(key, claim, phase, status)
             return None
         if phase == "Allocated":
             if status.get("cluster") not in (None, "", self.cluster):
@@ -262,9 +279,35 @@ class ClaimSync:
                          "claim %s: pending in the service%s", key, f" ({reason})" if reason else "")
             self._waiting.add(key)  # the next poll requeues it once the service has decided
             return None
-        self._report(key, phase, logging.WARNING, "claim %s: the service reports %s: %s", key, phase,
-                     status.get("message") or status.get("reason") or "no reason given")
-        return self.poll_interval * 10 if phase == "Failed" else None
+        self._report(key, phase, logging.WARNING, "claim %s: the service reports it %s (%s); delete and re-create "
+                     "the claim to try again", key, phase, status.get("message") or status.get("reason") or "no reason")
+        return None
+
+    def _revoke(self, key: str, claim: dict, phase: str, status: dict) -> None:
+        """Take back an allocation the service no longer stands behind - unless a pod already uses it."""
+        ref = claim["metadata"]
+        for _ in range(MAX_CONFLICT_RETRIES):
+            if (claim.get("status") or {}).get("reservedFor"):
+                self._report(key, f"revoked-in-use:{phase}", logging.ERROR,
+                             "claim %s: %s in the service but still reserved for pods in the cluster; the allocation "
+                             "is kept and the service may give these devices to others (%s)", key, phase,
+                             status.get("reason") or "no reason given")
+                return
+            body = copy.deepcopy(claim)
+            body["status"].pop("allocation", None)
+            try:
+                self.kube.replace_status(self.resource, body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                metrics.CLAIM_CONFLICTS.inc()
+                claim = self.kube.get(self.resource, ref["name"], ref["namespace"])
+                continue
+            metrics.CLAIM_WRITEBACKS.labels("revoked").inc()
+            self._report(key, f"revoked:{phase}", logging.WARNING, "claim %s: %s in the service (%s); its allocation "
+                         "was removed from the cluster's claim", key, phase, status.get("reason") or "no reason given")
+            return
+        raise ApiException(status=409, reason="revoking the allocation kept conflicting")
 
     def _write_back(self, key: str, claim: dict, remote: dict) -> None:
         status = remote["status"]
@@ -296,8 +339,9 @@ class ClaimSync:
             metrics.CLAIM_WRITEBACKS.labels("ok").inc()
             devices = [f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}"
                        for r in ((status["allocation"].get("devices") or {}).get("results") or [])]
+            shown = ", ".join(devices[:4]) + (f" and {len(devices) - 4} more" if len(devices) > 4 else "")
             self._report(key, "written", logging.INFO, "claim %s: allocation written back (node %s: %s)", key,
-                         status.get("node") or "-", ", ".join(devices) or "no devices")
+                         status.get("node") or "-", shown or "no devices")
             return
         metrics.CLAIM_WRITEBACKS.labels("conflict").inc()
         raise ApiException(status=409, reason=f"still conflicting after {MAX_CONFLICT_RETRIES} attempts")
@@ -365,6 +409,13 @@ class ClaimSync:
         if self._reported.get(key) != state:
             self._reported[key] = state
             log.log(level, msg, *args)
+
+
+def _devices(allocation: dict | None) -> set[tuple]:
+    """What an allocation hands out. Compared instead of the whole object, which the API server may have
+    normalized (quantities, defaults) on the way in."""
+    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    return {(r.get("request"), r.get("driver"), r.get("pool"), r.get("device"), r.get("shareID")) for r in results}
 
 
 def _source_uid(remote: dict) -> str | None:
