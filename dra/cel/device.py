@@ -22,16 +22,23 @@ ATTRIBUTE_VALUE_KINDS = ("int", "bool", "string", "version")
 
 
 def _freeze(value: Any) -> Any:
-    """A hashable, order-independent copy of JSON-like data (dict key order never matters)."""
+    """A hashable, order-independent copy of JSON-like data (dict key order never matters).
+
+    This runs for every attribute of every device a fleet loads, so exact-type checks come
+    first (the Mapping ABC check is slow) and one-entry dicts, the shape of every v1
+    attribute value, skip the sort.
+    """
     cls = type(value)
-    if cls is str or cls is int:
+    if cls is str or cls is int or cls is float or value is None:
         return value
     if cls is bool:
         # Keep True distinct from 1 in the fingerprint.
         return ("b", value)
-    # Exact dict first: the Mapping ABC check is slow and this runs for every attribute.
     if cls is dict or isinstance(value, Mapping):
-        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+        if len(value) == 1:
+            for k, v in value.items():
+                return ((k if type(k) is str else str(k), _freeze(v)),)
+        return tuple(sorted([(k if type(k) is str else str(k), _freeze(v)) for k, v in value.items()]))
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
     return value
@@ -48,7 +55,9 @@ def split_qualified_name(name: str, driver: str) -> tuple[str, str]:
 def _capacity_value(raw: Any) -> Any:
     # v1 DeviceCapacity is {"value": "80Gi", "requestPolicy": ...}; the conformance vectors and
     # some callers pass the bare quantity string. Only the value is visible to CEL.
-    if isinstance(raw, Mapping):
+    if type(raw) is str:
+        return raw
+    if isinstance(raw, dict) or isinstance(raw, Mapping):
         return raw.get("value")
     return raw
 
@@ -85,6 +94,16 @@ class CELDevice:
             object.__setattr__(self, "_key", cached)
         return cached
 
+    def __getstate__(self):
+        # Pickle the content only; the caches are rebuilt on demand.
+        return (self.driver, self.attributes, self.capacity, self.allow_multiple_allocations)
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(("driver", "attributes", "capacity", "allow_multiple_allocations"), state):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_key", None)
+        object.__setattr__(self, "_view", None)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CELDevice) and self.key() == other.key()
 
@@ -104,7 +123,9 @@ class DomainMap(celtypes.MapType):
     """The attributes or capacities of one domain; remembers which so errors can say so."""
 
     def __init__(self, kind: str, domain: str, items: dict):
-        super().__init__(items)
+        # dict.__init__ directly: celtypes.MapType.__init__ re-validates every key through ABC
+        # isinstance checks, which dominated building a device's CEL value.
+        dict.__init__(self, items)
         self.kind = kind
         self.domain = domain
 
@@ -123,7 +144,7 @@ class DomainsMap(celtypes.MapType):
     newStringInterfaceMapWithDefault), so `device.attributes["x"].y` fails with "no such key: y"."""
 
     def __init__(self, kind: str, items: dict):
-        super().__init__(items)
+        dict.__init__(self, items)
         self.kind = kind
 
     def __getitem__(self, key):
@@ -166,7 +187,7 @@ class DeviceView:
             if error is not None:
                 self.error = self.error or f"attribute {name}: {error}"
                 continue
-            attrs.setdefault(domain, {})[celtypes.StringType(ident)] = value
+            attrs.setdefault(domain, {})[ident] = value
             # Projections hold the frozen JSON, not the CEL value: plain tuples compare safely.
             flat[("a", domain, ident)] = frozen
         for name, text in frozen_capacity:
@@ -175,34 +196,35 @@ class DeviceView:
             if error is not None:
                 self.error = self.error or f"capacity {name}: {error}"
                 continue
-            caps.setdefault(domain, {})[celtypes.StringType(ident)] = value
+            caps.setdefault(domain, {})[ident] = value
             flat[("c", domain, ident)] = text
         self.flat = flat
         self._attributes = attrs
         self._capacity = caps
         self.domains = (tuple(sorted(attrs)), tuple(sorted(caps)))
-        # Plain str (not celtypes.StringType, whose __eq__ is Python code) for cheap comparisons.
-        self.names = {("a", d): tuple(sorted(str(k) for k in v)) for d, v in attrs.items()}
-        self.names.update({("c", d): tuple(sorted(str(k) for k in v)) for d, v in caps.items()})
+        self.names = {("a", d): tuple(sorted(v)) for d, v in attrs.items()}
+        self.names.update({("c", d): tuple(sorted(v)) for d, v in caps.items()})
 
     @property
     def value(self) -> celtypes.MapType:
         """The CEL value of the `device` variable."""
         if self._value is None:
-            self._value = celtypes.MapType({
+            value = celtypes.MapType()
+            dict.update(value, {
                 celtypes.StringType("driver"): celtypes.StringType(self.driver),
-                celtypes.StringType("attributes"): DomainsMap(
-                    "attributes",
-                    {celtypes.StringType(d): DomainMap("attributes", d, m) for d, m in self._attributes.items()},
-                ),
-                celtypes.StringType("capacity"): DomainsMap(
-                    "capacity",
-                    {celtypes.StringType(d): DomainMap("capacity", d, m) for d, m in self._capacity.items()},
-                ),
+                celtypes.StringType("attributes"): DomainsMap("attributes", {
+                    celtypes.StringType(d): DomainMap("attributes", d, {celtypes.StringType(k): v for k, v in m.items()})
+                    for d, m in self._attributes.items()
+                }),
+                celtypes.StringType("capacity"): DomainsMap("capacity", {
+                    celtypes.StringType(d): DomainMap("capacity", d, {celtypes.StringType(k): v for k, v in m.items()})
+                    for d, m in self._capacity.items()
+                }),
                 # Upstream: ptr.Deref(AllowMultipleAllocations, false). Whether the field exists
                 # at all is decided at compile time (consumable_capacity), not here.
                 celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(self.multi),
             })
+            self._value = value
         return self._value
 
 

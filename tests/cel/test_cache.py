@@ -188,3 +188,15 @@ def test_consumable_capacity_flag_is_per_cache():
     assert SelectorCache().evaluate(expr, gpu()) is True
     with pytest.raises(CELCompileError):
         SelectorCache(consumable_capacity=False).evaluate(expr, gpu())
+
+
+def test_devices_pickle_without_their_caches():
+    import pickle
+
+    device = gpu()
+    SelectorCache().evaluate(PRODUCT, device)
+    assert device._view is not None
+    clone = pickle.loads(pickle.dumps(device))
+    assert clone._view is None and clone._key is None
+    assert clone == device
+    assert SelectorCache().evaluate(PRODUCT, clone) is True

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from dra.cel import CELBudgetExceeded, CELCompileError, CELDevice, CELRuntimeError, compile_expression
+from tests.conftest import SHARED_DIR
 
 # Cases whose semantics need libraries newer than Kubernetes 1.35, with the reason.
 # (None of the 37 1.35 vectors needs one today; keep the mechanism so later tables can say why.)
@@ -16,8 +17,9 @@ NEWER_THAN_135: dict[str, str] = {}
 
 
 def _cases():
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "conformance", "k8s-cel-cases.json")
-    with open(os.path.abspath(path)) as f:
+    # Parametrisation happens at collection time, before fixtures exist: use the same
+    # location the suite-wide `shared_dir` fixture uses.
+    with open(os.path.join(SHARED_DIR, "conformance", "k8s-cel-cases.json")) as f:
         return json.load(f)
 
 
