@@ -17,6 +17,7 @@ and memory stays under `max_entries`.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Iterable
 
@@ -28,6 +29,11 @@ from .errors import CELRuntimeError
 _MISSING = ("<missing>",)
 _fp_ids: dict[Footprint | None, int] = {}
 _fp_lock = threading.Lock()
+_fp_counter = itertools.count()
+# Distinct footprints grow with distinct expression shapes. Past this many the table is
+# dropped; ids are never reused, so a stale id on a device view can never be mistaken for
+# another footprint (it is simply never looked up again).
+_MAX_FOOTPRINTS = 50_000
 
 
 def _footprint_id(fp: Footprint | None) -> int:
@@ -35,7 +41,11 @@ def _footprint_id(fp: Footprint | None) -> int:
     fid = _fp_ids.get(fp)
     if fid is None:
         with _fp_lock:
-            fid = _fp_ids.setdefault(fp, len(_fp_ids))
+            fid = _fp_ids.get(fp)
+            if fid is None:
+                if len(_fp_ids) >= _MAX_FOOTPRINTS:
+                    _fp_ids.clear()
+                fid = _fp_ids[fp] = next(_fp_counter)
     return fid
 
 
