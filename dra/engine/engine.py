@@ -6,7 +6,6 @@ incrementally, so the next group sees those devices as taken without any rescan.
 from __future__ import annotations
 
 import heapq
-import json
 from fractions import Fraction
 from typing import Iterable
 

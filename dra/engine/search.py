@@ -22,7 +22,6 @@ backtracked (kubernetes#140436), and a multi-allocatable device is counted again
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 from .capacity import consumption, fits
 from .constraints import MatchAttribute, attribute_value
