@@ -59,12 +59,13 @@ def replace_fleet_object(model, name: str, body, if_match: list[str] | None):
         else:
             check_if_match(if_match, row.resource_version)
             created = False
-            if row.object != obj:
-                row.object = obj
-                for key, value in columns(obj).items():
-                    setattr(row, key, value)
-                row.resource_version += 1
-                row.save()
+            if row.object == obj:
+                return row, False  # nothing changed: same ETag, nobody to tell
+            row.object = obj
+            for key, value in columns(obj).items():
+                setattr(row, key, value)
+            row.resource_version += 1
+            row.save()
         send_after_commit(cluster=None, cluster_id=None, inventory_version=None, reason=reason)
     return row, created
 
