@@ -13,6 +13,11 @@ def pytest_configure(config):
         raise pytest.UsageError(
             f"The tests run against PostgreSQL (DATABASE_URL); got {engine}. Use `make test`."
         )
+    # One test database per pytest process: several suites running at once on one machine (developers,
+    # helpers, CI) must not drop each other's database mid-run.
+    default = settings.DATABASES["default"]
+    name = os.environ.get("TEST_DATABASE_NAME") or f"test_{default['NAME']}_{os.getpid()}"
+    default.setdefault("TEST", {})["NAME"] = name
 
 
 @pytest.fixture(scope="session")
