@@ -59,7 +59,8 @@ class Cluster(models.Model):
 
 
 class Node(models.Model):
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    # Indexed by the (cluster, name) unique constraint; a separate FK index would only slow bulk writes.
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes", db_index=False)
     name = models.CharField(max_length=253)
     labels = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -73,7 +74,7 @@ class Node(models.Model):
 
 
 class ResourceSlice(models.Model):
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="resource_slices")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="resource_slices", db_index=False)
     name = models.CharField(max_length=253)
     driver = models.CharField(max_length=63)
     pool_name = models.CharField(max_length=253)
@@ -106,7 +107,7 @@ class Pool(models.Model):
     COMPLETE, INCOMPLETE, INVALID = "complete", "incomplete", "invalid"
     STATES = [(COMPLETE, "complete"), (INCOMPLETE, "incomplete"), (INVALID, "invalid")]
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools", db_index=False)
     driver = models.CharField(max_length=63)
     name = models.CharField(max_length=253)
     generation = models.BigIntegerField()  # the highest generation seen; only its slices count
@@ -128,7 +129,8 @@ class Pool(models.Model):
 class Device(models.Model):
     """One device of one slice, flattened for filtering. Rewritten whenever its slice is."""
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="devices")
+    # Covered by the inventory_device_key index, which starts with the cluster.
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="devices", db_index=False)
     resource_slice = models.ForeignKey(ResourceSlice, on_delete=models.CASCADE, related_name="devices")
     # Null for devices not bound to one node (allNodes / nodeSelector: network-attached).
     node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="devices")

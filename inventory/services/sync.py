@@ -366,6 +366,12 @@ def push_inventory(cluster_name: str, body) -> dict:
     """Replace a cluster's whole inventory with ``body`` (see ``parse_inventory``). Atomic."""
     inventory = parse_inventory(body)
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # A full push is derived state that the agent re-sends (periodically and on restart), so it need
+            # not wait for its tens of megabytes of WAL to reach disk: a crash in the next few hundred
+            # milliseconds loses at most this push, never consistency. Scoped to this transaction.
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit = off")
         cluster = _lock_cluster(cluster_name)
         referenced = {s["spec"]["nodeName"] for s in inventory.slices if s["spec"].get("nodeName")}
         referenced |= {d["nodeName"] for s in inventory.slices for d in s["spec"].get("devices") or ()
