@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from claims import k8s
@@ -54,8 +55,10 @@ REASONS = {
     "pool_being_updated": "PoolBeingUpdated",
     "feature_disabled": "FeatureDisabled",
     "invalid_claim": "InvalidClaim",
+    "engine_error": "EngineError",
 }
 LOST_RACE = "LostRace"
+DEFERRED = "deferred"  # an outcome placeholder: not decided this round, retry at once
 
 
 @dataclass
@@ -90,7 +93,8 @@ def bump_fleet_version() -> None:
         FleetState.objects.get_or_create(pk=1, defaults={"version": 2})
 
 
-def eligible_pending(version: int):
+def eligible_pending(version):
+    """Pending claims not tried since the fleet last changed. ``version``: an int or an expression."""
     return (ResourceClaim.objects.filter(phase=Phase.PENDING)
             .filter(Q(attempted_version__isnull=True) | Q(attempted_version__lt=version)))
 
@@ -100,22 +104,33 @@ def allocate_round(batch_size: int = DEFAULT_BATCH) -> RoundResult:
     result = RoundResult()
     try:
         with transaction.atomic():
-            version = fleet_version()  # read FIRST: anything freed after this point bumps it past `version`
-            claims = list(eligible_pending(version).select_related("namespace").order_by("id")
+            # The fleet version comes with the claims, from the same statement snapshot: anything freed after
+            # it bumps the version past what we record, so nothing freed is ever missed.
+            current = Subquery(FleetState.objects.filter(pk=1).values("version")[:1])
+            claims = list(eligible_pending(Coalesce(current, Value(1))).select_related("namespace")
+                          .annotate(fleet_version=Coalesce(current, Value(1))).order_by("id")
                           .select_for_update(skip_locked=True, of=("self",))[:batch_size])
             if not claims:
                 return result
+            version = claims[0].fleet_version
             result.taken = len(claims)
             groups, left_out = build_groups(claims)
             result.left_out = len(left_out)
-            locking.serialize_allocators()
+            serialized = locking.serialize_allocators()
             view = fleet.current_view()
             rows = fleet.rows_in_use()
             engine = _engines.engine_for(view, rows)
             outcomes = _run_engine(engine, view, groups)
-            _write(engine, view, rows, groups, outcomes, version, result)
+            _write(engine, view, rows, groups, outcomes, version, result, serialized)
             changed = result.changed_ids
             transaction.on_commit(lambda: _after_commit(changed, result.should_retry_soon))
+    except IntegrityError as exc:
+        # The unique index refused a row: something slipped past the checks. Nothing of the round was
+        # written; its claims are untouched and eligible, so the next round decides them afresh.
+        _engines.reset()
+        fleet.invalidate()
+        log.warning("allocation round rolled back by the unique index, retrying: %s", exc)
+        return RoundResult(taken=result.taken, lost_race=result.taken, seconds=time.perf_counter() - started)
     except BaseException:
         _engines.reset()  # its in-use state may now disagree with the database
         raise
@@ -136,14 +151,16 @@ class _EngineCache:
         self.key = None
         self.engine = None
         self.rows: dict[int, object] = {}
+        self.poisoned = False
 
     def reset(self) -> None:
-        self.key, self.engine, self.rows = None, None, {}
+        self.key, self.engine, self.rows, self.poisoned = None, None, {}, False
 
     def engine_for(self, view: fleet.FleetView, rows: dict[int, object]):
         from dra.engine import Engine
 
-        if self.engine is None or self.key != view.key:
+        if self.engine is None or self.key != view.key or self.poisoned:
+            self.poisoned = False
             self.engine, self.key = Engine(view.snapshot, list(rows.values())), view.key
         else:
             gone = [self.rows[i] for i in self.rows.keys() - rows.keys()]
@@ -214,13 +231,24 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group]) -> list:
         if group.blocked:
             outcomes.append(None)
             continue
+        if _engines.poisoned:
+            outcomes.append(DEFERRED)  # decided by a possibly inconsistent engine: retry next round
+            continue
         cg = engine_group(group, view)
         shape = _shape(cg) if len(group.claims) == 1 else None
         hit = failed.get(shape) if shape else None
         if hit is not None and hit[0] == successes:
             outcomes.append(_same_failure(hit[1], hit[2], group.claims[0]))
             continue
-        outcome = engine.allocate(cg, raise_errors=False)
+        try:
+            outcome = engine.allocate(cg, raise_errors=False)
+        except Exception as exc:  # an engine bug must not wedge the queue: park this group, go on
+            log.exception("engine failed on group %s", cg.key)
+            from dra.engine import GroupOutcome
+
+            outcome = GroupOutcome(allocated=False, key=cg.key, reason="engine_error",
+                                   message=f"internal error in the allocation engine: {exc!r}")
+            _engines.poisoned = True  # its in-use state may be half-updated: rebuild after this round
         if outcome.allocated:
             successes += 1
         elif shape and outcome.error is None:
@@ -252,9 +280,9 @@ def _rows_for(claim: ResourceClaim, cluster: str, allocation: dict) -> list[Devi
     return rows
 
 
-def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResult) -> None:
+def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResult, serialized: bool) -> None:
     now = timezone.now()
-    successes = [(g, o) for g, o in zip(groups, outcomes) if o is not None and o.allocated]
+    successes = [(g, o) for g, o in zip(groups, outcomes) if o is not None and o is not DEFERRED and o.allocated]
 
     # Step 4: lock and verify what the successes touch.
     lost: set[int] = set()  # indexes into successes
@@ -280,8 +308,10 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
         changed_clusters |= used_clusters - {ids[cid] for cid in current}
         all_devices = set().union(*devices_by_group)
         all_pools = set().union(*pools_by_group)
-        locking.lock(all_devices, all_pools)
-        new_devices, new_pools = locking.new_rows({d[:3] for d in all_devices} | all_pools, rows_seen.keys())
+        new_devices, new_pools = set(), set()
+        if not serialized:  # under the allocators' turn lock nobody else can have added rows (see locking)
+            locking.lock(all_devices, all_pools)
+            new_devices, new_pools = locking.new_rows({d[:3] for d in all_devices} | all_pools, rows_seen.keys())
         for i, (group, outcome) in enumerate(successes):
             if (outcome.cluster in changed_clusters or devices_by_group[i] & new_devices
                     or pools_by_group[i] & new_pools):
@@ -296,14 +326,8 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
         for claim, co in zip(group.claims, outcome.claims):  # the engine answers in input order
             rows.extend(_rows_for(claim, outcome.cluster, co.allocation if co else None))
     if rows:
-        try:
-            with transaction.atomic():  # a savepoint: the unique index is the last line of defence
-                DeviceAllocation.objects.bulk_create(rows, batch_size=1000)
-        except IntegrityError as exc:
-            log.warning("allocation write lost a race at the unique index, retrying the round's groups: %s", exc)
-            lost = set(range(len(successes)))
-            rows = []
-            fleet.invalidate()
+        # The unique index is the last line of defence: a violation aborts the whole round (allocate_round).
+        DeviceAllocation.objects.bulk_create(rows, batch_size=1000)
     # Keep the cached engine in step: lost groups give their devices back; written rows are now counted.
     for i in lost:
         engine.release(successes[i][1].devices)
@@ -323,6 +347,9 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
         if group.blocked:
             _set_pending(group.claims, group.blocked, group.blocked_message, None, version, now, events)
             result.pending += len(group.claims)
+        elif outcome is DEFERRED:
+            _set_pending(group.claims, "Deferred", "not decided in this round; retrying", None, None, now, events)
+            result.lost_race += len(group.claims)
         elif id(group) in lost_groups:
             _set_pending(group.claims, LOST_RACE, "another allocation took a device first; retrying", None,
                          None, now, events)

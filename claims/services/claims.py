@@ -5,6 +5,7 @@ Every public function is one transaction. Work for the allocator is requested on
 """
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -23,6 +24,10 @@ MAX_BATCH = 1000
 LEASE_EXPIRED = "LeaseExpired"
 
 
+_known_classes: tuple[float, frozenset[str]] = (0.0, frozenset())
+CLASS_CACHE_SECONDS = 5.0
+
+
 def get_namespace_for_write(name: str) -> Namespace:
     """Namespaces come into being with their first object (a namespace token names them in advance)."""
     err = k8s.dns_label_error(name)
@@ -30,6 +35,18 @@ def get_namespace_for_write(name: str) -> Namespace:
         raise FieldError([("metadata.namespace", err)])
     ns, _ = Namespace.objects.get_or_create(name=name)
     return ns
+
+
+def _known_device_classes(wanted: set[str]) -> frozenset[str]:
+    """DeviceClass names, cached for a few seconds; a name not in the cache is looked up before refusing."""
+    global _known_classes
+    from inventory.models import DeviceClass
+
+    at, names = _known_classes
+    if time.monotonic() - at > CLASS_CACHE_SECONDS or not wanted <= names:
+        names = frozenset(DeviceClass.objects.values_list("name", flat=True).distinct())
+        _known_classes = (time.monotonic(), names)
+    return names
 
 
 # --------------------------------------------------------------------------------------------- parsing
@@ -60,12 +77,10 @@ def check_device_classes(items: list[tuple[str, dict]]) -> None:
 
     ``items``: (path of the spec in the request body, v1 spec).
     """
-    from inventory.models import DeviceClass
-
     wanted = {(f"{path}.{sub}", name) for path, spec in items for sub, name in k8s.device_class_names(spec)}
     if not wanted:
         return
-    known = set(DeviceClass.objects.filter(name__in={n for _, n in wanted}).values_list("name", flat=True))
+    known = _known_device_classes({n for _, n in wanted})
     errors = sorted((p, f'DeviceClass "{n}" not found') for p, n in wanted if n not in known)
     if errors:
         raise FieldError(errors, status_code=422)
@@ -78,7 +93,7 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
     if len(objects) > MAX_BATCH:
         raise FieldError([("items", f"must have at most {MAX_BATCH} items")])
     paths = paths or [""] * len(objects)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # inside a caller's transaction, no savepoint round trips
         ns = get_namespace_for_write(ns_name)
         now = timezone.now()
         claims, errors = [], []
@@ -90,11 +105,15 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
         if errors:
             raise FieldError(errors)
         check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths)])
-        _check_names_free(ns, [(c.name, p) for c, p in zip(claims, paths)])
+        names = [(c.name, p) for c, p in zip(claims, paths)]
+        _check_duplicates(names)
+        # Insert first: the unique (namespace, name) index answers "is the name free" for the common case
+        # without a query; only a failed insert looks for the culprit to name it.
         try:
             with transaction.atomic():
                 ResourceClaim.objects.bulk_create(claims, batch_size=1000)
         except IntegrityError:
+            _check_names_free(ns, names)
             raise Conflict("a claim with one of these names was created concurrently")
         if claims and claims[0].pk is None:  # a backend without INSERT ... RETURNING
             by_name = dict(ResourceClaim.objects.filter(namespace=ns, name__in=[c.name for c in claims])
@@ -107,7 +126,7 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
     return claims
 
 
-def _check_names_free(ns: Namespace, names: list[tuple[str, str]]) -> None:
+def _check_duplicates(names: list[tuple[str, str]]) -> dict[str, str]:
     seen: dict[str, str] = {}
     errors = []
     for name, path in names:
@@ -117,6 +136,11 @@ def _check_names_free(ns: Namespace, names: list[tuple[str, str]]) -> None:
         seen.setdefault(name, path)
     if errors:
         raise FieldError(errors)
+    return seen
+
+
+def _check_names_free(ns: Namespace, names: list[tuple[str, str]]) -> None:
+    seen = _check_duplicates(names)
     taken = set(ResourceClaim.objects.filter(namespace=ns, name__in=list(seen)).values_list("name", flat=True))
     if taken:
         errors = [(f"{seen[n]}.metadata.name" if seen[n] else "metadata.name",

@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Max
+from django.db import connection
 from django.utils import timezone
 
 from claims.models import DeviceAllocation
@@ -37,22 +37,33 @@ _cache: FleetView | None = None
 
 
 def fingerprint() -> tuple[tuple, dict[str, tuple[int, tuple]], list[tuple[str, dict]]]:
+    """What the snapshot depends on, in ONE query (it runs every round): per cluster its inventory version,
+    staleness and labels; fleet-wide the DeviceClasses' and DeviceTaintRules' count and newest change."""
+    from django.db.models.expressions import RawSQL
+
     from inventory.models import Cluster, DeviceClass, DeviceTaintRule
+
+    def agg(model, expr):
+        return RawSQL(f"SELECT {expr} FROM {connection.ops.quote_name(model._meta.db_table)}", [])
 
     now = timezone.now()
     versions: dict[str, tuple[int, tuple]] = {}
     labels: list[tuple[str, dict]] = []
     parts = []
-    for c in Cluster.objects.only("id", "name", "labels", "inventory_version", "last_sync_at",
-                                  "last_heartbeat_at", "stale_since").order_by("id"):
+    fleet_part: tuple = ()
+    rows = (Cluster.objects.only("id", "name", "labels", "inventory_version", "last_sync_at", "last_heartbeat_at",
+                                 "stale_since").order_by("id")
+            .annotate(classes_n=agg(DeviceClass, "count(*)"), classes_t=agg(DeviceClass, "max(updated_at)"),
+                      classes_v=agg(DeviceClass, "max(resource_version)"), rules_n=agg(DeviceTaintRule, "count(*)"),
+                      rules_t=agg(DeviceTaintRule, "max(updated_at)"),
+                      rules_v=agg(DeviceTaintRule, "max(resource_version)")))
+    for c in rows:
         stale = c.is_stale(now) or c.stale_since is not None
         versions[c.name] = (c.id, (c.inventory_version, c.stale_since))
         labels.append((c.name, c.labels or {}))
         parts.append((c.id, c.inventory_version, stale, tuple(sorted((c.labels or {}).items()))))
-    classes = DeviceClass.objects.aggregate(n=Count("id"), v=Max("updated_at"), r=Max("resource_version"))
-    rules = DeviceTaintRule.objects.aggregate(n=Count("id"), v=Max("updated_at"), r=Max("resource_version"))
-    key = (tuple(parts), tuple(classes.values()), tuple(rules.values()))
-    return key, versions, labels
+        fleet_part = (c.classes_n, str(c.classes_t), c.classes_v, c.rules_n, str(c.rules_t), c.rules_v)
+    return (tuple(parts), fleet_part), versions, labels
 
 
 def current_view() -> FleetView:
@@ -124,13 +135,35 @@ def _counter_pools(snapshot) -> set[tuple[str, str, str]]:
     return out
 
 
+class _RowCache:
+    """The allocation rows this process has read, by id. Rows never change once written (they are only
+    inserted and deleted), so a round reads the ids and fetches only the rows it has not seen."""
+
+    def __init__(self):
+        self.rows: dict[int, object] = {}
+
+    def read(self) -> dict[int, object]:
+        from dra.engine import AllocatedDevice
+
+        # Plain fetches, not .iterator(): server-side cursors cost extra round trips, and this runs every round.
+        ids = set(DeviceAllocation.objects.values_list("id", flat=True))
+        for gone in self.rows.keys() - ids:
+            del self.rows[gone]
+        new = ids - self.rows.keys()
+        if new:
+            fields = ("id", "cluster", "driver", "pool", "device", "share_id", "consumed_capacity", "admin_access")
+            qs = DeviceAllocation.objects.values_list(*fields)
+            qs = qs.filter(id__in=new) if len(new) <= 500 else qs  # many new: one scan beats a huge IN
+            for row_id, cluster, driver, pool, device, share_id, consumed, admin in qs:
+                if row_id in new:
+                    self.rows[row_id] = AllocatedDevice(cluster, driver, pool, device, share_id or None,
+                                                        consumed or None, admin)
+        return dict(self.rows)
+
+
+_rows = _RowCache()
+
+
 def rows_in_use() -> dict[int, object]:
     """Every allocation row as the engine's ``AllocatedDevice``, by row id (read at the start of a round)."""
-    from dra.engine import AllocatedDevice
-
-    out = {}
-    rows = DeviceAllocation.objects.values_list("id", "cluster", "driver", "pool", "device", "share_id",
-                                                "consumed_capacity", "admin_access")
-    for row_id, cluster, driver, pool, device, share_id, consumed, admin in rows.iterator(chunk_size=5000):
-        out[row_id] = AllocatedDevice(cluster, driver, pool, device, share_id or None, consumed or None, admin)
-    return out
+    return _rows.read()

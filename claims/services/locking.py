@@ -54,7 +54,7 @@ def lock(devices: Iterable[DeviceKey], pools: Iterable[PoolKey]) -> None:
 ALLOCATOR_LOCK = _lock_id("allocator", ("fleet",))
 
 
-def serialize_allocators() -> None:
+def serialize_allocators() -> bool:
     """Take the allocators' turn lock (PostgreSQL; held to commit).
 
     Not needed for correctness: the checks above are. But every engine is deterministic and bin-packs the
@@ -62,13 +62,21 @@ def serialize_allocators() -> None:
     wasting their work. Taking turns makes each engine see the previous turn's allocations. Workers still
     select their claims, group them and write in parallel; only decide-and-write is one at a time.
     Settings ``CLAIMS_SERIALIZE_ALLOCATION = False`` turns it off (the concurrency test does, to race).
+
+    Returns whether writers are serialized. Allocation rows are inserted only by allocation rounds, so
+    while we hold the turn (taken before the devices in use are read) nobody else can add one: the
+    per-device locks and the "new rows" check of step 2 are then skipped, and the partial unique index and
+    step 1 remain.
     """
     from django.conf import settings
 
-    if connection.vendor != "postgresql" or not getattr(settings, "CLAIMS_SERIALIZE_ALLOCATION", True):
-        return
+    if connection.vendor != "postgresql":
+        return True  # SQLite: IMMEDIATE transactions serialize every writer anyway
+    if not getattr(settings, "CLAIMS_SERIALIZE_ALLOCATION", True):
+        return False
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ALLOCATOR_LOCK])
+    return True
 
 
 def cluster_versions_locked(cluster_ids: Iterable[int]) -> dict[int, tuple]:
@@ -102,7 +110,7 @@ def new_rows(pools: set[PoolKey], seen_ids: set[int]) -> tuple[set[DeviceKey], s
             .values_list("id", "cluster", "driver", "pool", "device"))
     devices: set[DeviceKey] = set()
     touched: set[PoolKey] = set()
-    for row_id, cluster, driver, pool, device in rows.iterator(chunk_size=5000):
+    for row_id, cluster, driver, pool, device in rows:
         if row_id in seen_ids or (cluster, driver, pool) not in pools:
             continue
         devices.add((cluster, driver, pool, device))

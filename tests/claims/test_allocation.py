@@ -175,8 +175,15 @@ def test_placement_hints_across_clusters(admin_client, two_clusters):
     assert status(admin_client, "preferred")["cluster"] == "c-h100"
 
 
-def test_lost_race_is_detected_and_retried(admin_client, small_fleet, monkeypatch):
-    """A worker whose view missed another worker's allocation must not write on top of it."""
+@pytest.mark.parametrize("serialized", [False, True], ids=["racing", "turn-lock"])
+def test_lost_race_is_detected_and_retried(admin_client, small_fleet, monkeypatch, settings, serialized):
+    """A worker whose view missed another worker's allocation must not write on top of it.
+
+    Racing (no turn lock), the write-time check under device locks catches it and only that group waits;
+    with the turn lock the check is skipped (nobody else can write then) and the unique index is what
+    refuses the row, rolling the round back.
+    """
+    settings.CLAIMS_SERIALIZE_ALLOCATION = serialized
     admin_client.post(f"{NS}/resourceclaims", gpu_claim("first"), format="json")
     run_rounds()
     taken = DeviceAllocation.objects.get()
@@ -187,7 +194,7 @@ def test_lost_race_is_detected_and_retried(admin_client, small_fleet, monkeypatc
     r = allocation.allocate_round()
     assert r.lost_race == 1 and r.allocated == 0
     st = status(admin_client, "second")
-    assert st["phase"] == "Pending" and st["reason"] == "LostRace"
+    assert st["phase"] == "Pending" and st["reason"] == ("WaitingForAllocation" if serialized else "LostRace")
     assert DeviceAllocation.objects.count() == 1
     monkeypatch.setattr(fleet, "rows_in_use", real)
     allocation._engines.reset()
@@ -206,3 +213,25 @@ def test_changed_inventory_version_means_lost_race(admin_client, small_fleet, mo
     assert r.lost_race == 1 and DeviceAllocation.objects.count() == 0
     monkeypatch.undo()
     assert allocation.allocate_round().allocated == 1
+
+
+def test_engine_crash_parks_one_group_and_never_wedges_the_queue(admin_client, small_fleet, monkeypatch):
+    from dra.engine.engine import Engine
+
+    real = Engine.allocate
+
+    def flaky(self, group, **kw):
+        if group.claims[0]["metadata"]["name"] == "boom":
+            raise RuntimeError("engine bug")
+        return real(self, group, **kw)
+
+    monkeypatch.setattr(Engine, "allocate", flaky)
+    items = [gpu_claim("before"), gpu_claim("boom"), gpu_claim("after")]
+    admin_client.post(f"{NS}/resourceclaims/batch", {"items": items}, format="json")
+    first = allocation.allocate_round()
+    assert (first.allocated, first.pending, first.lost_race) == (1, 1, 1)
+    assert status(admin_client, "boom")["reason"] == "EngineError"
+    assert status(admin_client, "after")["reason"] == "Deferred"
+    assert allocation.allocate_round().allocated == 1  # "after", on a fresh engine
+    assert status(admin_client, "after")["phase"] == "Allocated"
+    assert allocation.allocate_round().taken == 0  # "boom" waits for the fleet to change

@@ -1,0 +1,391 @@
+"""End-to-end claims benchmark: real web server, real Celery workers, PostgreSQL and Redis.
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/draservice .venv/bin/python benchmarks/claims_e2e_bench.py
+
+What it does:
+1. creates a fresh database ``<DATABASE_URL's name>_claims_bench`` and migrates it; loads a 500-node x
+   10-device fleet (the demo fleet's H100 nodes: 8 GPUs + 2 ComputeDomain devices each, over 2 clusters)
+   through the inventory's sync service; makes an admin token;
+2. starts ``manage.py serve`` (gunicorn, threaded) and ``celery worker`` against BENCH_BROKER_URL (default
+   redis://127.0.0.1:6379/14, FLUSHED at start: the benchmark owns that Redis database);
+3. measures, each phase on its own namespace, freeing all devices in between:
+   * single: one claim per POST from CLIENTS threads, as fast as they go;
+   * batch: the batch endpoint, BATCH claims per POST;
+   * steady: an open-loop 50 claims/s, each followed by ``GET …?wait=30s`` as a CI job would do.
+   Throughput is claims / (first POST -> last claim allocated). Latency submit->allocated is measured on the
+   server (``created_at`` -> ``allocated_at``, one clock) and, in the steady phase, also by the client
+   (POST sent -> long poll answered "Allocated").
+
+Knobs (environment): BENCH_NODES (500), BENCH_SINGLE (1500), BENCH_BATCHED (3000), BENCH_BATCH (100),
+BENCH_CLIENTS (16), BENCH_STEADY_RATE (50), BENCH_STEADY_SECONDS (20), BENCH_WEB_WORKERS (2),
+BENCH_CELERY_CONCURRENCY (1). Results are printed and written to bench-results/claims_e2e.json.
+
+Everything runs on this one machine, so clients, web server, worker and PostgreSQL share its CPUs.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/draservice")
+if not BASE_URL.startswith("postgres"):
+    sys.exit("claims_e2e_bench needs PostgreSQL: set DATABASE_URL=postgresql://...")
+BENCH_DB = urlparse(BASE_URL).path.lstrip("/") + "_claims_bench"
+DB_URL = BASE_URL.rsplit("/", 1)[0] + "/" + BENCH_DB
+BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
+
+NODES = int(os.environ.get("BENCH_NODES", "500"))
+SINGLE = int(os.environ.get("BENCH_SINGLE", "1500"))
+BATCHED = int(os.environ.get("BENCH_BATCHED", "3000"))
+BATCH = int(os.environ.get("BENCH_BATCH", "100"))
+CLIENTS = int(os.environ.get("BENCH_CLIENTS", "16"))
+RATE = float(os.environ.get("BENCH_STEADY_RATE", "50"))
+STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "20"))
+WEB_WORKERS = int(os.environ.get("BENCH_WEB_WORKERS", "2"))
+CELERY_CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", "1"))
+
+os.environ.update(DATABASE_URL=DB_URL, CELERY_BROKER_URL=BROKER, LOG_LEVEL="WARNING")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
+
+
+def recreate_database() -> None:
+    import psycopg
+
+    admin = BASE_URL.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+
+
+def setup_fleet() -> str:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from inventory import demo
+    from inventory.models import APIToken, DeviceClass
+    from inventory.services import clusters, fleet, sync
+    from inventory.services.tokens import issue_token
+
+    call_command("migrate", verbosity=0)
+    for obj in demo.standard_device_classes():
+        fleet.create_fleet_object(DeviceClass, obj)
+    per_cluster = [NODES - NODES // 2, NODES // 2]
+    devices = 0
+    for c, count in enumerate(per_cluster):
+        name = f"bench-{c}"
+        clusters.create_cluster(name=name, labels={"region": f"r{c}"}, with_token=False)
+        slices, nodes = [], []
+        for i in range(count):
+            node = f"{name}-node-{i:04d}"
+            slices += demo.node_slices("h100", node)
+            nodes.append({"name": node, "labels": {"kubernetes.io/hostname": node}})
+        devices += sync.push_inventory(name, {"resourceSlices": slices, "nodes": nodes})["devices"]
+    _, secret = issue_token(kind=APIToken.ADMIN, name="claims bench")
+    print(f"fleet: {NODES} nodes, {devices} devices in {len(per_cluster)} clusters")
+    return secret
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    def __init__(self):
+        self.port = free_port()
+        self.procs: list[subprocess.Popen] = []
+        self.logdir = ROOT / "bench-results"
+        self.logdir.mkdir(exist_ok=True)
+
+    def start(self) -> None:
+        import redis
+
+        redis.Redis.from_url(BROKER).flushdb()
+        env = dict(os.environ)
+        py = sys.executable
+        self._spawn([py, "manage.py", "serve", "--port", str(self.port), "--workers", str(WEB_WORKERS),
+                     "--threads", "32"], env, "web")
+        self._spawn([py, "-m", "celery", "-A", "draservice", "worker", "--pool", "prefork", "-c",
+                     str(CELERY_CONCURRENCY), "--without-gossip", "--without-mingle", "--without-heartbeat",
+                     "--loglevel", "WARNING"], env, "worker")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/readyz")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("the web server did not come up; see bench-results/web.log")
+            time.sleep(0.2)
+        time.sleep(2)  # the worker's first connection to Redis
+
+    def _spawn(self, cmd, env, name):
+        log = (self.logdir / f"{name}.log").open("w")
+        self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+class Client:
+    """One keep-alive HTTP connection (one per thread)."""
+
+    def __init__(self, port: int, token: str):
+        self.port, self.token = port, token
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def call(self, method: str, path: str, body=None) -> tuple[int, dict]:
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body)
+            headers["Content-Type"] = "application/json"
+        for attempt in range(2):
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw else {})
+            except (http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def claim(name: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def wait_all_allocated(namespace: str, n: int, timeout: float = 300) -> None:
+    from claims.models import ResourceClaim
+
+    deadline = time.monotonic() + timeout
+    while True:
+        done = ResourceClaim.objects.filter(namespace__name=namespace).exclude(phase="Pending").count()
+        if done >= n:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{namespace}: only {done}/{n} claims decided after {timeout}s")
+        time.sleep(0.05)
+
+
+def server_stats(namespace: str, started_wall) -> dict:
+    from claims.models import ResourceClaim
+
+    rows = list(ResourceClaim.objects.filter(namespace__name=namespace).values_list("phase", "created_at",
+                                                                                    "allocated_at"))
+    allocated = [(c, a) for phase, c, a in rows if phase == "Allocated"]
+    lat = [(a - c).total_seconds() * 1000 for c, a in allocated]
+    last = max(a for _, a in allocated)
+    span = (last - started_wall).total_seconds()
+    return {"claims": len(rows), "allocated": len(allocated), "seconds": round(span, 2),
+            "claims_per_s": round(len(allocated) / span, 1), "p50_ms": round(pct(lat, 50), 1),
+            "p99_ms": round(pct(lat, 99), 1), "max_ms": round(max(lat), 1)}
+
+
+def release_all(namespace: str) -> None:
+    """Free the devices between phases (one transaction per chunk, through the claims service)."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from claims.models import ResourceClaim
+    from claims.services.claims import _release_locked
+
+    while True:
+        with transaction.atomic():
+            chunk = list(ResourceClaim.objects.select_for_update().select_related("namespace")
+                         .filter(namespace__name=namespace, phase__in=["Pending", "Allocated"])[:1000])
+            if not chunk:
+                return
+            _release_locked(chunk, "Released", "benchmark phase done", timezone.now())
+
+
+def phase_single(port: int, token: str) -> dict:
+    from django.utils import timezone
+
+    ns = "bench-single"
+    names = iter(range(SINGLE))
+    lock = threading.Lock()
+    errors = []
+
+    def run():
+        client = Client(port, token)
+        while True:
+            with lock:
+                i = next(names, None)
+            if i is None:
+                return
+            status, body = client.call("POST", f"/api/v1/namespaces/{ns}/resourceclaims", claim(f"s-{i}"))
+            if status != 201:
+                errors.append((status, body))
+
+    start = timezone.now()
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run) for _ in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    submit_s = time.perf_counter() - t0
+    if errors:
+        raise SystemExit(f"single: {len(errors)} errors, first {errors[0]}")
+    wait_all_allocated(ns, SINGLE)
+    out = server_stats(ns, start)
+    out["submit_per_s"] = round(SINGLE / submit_s, 1)
+    release_all(ns)
+    return out
+
+
+def phase_batch(port: int, token: str) -> dict:
+    from django.utils import timezone
+
+    ns = "bench-batch"
+    batches = [[claim(f"b-{i}") for i in range(start, min(BATCHED, start + BATCH))] for start in range(0, BATCHED, BATCH)]
+    it = iter(batches)
+    lock = threading.Lock()
+    errors = []
+
+    def run():
+        client = Client(port, token)
+        while True:
+            with lock:
+                items = next(it, None)
+            if items is None:
+                return
+            status, body = client.call("POST", f"/api/v1/namespaces/{ns}/resourceclaims/batch", {"items": items})
+            if status != 201:
+                errors.append((status, body))
+
+    start = timezone.now()
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    submit_s = time.perf_counter() - t0
+    if errors:
+        raise SystemExit(f"batch: {len(errors)} errors, first {errors[0]}")
+    wait_all_allocated(ns, BATCHED)
+    out = server_stats(ns, start)
+    out["submit_per_s"] = round(BATCHED / submit_s, 1)
+    out["batch_size"] = BATCH
+    release_all(ns)
+    return out
+
+
+def phase_steady(port: int, token: str) -> dict:
+    from django.utils import timezone
+
+    ns = "bench-steady"
+    n = int(RATE * STEADY_SECONDS)
+    local = threading.local()
+    client_ms: list[float] = []
+    errors = []
+
+    def one(i: int) -> None:
+        client = getattr(local, "client", None) or Client(port, token)
+        local.client = client
+        t = time.perf_counter()
+        status, body = client.call("POST", f"/api/v1/namespaces/{ns}/resourceclaims", claim(f"t-{i}"))
+        if status != 201:
+            errors.append((status, body))
+            return
+        status, body = client.call("GET", f"/api/v1/namespaces/{ns}/resourceclaims/t-{i}?wait=30s")
+        if body.get("status", {}).get("phase") != "Allocated":
+            errors.append((status, body.get("status")))
+            return
+        client_ms.append((time.perf_counter() - t) * 1000)
+
+    start = timezone.now()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        for i in range(n):
+            delay = t0 + i / RATE - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(one, i)
+    if errors:
+        raise SystemExit(f"steady: {len(errors)} errors, first {errors[0]}")
+    out = server_stats(ns, start)
+    out.update(rate=RATE, client_p50_ms=round(pct(client_ms, 50), 1), client_p99_ms=round(pct(client_ms, 99), 1),
+               client_max_ms=round(max(client_ms), 1))
+    release_all(ns)
+    return out
+
+
+def main() -> None:
+    recreate_database()
+    token = setup_fleet()
+    stack = Stack()
+    stack.start()
+    results = {"nodes": NODES, "cpus": os.cpu_count(), "web_workers": WEB_WORKERS,
+               "celery_concurrency": CELERY_CONCURRENCY}
+    try:
+        results["single"] = phase_single(stack.port, token)
+        print("single POSTs:", results["single"])
+        results["batch"] = phase_batch(stack.port, token)
+        print("batch endpoint:", results["batch"])
+        results["steady"] = phase_steady(stack.port, token)
+        print("steady 50/s:", results["steady"])
+    finally:
+        stack.stop()
+    goals = {"single >= 200 claims/s": results["single"]["claims_per_s"] >= 200,
+             "batched >= 1000 claims/s": results["batch"]["claims_per_s"] >= 1000,
+             "p99 <= 500 ms at 50/s (server)": results["steady"]["p99_ms"] <= 500,
+             "p99 <= 500 ms at 50/s (client)": results["steady"]["client_p99_ms"] <= 500}
+    results["goals"] = goals
+    (ROOT / "bench-results" / "claims_e2e.json").write_text(json.dumps(results, indent=2))
+    print()
+    print(f"{'phase':<10} {'claims/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    for name in ("single", "batch", "steady"):
+        r = results[name]
+        print(f"{name:<10} {r['claims_per_s']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}")
+    print(f"steady, client-side submit->allocated: p50 {results['steady']['client_p50_ms']} ms, "
+          f"p99 {results['steady']['client_p99_ms']} ms")
+    for goal, ok in goals.items():
+        print(f"  {'met ' if ok else 'MISSED'}  {goal}")
+
+
+if __name__ == "__main__":
+    main()
