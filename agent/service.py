@@ -104,7 +104,12 @@ class ServiceClient:
         raise ServiceUnavailable(message, status, problem)
 
     def close(self) -> None:
-        """Drop pooled keep-alive connections (at shutdown: the service need not keep them open)."""
+        """Close pooled keep-alive connections (at shutdown: the service need not keep them open).
+        Each pool is closed explicitly: recent urllib3 releases no longer do it in ``PoolManager.clear()``."""
+        for key in list(self.http.pools.keys()):
+            pool = self.http.pools.get(key)
+            if pool is not None:
+                pool.close()
         self.http.clear()
 
     def _cluster_path(self, *parts: str) -> str:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from agent.backoff import Backoff
 from agent.informer import Informer
 from agent.kube import KubeClient, WatchExpired
 from tests.agent.conftest import kube_client_for, node
@@ -185,7 +186,7 @@ def test_informer_never_publishes_a_half_read_list(kube, kube_api, slices, stop)
     rec = Recorder()
     original_list = kube.list
     kube.list = lambda res, page_size=500: original_list(res, page_size=4)
-    informer = Informer(kube, resource, rec, stop, watch_timeout=5)
+    informer = Informer(kube, resource, rec, stop, watch_timeout=5, backoff=Backoff(base=0.05, cap=0.2))
     informer.start()
     wait_for(lambda: kube_api.failures_left() == 0, message="both failures to be served")
     assert not informer.synced.is_set() and informer.cache == {} and rec.changes == [], \
@@ -197,7 +198,7 @@ def test_informer_never_publishes_a_half_read_list(kube, kube_api, slices, stop)
 def test_informer_keeps_its_cache_while_the_api_server_is_down(kube, kube_api, slices, stop):
     kube_api.create("resourceslices", slices[0])
     resource = kube.discover_resources()["resourceslices"]
-    informer, rec = start_informer(kube, resource, stop, watch_timeout=1)
+    informer, rec = start_informer(kube, resource, stop, watch_timeout=1, backoff=Backoff(base=0.05, cap=0.2))
     path = "/apis/resource.k8s.io/v1/resourceslices"
     kube_api.fail("GET", path, times=3)  # the next requests (watches, then the relist) fail
     kube_api.expire_watches()  # end the open watch, so the informer needs a new request

@@ -5,6 +5,7 @@ with what the cluster holds - not which calls the agent made."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def test_a_clusters_slices_appear_in_the_service(kube_api, slices, start_agent, 
     # The service's own API shows the same inventory to the agent's token.
     http = urllib3.PoolManager()
     resp = http.request("GET", f"{live_server.url}/api/v1/clusters/{CLUSTER}/inventory",
-                        headers={"Authorization": f"Bearer {cluster_token[1]}"})
+                        headers={"Authorization": f"Bearer {cluster_token[1]}", "Connection": "close"})
     assert resp.status == 200
     assert sorted(s["metadata"]["name"] for s in resp.json()["resourceSlices"]) == sorted(cluster_slices(kube_api))
     # ... and the heartbeat reached it, with the agent's view of its own health.
@@ -233,6 +234,50 @@ def test_once_mode_from_the_command_line(kube_api, slices, cluster_token, live_s
     assert "full sync pushed: 2 resourceslices, 1 nodes, 1 deviceclasses" in proc.stderr
     assert sorted(service_slices()) == sorted(cluster_slices(kube_api))
     assert time.monotonic() - started < 30
+
+
+def test_the_agent_process_serves_metrics_and_stops_cleanly_on_sigterm(kube_api, slices, cluster_token,
+                                                                      live_server, tmp_path):
+    """``python -m agent`` as the Deployment runs it: env configuration, a token file, the metrics port,
+    and a graceful exit on SIGTERM (what the kubelet sends when the pod is stopped)."""
+    import signal
+    import socket
+
+    populate(kube_api, slices[:3])
+    kube_client_for(kube_api, tmp_path)  # writes tmp_path/kubeconfig
+    token_file = tmp_path / "token"
+    token_file.write_text(cluster_token[1])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "DRASERVICE_URL": live_server.url, "DRASERVICE_CLUSTER": CLUSTER,
+           "DRASERVICE_TOKEN_FILE": str(token_file), "KUBECONFIG": str(tmp_path / "kubeconfig"),
+           "DRASERVICE_METRICS_PORT": str(port), "DRASERVICE_METRICS_ADDRESS": "127.0.0.1",
+           "DRASERVICE_HEARTBEAT_INTERVAL": "0.5", "DRASERVICE_LOG_FORMAT": "json"}
+    proc = subprocess.Popen([sys.executable, "-m", "agent"], env=env, stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    try:
+        wait_for(lambda: in_agreement(kube_api), timeout=30, message="the process's full sync")
+        http = urllib3.PoolManager()
+
+        def scraped() -> str:
+            try:
+                return http.request("GET", f"http://127.0.0.1:{port}/metrics").data.decode()
+            except urllib3.exceptions.HTTPError:
+                return ""
+        wait_for(lambda: 'draservice_agent_pushes_total{kind="full",outcome="ok"} 1.0' in scraped(),
+                 message="the pushes metric")
+        assert "draservice_agent_sync_lag_seconds 0.0" in scraped()
+        wait_for(lambda: Cluster.objects.get(name=CLUSTER).agent_version != "", message="a heartbeat")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith("{")]
+    messages = [entry["msg"] for entry in lines]
+    assert any(m.startswith("full sync pushed: 3 resourceslices") for m in messages), messages
+    assert messages[-1] == "stopped" and any("SIGTERM" in m for m in messages)
 
 
 def test_a_wrong_token_is_reported_and_retried(kube_api, slices, start_agent, cluster_token, caplog):
