@@ -93,10 +93,26 @@ def bump_fleet_version() -> None:
         FleetState.objects.get_or_create(pk=1, defaults={"version": 2})
 
 
+# Annotation keys marking claims that another allocator places (e.g. gangs: all-or-nothing over many
+# consumers). The round never takes such claims, nor groups containing one. Apps register theirs in ready().
+EXTERNAL_ALLOCATOR_ANNOTATIONS: set[str] = set()
+
+
+def register_external_allocator(annotation: str) -> None:
+    EXTERNAL_ALLOCATOR_ANNOTATIONS.add(annotation)
+
+
+def managed_elsewhere(claim: ResourceClaim) -> str | None:
+    return next((a for a in EXTERNAL_ALLOCATOR_ANNOTATIONS if a in (claim.annotations or {})), None)
+
+
 def eligible_pending(version):
     """Pending claims not tried since the fleet last changed. ``version``: an int or an expression."""
-    return (ResourceClaim.objects.filter(phase=Phase.PENDING)
-            .filter(Q(attempted_version__isnull=True) | Q(attempted_version__lt=version)))
+    qs = (ResourceClaim.objects.filter(phase=Phase.PENDING)
+          .filter(Q(attempted_version__isnull=True) | Q(attempted_version__lt=version)))
+    for annotation in sorted(EXTERNAL_ALLOCATOR_ANNOTATIONS):
+        qs = qs.exclude(annotations__has_key=annotation)
+    return qs
 
 
 def allocate_round(batch_size: int = DEFAULT_BATCH) -> RoundResult:

@@ -15,6 +15,7 @@ from claims.models import Phase, Reservation, ResourceClaim
 BLOCK_DIFFERENT_NODES = "ConsumerClaimsOnDifferentNodes"
 BLOCK_MEMBER_FAILED = "ConsumerClaimFailed"
 BUSY_ELSEWHERE = "GroupMemberBusy"
+BLOCK_MANAGED_ELSEWHERE = "ManagedByAnotherAllocator"
 
 
 @dataclass
@@ -116,7 +117,17 @@ def build_groups(claims: list[ResourceClaim]) -> tuple[list[Group], list[Resourc
         group = Group(claims=pending, consumers=sorted({cons for i in members for cons in consumers_of.get(i, ())}))
         pins = {(c.cluster, c.node) for c in mine if c.phase == Phase.ALLOCATED}
         failed = [c for c in mine if c.phase == Phase.FAILED]
-        if failed:
+        from claims.services.allocation import managed_elsewhere
+
+        foreign = [(c, managed_elsewhere(c)) for c in mine if managed_elsewhere(c)]
+        if foreign:
+            # A consumer outside e.g. a gang reserved one of the gang's claims: placing the group here would
+            # take that claim out of its all-or-nothing placement.
+            group.claims = [c for c in group.claims if not managed_elsewhere(c)]
+            group.blocked = BLOCK_MANAGED_ELSEWHERE
+            group.blocked_message = (f"claim {foreign[0][0].name} is placed by another allocator ({foreign[0][1]}); "
+                                     "its consumers' other claims wait for it")
+        elif failed:
             group.blocked = BLOCK_MEMBER_FAILED
             group.blocked_message = (f"claim {failed[0].name} used by the same consumer failed; a consumer's claims "
                                      "are allocated together or not at all")

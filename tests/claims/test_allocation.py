@@ -235,3 +235,18 @@ def test_engine_crash_parks_one_group_and_never_wedges_the_queue(admin_client, s
     assert allocation.allocate_round().allocated == 1  # "after", on a fresh engine
     assert status(admin_client, "after")["phase"] == "Allocated"
     assert allocation.allocate_round().taken == 0  # "boom" waits for the fleet to change
+
+
+def test_claims_of_another_allocator_are_left_alone(admin_client, small_fleet, monkeypatch):
+    monkeypatch.setattr(allocation, "EXTERNAL_ALLOCATOR_ANNOTATIONS", {"example.com/placed-by"})
+    owned = gpu_claim("owned", annotations={"example.com/placed-by": "gang-1"})
+    consumer = {"kind": "Consumer", "metadata": {"name": "pod"}, "spec": {"resourceClaims": [
+        {"name": "a", "resourceClaimName": "owned"}, {"name": "b", "resourceClaimName": "mine"}]}}
+    resp = admin_client.post(f"{NS}/resourceclaims/batch", {"items": [owned, gpu_claim("mine"), gpu_claim("solo"),
+                                                                      consumer]}, format="json")
+    assert resp.status_code == 201, resp.content
+    run_rounds()
+    assert status(admin_client, "owned")["reason"] == "WaitingForAllocation"  # never touched
+    assert status(admin_client, "mine")["reason"] == "ManagedByAnotherAllocator"
+    assert status(admin_client, "solo")["phase"] == "Allocated"
+    assert DeviceAllocation.objects.count() == 1
