@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "inventory",
     "claims",
     "frontend",
+    "gangs",
 ]
 
 MIDDLEWARE = [

@@ -13,5 +13,7 @@ urlpatterns = [
     path("api/v1/", include("inventory.api.urls")),
     path("api/v1/", include("claims.api.urls")),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("gangs.api.urls")),
+    path("gangs/", include("gangs.urls")),
     path("", include("frontend.urls")),
 ]
