@@ -360,7 +360,7 @@ def main() -> None:
     stack = Stack()
     stack.start()
     results = {"nodes": NODES, "cpus": os.cpu_count(), "web_workers": WEB_WORKERS,
-               "celery_concurrency": CELERY_CONCURRENCY}
+               "celery_concurrency": CELERY_CONCURRENCY, "load_average_before": os.getloadavg()}
     try:
         results["single"] = phase_single(stack.port, token)
         print("single POSTs:", results["single"])
@@ -370,6 +370,7 @@ def main() -> None:
         print("steady 50/s:", results["steady"])
     finally:
         stack.stop()
+    results["load_average_after"] = os.getloadavg()
     goals = {"single >= 200 claims/s": results["single"]["claims_per_s"] >= 200,
              "batched >= 1000 claims/s": results["batch"]["claims_per_s"] >= 1000,
              "p99 <= 500 ms at 50/s (server)": results["steady"]["p99_ms"] <= 500,
@@ -381,6 +382,8 @@ def main() -> None:
     for name in ("single", "batch", "steady"):
         r = results[name]
         print(f"{name:<10} {r['claims_per_s']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}")
+    print(f"load average (1/5/15 min) before {results['load_average_before']}, after {results['load_average_after']} "
+          f"on {os.cpu_count()} CPUs shared by clients, web, worker and PostgreSQL")
     print(f"steady, client-side submit->allocated: p50 {results['steady']['client_p50_ms']} ms, "
           f"p99 {results['steady']['client_p99_ms']} ms")
     for goal, ok in goals.items():
