@@ -8,7 +8,10 @@ class GangsConfig(AppConfig):
     def ready(self):
         from django.conf import settings
 
+        from gangs.services import hold
         from gangs.tasks import SCHEDULE, on_inventory_changed
+
+        hold.register()  # the claims round leaves member claims to the gang worker
 
         # Celery reads settings lazily, so filling the dict here reaches beat (as the claims app does).
         for name, entry in SCHEDULE.items():

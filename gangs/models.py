@@ -6,7 +6,7 @@ gang's spec. The gang worker (``gangs.services.placement``) allocates at least `
 with all of its claims, in ONE transaction, or writes nothing.
 
 Member claims are kept away from the claims app's per-claim allocation round (which would place them one
-by one and break all-or-nothing): see ``gangs.services.hold``.
+by one and break all-or-nothing) through the round's hook for other allocators: see ``gangs.services.hold``.
 """
 from __future__ import annotations
 
@@ -78,6 +78,12 @@ class Gang(models.Model):
     @property
     def topology(self) -> dict:
         return self.spec.get("topology") or {}
+
+    def in_level_order(self, labels: dict | None) -> dict:
+        """``labels`` ordered widest level first (PostgreSQL's jsonb does not keep key order)."""
+        levels = self.topology.get("levels") or []
+        labels = labels or {}
+        return {level: labels[level] for level in levels if level in labels}
 
 
 class MemberPhase(models.TextChoices):

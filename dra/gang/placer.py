@@ -7,10 +7,11 @@
 2. Assess every domain with the engine's free-device indexes (``bounds``): an upper bound of the members it
    can take now, the free devices left over, and how many preferred-level groups the members would span.
    Cheap: no search, a few dictionary reads per node.
-3. Rank the domains that could hold at least ``min_member`` members: those that hold every member first,
-   then the gang's preferred cluster, then the fewest preferred-level groups spanned (all in one block
-   before two blocks), then the tightest fit (fewest free devices left over: the placement fragments the
-   fleet least and keeps emptier domains whole for the next big gang), then names (determinism).
+3. Rank the domains that could hold at least ``min_member`` members: those that hold every member first
+   (else those that hold the most), then the gang's preferred cluster, then the fewest preferred-level
+   groups spanned (all in one block before two blocks), then the tightest fit (fewest free devices left
+   over: the placement fragments the fleet least and keeps emptier domains whole for the next big gang),
+   then names (determinism).
 4. Place members one by one in the best domain with the exact engine (``Engine.allocate`` restricted to one
    node): largest members first, nodes of the chosen preferred-level groups first, best-fit nodes first.
    Each member keeps all of its claims' own constraints (matchAttribute on a PCIe root, a parent GPU...):
@@ -168,9 +169,10 @@ class GangPlacer:
         if capacity < gang.min_member:
             report.state = "too_small"
             report.message = f"room for {capacity} of the {gang.min_member} members needed"
-        leftover = free - need * pcount
-        rank = (0 if capacity >= n else 1, 0 if domain.cluster == gang.preferred_cluster else 1, span, leftover,
-                domain.sort_key)
+        # Free devices the placement would leave behind in the domain: the smaller, the tighter the fit.
+        leftover = free - need * target
+        rank = (0 if capacity >= n else 1, -min(capacity, n), 0 if domain.cluster == gang.preferred_cluster else 1,
+                span, leftover, domain.sort_key)
         return _Assessed(domain, report, group_order, rank)
 
     def _fill(self, gang: Gang, a: _Assessed, bounds: dict[str, ShapeBounds], shapes: dict[str, list[int]]

@@ -153,8 +153,8 @@ class DomainReport:
 
     @property
     def name(self) -> str:
-        labels = ",".join(f"{k}={v}" for k, v in self.domain.items())
-        return f"{self.cluster}/{labels}" if labels else self.cluster
+        """``c1/zone=a/rack=r1``: label keys without their prefix, widest first (``domain`` has them in full)."""
+        return "/".join([self.cluster] + [f"{k.rsplit('/', 1)[-1]}={v}" for k, v in self.domain.items()])
 
     def to_dict(self) -> dict[str, Any]:
         return {"cluster": self.cluster, "domain": dict(self.domain), "name": self.name, "nodes": self.nodes,

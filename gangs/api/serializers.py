@@ -23,7 +23,7 @@ def render_gang(gang: Gang, members: list | None = None) -> dict:
     if gang.conditions:
         status["conditions"] = gang.conditions
     if gang.cluster:
-        status["placement"] = {"cluster": gang.cluster, "domain": gang.domain,
+        status["placement"] = {"cluster": gang.cluster, "domain": gang.in_level_order(gang.domain),
                                "preferredDomains": gang.preferred_domains}
     diag = gang.diagnostics or {}
     if gang.phase == GangPhase.PENDING and diag:
@@ -38,7 +38,8 @@ def render_gang(gang: Gang, members: list | None = None) -> dict:
     if members is not None:
         status["memberStatuses"] = [
             {"name": m.name, "consumer": m.consumer.name if m.consumer_id else None, "phase": m.phase,
-             "cluster": m.cluster or None, "node": m.node or None, "labels": m.labels or {}, "claims": names}
+             "cluster": m.cluster or None, "node": m.node or None, "labels": gang.in_level_order(m.labels),
+             "claims": names}
             for m, names in members]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": gang.spec, "status": status}
 

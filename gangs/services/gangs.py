@@ -105,8 +105,8 @@ def _hold_member_claims(gang: Gang, consumers: list, now) -> list[ResourceClaim]
         raise FieldError(errors)
     for c in claims:
         hold.hold(c, gang.name, f"allocated together with gang {gang.name}", now)
-    ResourceClaim.objects.bulk_update(claims, ["attempted_version", "annotations", "reason", "message",
-                                               "conditions", "resource_version", "updated_at"])
+    ResourceClaim.objects.bulk_update(claims, ["annotations", "reason", "message", "conditions", "resource_version",
+                                               "updated_at"])
     return claims
 
 

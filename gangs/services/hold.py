@@ -1,32 +1,35 @@
 """Keeping gang member claims away from the claims app's per-claim allocation round.
 
-The round (``claims.services.allocation.eligible_pending``) takes Pending claims whose ``attempted_version``
-is null or below ``FleetState.version``. It has no hook to skip claims that belong to a gang, and placing a
-member's claims one by one would break all-or-nothing. So member claims carry ``attempted_version = HOLD``:
-``FleetState.version`` grows by one per release or inventory change and never gets near 2**62, so the round
-never takes them. They also carry the annotation ``gangs.draservice.io/gang`` naming their gang: the marker
-that a proper hook in the round should filter on (see the report of issue 8).
+Placing a member's claims one by one would break all-or-nothing. The claims app has a hook for this
+(``claims.services.allocation.register_external_allocator``): claims carrying a registered annotation are
+never taken by the round, and a group that contains one (a consumer outside the gang reserving a gang claim
+by name) is blocked. ``GangsConfig.ready`` registers ``gangs.draservice.io/gang``; member claims get it,
+with their gang's name, in the transaction that creates them, before anyone can see them.
 
-Known holes until the round has that hook: ``update_claim`` (a PUT/PATCH of a member claim's labels or
-annotations) resets ``attempted_version`` to None, and a consumer outside the gang that reserves a member
-claim by name links it into that consumer's group. Either can let the round allocate a member claim on its
-own. The gang worker re-applies the hold before every attempt (``reapply``) and on its periodic sweep, and
-treats a member claim allocated outside the gang as a lost member (its devices are released).
+The one way left around it: a PATCH/PUT of a member claim that removes the annotation (annotations are
+mutable through the claims API), which also kicks the round at once. The sweep puts a removed annotation
+back on pending member claims (``reapply``); if the round was faster, the gang worker finds the member
+claim allocated outside the gang, releases it (a partial hold must not block anyone) and counts the member
+as lost.
 """
 from __future__ import annotations
 
 from claims.models import Phase, ResourceClaim
 from claims.services.conditions import set_allocated_condition
 
-HOLD = 1 << 62
 GANG_ANNOTATION = "gangs.draservice.io/gang"
 GANG_LABEL = "gangs.draservice.io/gang"  # on the members' consumers
 WAITING = "WaitingForGang"
 
 
+def register() -> None:
+    from claims.services import allocation
+
+    allocation.register_external_allocator(GANG_ANNOTATION)
+
+
 def hold(claim: ResourceClaim, gang_name: str, message: str, now) -> None:
-    """Mark an unsaved or locked claim as a member claim of ``gang_name`` (the caller saves it)."""
-    claim.attempted_version = HOLD
+    """Mark a locked (or unsaved) claim as a member claim of ``gang_name``; the caller saves it."""
     claim.annotations = {**(claim.annotations or {}), GANG_ANNOTATION: gang_name}
     set_waiting(claim, WAITING, message, now)
 
@@ -38,11 +41,26 @@ def set_waiting(claim: ResourceClaim, reason: str, message: str, now) -> None:
     claim.updated_at = now
 
 
-def reapply(claim_ids=None) -> int:
-    """Put the hold back on pending member claims that lost it; all gangs' when ``claim_ids`` is None."""
-    qs = ResourceClaim.objects.filter(phase=Phase.PENDING)
-    if claim_ids is not None:
-        qs = qs.filter(id__in=list(claim_ids))
-    else:
-        qs = qs.filter(reservations__consumer__gang_member__isnull=False)
-    return qs.exclude(attempted_version=HOLD).update(attempted_version=HOLD)
+def reapply(claims: list[ResourceClaim] | None = None, gang_name: str | None = None) -> int:
+    """Put the annotation back on pending member claims that lost it: ``claims`` (locked by the caller, of
+    ``gang_name``), or every gang's (each claim locked here, skipping rows someone else holds)."""
+    if claims is not None:
+        missing = [c for c in claims if (c.annotations or {}).get(GANG_ANNOTATION) != gang_name]
+        for c in missing:
+            c.annotations = {**(c.annotations or {}), GANG_ANNOTATION: gang_name}
+            c.resource_version += 1
+        ResourceClaim.objects.bulk_update(missing, ["annotations", "resource_version"])
+        return len(missing)
+    from django.db import transaction
+
+    rows = list(ResourceClaim.objects.filter(phase=Phase.PENDING, reservations__consumer__gang_member__isnull=False)
+                .exclude(annotations__has_key=GANG_ANNOTATION)
+                .values_list("id", "reservations__consumer__gang_member__gang__name")[:500])
+    done = 0
+    for claim_id, name in rows:
+        with transaction.atomic():
+            claim = (ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
+                     .filter(pk=claim_id, phase=Phase.PENDING).first())
+            if claim is not None:
+                done += reapply([claim], name)
+    return done

@@ -114,7 +114,7 @@ def _attempt(gang: Gang, mcs: list[MemberClaims], version: int, now) -> str:
             ev.record([ev.event(gang, ev.MEMBER_LOST, "MemberLost", f"member {mc.member.name} lost its claims")])
     pending = [mc for mc in mcs if states[mc.member.id] == "pending"]
     placed = [mc for mc in mcs if states[mc.member.id] == "placed"]
-    hold.reapply([c.id for mc in pending for c in mc.claims])
+    hold.reapply([c for mc in pending for c in mc.claims], gang.name)
     if gang.phase == GangPhase.PENDING:
         if len(pending) < gang.min_member:
             finish_locked(gang, mcs, GangPhase.FAILED, "MembersLost",

@@ -57,7 +57,7 @@ def test_gang_that_fits_in_no_single_rack_stays_pending_while_small_claims_flow(
     assert "rack-a1" in st["message"] and "room for 4" in st["message"]
     claims = gang_claims("big")
     assert {c.phase for c in claims} == {Phase.PENDING}
-    assert {c.attempted_version for c in claims} == {hold.HOLD}
+    assert {c.annotations[hold.GANG_ANNOTATION] for c in claims} == {"big"}  # the claims round's hook
     assert all(c.reason == hold.WAITING and "NoDomainFits" not in c.message and "rack-a1" in c.message
                for c in claims)
     assert not rows_of("big")  # nothing held while pending
@@ -152,35 +152,38 @@ def test_release_then_delete_frees_and_removes_everything(admin_client, rack_fle
     assert GangEvent.objects.filter(gang_name="job").last().type == "Deleted"
 
 
-def test_round_never_takes_held_claims_and_a_stray_is_contained(admin_client, rack_fleet):
-    """The documented hole (``gangs.services.hold``): the claims round has no hook to skip gang claims.
+def test_round_never_takes_member_claims_and_a_stray_is_contained(admin_client, rack_fleet):
+    """Member claims carry the annotation the claims round's hook skips (``gangs.services.hold``).
 
-    The hold keeps them out of every round; the sweep puts a lost hold back. But a PATCH of a member claim
-    clears the hold AND kicks the claims round at once, which then allocates that claim on its own: the gang
-    worker finds the stray, releases it (so it blocks nothing) and counts the member as lost.
+    A label PATCH kicks the round and changes nothing; an annotation removed without a kick is put back by
+    the sweep. A PATCH that removes the annotation kicks the round at once, which then allocates that claim
+    on its own: the gang worker finds the stray, releases it (it must block nothing) and loses the member.
     """
     from claims.tasks import allocate_pending
     from gangs import tasks
 
+    def patch(name, body):
+        resp = admin_client.patch(f"/api/v1/namespaces/{NS}/resourceclaims/{name}", json.dumps(body),
+                                  content_type="application/merge-patch+json")
+        assert resp.status_code == 200, resp.content
+
     admin_client.post(URL, fleet.gang_body("held", 5), format="json")  # pending: no rack holds 5
     claims = gang_claims("held")
+    patch(claims[0].name, {"metadata": {"labels": {"x": "y"}}})  # kicks the round (inline here)
     allocate_pending.apply()
-    assert {c.phase for c in gang_claims("held")} == {Phase.PENDING}  # the hold keeps the round away
+    assert {c.phase for c in gang_claims("held")} == {Phase.PENDING}
 
-    ResourceClaim.objects.filter(pk=claims[1].pk).update(attempted_version=None)  # lost, without a kick
+    ResourceClaim.objects.filter(pk=claims[1].pk).update(annotations={})  # lost, without a kick
     tasks.sweep_gangs.apply()
     claims[1].refresh_from_db()
-    assert claims[1].attempted_version == hold.HOLD
+    assert claims[1].annotations == {hold.GANG_ANNOTATION: "held"}
     allocate_pending.apply()
     claims[1].refresh_from_db()
     assert claims[1].phase == Phase.PENDING
 
-    patch = admin_client.patch(f"/api/v1/namespaces/{NS}/resourceclaims/{claims[0].name}",
-                               json.dumps({"metadata": {"labels": {"x": "y"}}}),
-                               content_type="application/merge-patch+json")
-    assert patch.status_code == 200
+    patch(claims[0].name, {"metadata": {"annotations": {hold.GANG_ANNOTATION: None}}})
     claims[0].refresh_from_db()
-    assert claims[0].phase == Phase.ALLOCATED  # the hole: allocated alone by the round the PATCH kicked
+    assert claims[0].phase == Phase.ALLOCATED  # the one way around the hook: allocated alone at once
     Gang.objects.filter(name="held").update(attempted_version=None)  # as after any change to the fleet
     tasks.place_gangs.apply()
     claims[0].refresh_from_db()
