@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=("text", "json"), default=_env("DRASERVICE_LOG_FORMAT", "text"),
                    help="[DRASERVICE_LOG_FORMAT, text]")
     p.add_argument("--once", action="store_true",
-                   help="push one full sync and exit (0 when the service accepted it): a first check of a set-up")
+                   help="push one full sync and exit (0 when the service accepted it within --once-timeout): "
+                        "a first check of a set-up")
+    p.add_argument("--once-timeout", type=float, default=60.0, help="seconds --once waits (60)")
     p.add_argument("--version", action="version", version=f"draservice-agent {__version__}")
     return p
 
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                         claim_poll_interval=args.claim_poll_interval)
     agent = Agent(kube, service, settings)
     if args.once:
-        ok = agent.run_once()
+        ok = agent.run_once(timeout=args.once_timeout)
         log.info("one-shot sync %s", "accepted by the service" if ok else "did NOT complete")
         return 0 if ok else 1
     if args.metrics_port:

@@ -154,10 +154,10 @@ class ClaimSync:
                     self._poll_service(sweep=now >= next_sweep)
                     if now >= next_sweep:
                         next_sweep = now + self.sweep_period
-                except ServiceError as exc:
+                except Exception as exc:  # noqa: BLE001 - the next poll tries again
                     metrics.ERRORS.labels("claims").inc()
                     self.last_error = f"listing the service's claims: {exc}"
-                    log.warning("claims: cannot list this cluster's claims in the service: %s", exc)
+                    log.warning("claims: cannot list this cluster's claims in the service: %s", _short(exc))
                 next_poll = now + self.poll_interval
             key = self._next(timeout=max(0.0, next_poll - time.monotonic()))
             if key is None:
@@ -177,6 +177,10 @@ class ClaimSync:
                 self.last_error = f"claim {key}: {exc}"
                 again = self.backoff.next_delay()
                 log.warning("claim %s: %s; retrying in %.1fs", key, _short(exc), again)
+            except Exception:  # noqa: BLE001 - a bug in one claim must not end the write-back for all
+                metrics.ERRORS.labels("claims").inc()
+                again = self.backoff.next_delay()
+                log.exception("claim %s: unexpected error; retrying in %.1fs", key, again)
             if again is not None:
                 self.enqueue(key, again)
 
@@ -199,9 +203,14 @@ class ClaimSync:
         for key, item in by_key.items():
             claim = self.informer.get(key)
             uid = (item["metadata"].get("annotations") or {}).get(SOURCE_UID)
+            meta = item["metadata"]
             if claim is None or (uid and claim["metadata"].get("uid") != uid):
-                meta = item["metadata"]
                 self._release(key, meta["namespace"], meta["name"], why="its cluster claim no longer exists")
+            elif (meta["namespace"], meta["name"]) != self._target(claim):
+                # The claim now maps elsewhere (its draservice.io/namespace annotation changed): this copy is
+                # stale and would hold devices alongside the new one.
+                self.service.release_claim(meta["namespace"], meta["name"])
+                log.info("claim %s: released its old copy %s/%s in the service", key, meta["namespace"], meta["name"])
             elif (item.get("status") or {}).get("phase") in ("Released", "Failed") \
                     and (claim.get("status") or {}).get("allocation"):
                 self.enqueue(key)  # the service took back what the cluster still holds
@@ -243,7 +252,10 @@ class ClaimSync:
                          "not mirrored (remove the %s annotation to silence this)", key, MARK)
             return None
         if remote is None:
-            remote = self.service.create_claim(ns, self._mirror_body(claim, name), idempotency_key=meta.get("uid"))
+            # Keyed by uid and resourceVersion: a retried create replays, but a claim unmarked and marked
+            # again (a new resourceVersion) really is created again.
+            remote = self.service.create_claim(ns, self._mirror_body(claim, name),
+                                               idempotency_key=f"{meta.get('uid')}/{meta.get('resourceVersion')}")
             log.info("claim %s: mirrored to the service as %s/%s", key, ns, name)
         return self._follow(key, claim, remote)
 

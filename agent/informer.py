@@ -186,6 +186,9 @@ def _rv(obj: dict | None) -> str:
 
 def _describe(exc: Exception) -> str:
     if isinstance(exc, ApiException):
+        if exc.status == 403:
+            return (f"HTTP 403 Forbidden: the agent's ClusterRole must allow list and watch here "
+                    f"(see deploy/agent/agent.yaml)")
         return f"HTTP {exc.status} {exc.reason}"
     if isinstance(exc, WatchFailed):
         return str(exc)

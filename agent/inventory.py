@@ -160,6 +160,11 @@ class InventorySync:
                 self._service_up()
             except ServiceUnavailable as exc:
                 self._service_down(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug must not silently end the pusher
+                log.exception("unexpected error while pushing; retrying with a full sync")
+                with self._lock:
+                    self._require_full(time.monotonic())
+                self._service_down(ServiceUnavailable(f"{type(exc).__name__}: {exc}"))
             self._update_gauges()
 
     def push_once(self) -> bool:

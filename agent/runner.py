@@ -112,8 +112,9 @@ class Agent:
         while not self.stop_event.wait(3600):
             pass
 
-    def run_once(self, timeout: float = 300.0) -> bool:
-        """List everything, push one full sync, stop. For a first test of a token and a cluster."""
+    def run_once(self, timeout: float = 60.0) -> bool:
+        """List everything, push one full sync, stop. For a first test of a token and a cluster: it
+        gives up after ``timeout`` seconds, logging the last error, rather than retrying for ever."""
         self.settings.claims = False
         self.start()
         deadline = time.monotonic() + timeout
@@ -123,6 +124,8 @@ class Agent:
                     self.send_heartbeat()
                     return True
                 time.sleep(0.1)
+            if self.inventory and self.inventory.last_error:
+                log.error("no full sync accepted within %.0fs; last error: %s", timeout, self.inventory.last_error)
             return False
         finally:
             self.stop()
@@ -158,11 +161,11 @@ class Agent:
                 failing = False
                 backoff.reset()
                 wait = self.settings.heartbeat_interval
-            except ServiceError as exc:
+            except Exception as exc:  # noqa: BLE001 - the heartbeat must outlive any one failure
                 metrics.HEARTBEATS.labels("error").inc()
                 metrics.ERRORS.labels("heartbeat").inc()
                 if not failing:  # one line per outage, not one per attempt
-                    log.warning("heartbeat failed: %s", exc)
+                    log.warning("heartbeat failed: %s", exc, exc_info=not isinstance(exc, ServiceError))
                 failing = True
                 wait = min(self.settings.heartbeat_interval, backoff.next_delay())
             self.stop_event.wait(wait)

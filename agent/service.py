@@ -45,17 +45,19 @@ class TokenSource:
             raise ValueError("a service token is required (DRASERVICE_TOKEN or --token-file)")
         self._token = (token or "").strip()
         self._path = path
-        self._mtime: float | None = None
+        self._signature: tuple | None = None
 
     def get(self) -> str:
         if self._path:
-            mtime = os.stat(self._path).st_mtime
-            if mtime != self._mtime:
+            # A Secret volume is updated by swapping a symlink: the inode changes, so does this signature.
+            st = os.stat(self._path)
+            signature = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if signature != self._signature:
                 with open(self._path, encoding="utf-8") as fh:
                     self._token = fh.read().strip()
-                if self._mtime is not None:
+                if self._signature is not None:
                     log.info("service token file %s changed; using the new token", self._path)
-                self._mtime = mtime
+                self._signature = signature
         return self._token
 
 
@@ -78,7 +80,11 @@ class ServiceClient:
                 headers: dict | None = None, timeout: float | None = None,
                 missing_ok: bool = False) -> Any:
         url = self.base_url + path + (f"?{urlencode(query)}" if query else "")
-        hdrs = {"Authorization": f"Bearer {self.token.get()}", "Accept": "application/json",
+        try:
+            token = self.token.get()
+        except OSError as exc:  # the Secret is not mounted (yet): an operator fixes it, the agent waits
+            raise ServiceUnavailable(f"cannot read the service token: {exc}") from exc
+        hdrs = {"Authorization": f"Bearer {token}", "Accept": "application/json",
                 "User-Agent": self.user_agent, **(headers or {})}
         data = None
         if body is not None:

@@ -125,6 +125,12 @@ def test_removing_the_mark_releases_the_claim(kube_api, running):
     wait_for(lambda: service_claim("changed-mind") is None, message="the release")
     wait_for(lambda: not cluster_claim(kube_api, "changed-mind")["metadata"].get("finalizers"),
              message="the finalizer to go")
+    # Marked again: mirrored and allocated afresh (not a replay of the first create).
+    current = cluster_claim(kube_api, "changed-mind")
+    current["metadata"]["annotations"] = {MARK: "true"}
+    kube_api.update("resourceclaims", current)
+    wait_for(lambda: allocation_of(kube_api, "changed-mind") is not None, message="the second write-back")
+    assert service_claim("changed-mind").phase == Phase.ALLOCATED
 
 
 def test_a_pending_claim_is_written_back_once_devices_free_up(kube_api, running):

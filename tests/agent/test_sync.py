@@ -310,6 +310,33 @@ def test_one_object_the_service_refuses_does_not_block_the_rest(kube_api, slices
                and "someFieldFromKubernetes137" in r.getMessage() for r in caplog.records)
 
 
+def test_a_token_file_that_appears_late_and_is_rotated_is_picked_up(kube_api, slices, cluster_token, live_server,
+                                                                   tmp_path):
+    """The Secret is mounted after the agent starts, first with a wrong token; fixing the Secret is
+    enough - no restart - and nothing that changed meanwhile is lost."""
+    from agent.runner import Agent, Settings
+    from agent.service import ServiceClient, TokenSource
+    from tests.agent.conftest import FAST
+
+    populate(kube_api, slices[:2])
+    token_file = tmp_path / "secret" / "token"
+    service = ServiceClient(live_server.url, CLUSTER, TokenSource(path=str(token_file)), timeout=10)
+    agent = Agent(kube_client_for(kube_api, tmp_path), service, Settings(**FAST))
+    agent.start()
+    try:
+        wait_for(lambda: agent.inventory.synced and "cannot read the service token" in (agent.inventory.last_error or ""),
+                 message="the missing token to be reported")
+        token_file.parent.mkdir()
+        token_file.write_text("dra_wrong_token")
+        wait_for(lambda: "401" in (agent.inventory.last_error or ""), message="the wrong token to be refused")
+        kube_api.create("nodes", node("a100-dgx-node-01"))  # a new node and its slice, during the outage
+        kube_api.create("resourceslices", slices[2])
+        token_file.write_text(cluster_token[1] + "\n")
+        wait_for(lambda: settled(agent, kube_api), message="the sync with the right token")
+    finally:
+        agent.stop()
+
+
 def to_v1beta1(obj: dict) -> dict:
     """The same slice as a 1.32 cluster serves it: per-device fields under ``basic``."""
     out = copy.deepcopy(obj)
