@@ -3,11 +3,14 @@ what the agent actually requests, and the agent runs without the service's Djang
 installs only the Kubernetes client and prometheus-client)."""
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
 import sys
+import tomllib
 
+import pytest
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -87,7 +90,13 @@ def test_the_image_installs_the_agent_and_its_entry_point():
     assert 'ENTRYPOINT ["draservice-agent"]' in dockerfile
     with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as fh:
         pyproject = fh.read()
-    assert 'draservice-agent = "agent.__main__:main"' in pyproject
+    # The console script the image runs resolves to a callable that answers --version.
+    target = tomllib.loads(pyproject)["project"]["scripts"]["draservice-agent"]
+    module, _, attr = target.partition(":")
+    main = getattr(importlib.import_module(module), attr)
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
     # The image pins the same dependency ranges as the project.
     for dep in re.findall(r'"((?:kubernetes|prometheus-client)[^"]*)"', dockerfile):
         assert f'"{dep}"' in pyproject, dep

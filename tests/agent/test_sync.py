@@ -194,7 +194,11 @@ def test_the_service_down_at_start_gets_the_full_state_when_it_comes_up(kube_api
         proxy.down()
 
 
-def test_an_older_cluster_syncs_through_v1beta1(transactional_db, slices, cluster_token, live_server, tmp_path):
+def test_an_older_cluster_syncs_and_gets_allocations_through_v1beta1(transactional_db, slices, cluster_token,
+                                                                     live_server, tmp_path):
+    """A 1.32 cluster serves resource.k8s.io/v1beta1 only: the agent reads and writes that version and
+    the service converts (per-device fields under ``basic``, flat claim requests)."""
+    from agent.claims import MARK
     from agent.runner import Agent, Settings
     from agent.service import ServiceClient, TokenSource
     from tests.agent.conftest import FAST
@@ -202,9 +206,10 @@ def test_an_older_cluster_syncs_through_v1beta1(transactional_db, slices, cluste
     server = KubeAPIServer(versions=("v1beta1",), token="agent-service-account-token").start()
     agent = None
     try:
-        beta = [to_v1beta1(s) for s in slices[:3]]
-        for s in beta:
-            server.create("resourceslices", s)
+        server.create("nodes", node("h100-hgx-node-01"))
+        for s in slices[:3]:
+            server.create("resourceslices", to_v1beta1(s))
+        server.create("deviceclasses", {**GPU_CLASS, "apiVersion": "resource.k8s.io/v1beta1"})
         agent = Agent(kube_client_for(server, tmp_path),
                       ServiceClient(live_server.url, CLUSTER, TokenSource(token=cluster_token[1])), Settings(**FAST))
         agent.start()
@@ -212,6 +217,17 @@ def test_an_older_cluster_syncs_through_v1beta1(transactional_db, slices, cluste
         # The service stored the v1 form: the same devices as the v1 originals.
         for original in slices[:3]:
             assert service_slices()[original["metadata"]["name"]]["spec"] == original["spec"]
+
+        server.create("resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim",
+            "metadata": {"name": "old-style", "namespace": "team-b", "annotations": {MARK: "true"}},
+            "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com", "count": 2}]}}})
+        path = "/apis/resource.k8s.io/v1beta1/namespaces/team-b/resourceclaims/old-style/status"
+        wait_for(lambda: (server.get("resourceclaims", "old-style", "team-b").get("status") or {}).get("allocation"),
+                 message="the allocation written back")
+        assert server.count("PUT", path) == 1
+        results = server.get("resourceclaims", "old-style", "team-b")["status"]["allocation"]["devices"]["results"]
+        assert len(results) == 2 and all(r["pool"] == "h100-hgx-node-01" for r in results)
     finally:
         if agent:
             agent.stop()
