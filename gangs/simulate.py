@@ -84,9 +84,13 @@ def parse(body: Any) -> tuple[Gang, dict | None]:
             members.append(GangMember(name, _claims(m.get("claims") if isinstance(m, dict) else None,
                                                     f"members[{i}].claims", name, errors)))
     topo_in = body.get("topology")
-    topology = Topology.from_dict(topo_in) if isinstance(topo_in, dict) else Topology()
+    topology = Topology()
     if topo_in is not None and not isinstance(topo_in, dict):
         errors.append(("topology", "must be an object"))
+    elif topo_in is not None and not isinstance(topo_in.get("levels") or [], list):
+        errors.append(("topology.levels", "must be a list of node label keys"))
+    elif topo_in is not None:
+        topology = Topology.from_dict(topo_in)
     placement = body.get("placement") or {}
     if not isinstance(placement, dict):
         errors.append(("placement", "must be an object"))

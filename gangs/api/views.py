@@ -57,7 +57,7 @@ class GangsBase(generics.GenericAPIView):
 
 class GangListView(GangsBase):
     @extend_schema(parameters=[OpenApiParameter("phase", str)], responses={200: OpenApiTypes.OBJECT},
-                   summary="List Gangs")
+                   summary="List Gangs", operation_id="list_namespaced_gangs")
     def get(self, request, namespace):
         check_read(request, namespace)
         qs = Gang.objects.select_related("namespace").filter(namespace__name=namespace)
@@ -87,7 +87,8 @@ class GangListView(GangsBase):
 class GangDetailView(GangsBase):
     @extend_schema(parameters=[OpenApiParameter("wait", str, description="long poll: return as soon as the gang "
                                                 "is no longer Pending, or after this long (e.g. 60s, max 120s)")],
-                   responses={200: s.GangSerializer}, summary="Read a Gang (optionally wait for its placement)")
+                   responses={200: s.GangSerializer}, summary="Read a Gang (optionally wait for its placement)",
+                   operation_id="read_namespaced_gang")
     def get(self, request, namespace, name):
         check_read(request, namespace)
         gang = _gang_or_404(namespace, name)
