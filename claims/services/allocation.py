@@ -123,7 +123,9 @@ def allocate_round(batch_size: int = DEFAULT_BATCH) -> RoundResult:
             # The fleet version comes with the claims, from the same statement snapshot: anything freed after
             # it bumps the version past what we record, so nothing freed is ever missed.
             current = Subquery(FleetState.objects.filter(pk=1).values("version")[:1])
+            # diagnostics (the largest column) is rewritten by every outcome and never read here.
             claims = list(eligible_pending(Coalesce(current, Value(1))).select_related("namespace")
+                          .defer("diagnostics", "labels")
                           .annotate(fleet_version=Coalesce(current, Value(1))).order_by("id")
                           .select_for_update(skip_locked=True, of=("self",))[:batch_size])
             if not claims:
@@ -188,15 +190,16 @@ class _EngineCache:
         self.rows = dict(rows)
         return self.engine
 
-    def note_written(self, rows: list[DeviceAllocation]) -> None:
+    def note_written(self, written: list[tuple]) -> None:
+        """``written``: (id, cluster, driver, pool, device, share_id, consumed_capacity, admin_access) rows."""
         from dra.engine import AllocatedDevice
 
-        for r in rows:
-            if r.pk is None:  # a backend without RETURNING: next round re-reads and resyncs from scratch
+        for row_id, cluster, driver, pool, device, share_id, consumed, admin in written:
+            if row_id is None:  # a backend that did not tell: the next round re-reads and resyncs
                 self.reset()
                 return
-            self.rows[r.pk] = AllocatedDevice(r.cluster, r.driver, r.pool, r.device, r.share_id or None,
-                                              r.consumed_capacity or None, r.admin_access)
+            self.rows[row_id] = AllocatedDevice(cluster, driver, pool, device, share_id or None, consumed or None,
+                                                admin)
 
 
 _engines = _EngineCache()
@@ -341,13 +344,12 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
             continue
         for claim, co in zip(group.claims, outcome.claims):  # the engine answers in input order
             rows.extend(_rows_for(claim, outcome.cluster, co.allocation if co else None))
-    if rows:
-        # The unique index is the last line of defence: a violation aborts the whole round (allocate_round).
-        DeviceAllocation.objects.bulk_create(rows, batch_size=1000)
+    # The unique index is the last line of defence: a violation aborts the whole round (allocate_round).
+    written = bulk.insert_rows(rows, returning=ROW_KEY)
     # Keep the cached engine in step: lost groups give their devices back; written rows are now counted.
     for i in lost:
         engine.release(successes[i][1].devices)
-    _engines.note_written(rows)
+    _engines.note_written(written)
 
     # Step 5: claims and events.
     lost_groups = {id(successes[i][0]) for i in lost}
@@ -393,6 +395,7 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
     result.changed_ids = [c.id for c in updated]
 
 
+ROW_KEY = ("id", "cluster", "driver", "pool", "device", "share_id", "consumed_capacity", "admin_access")
 UPDATE_FIELDS = ["phase", "reason", "message", "conditions", "cluster", "node", "allocation", "diagnostics",
                  "attempts", "attempted_version", "last_attempt_at", "allocated_at", "resource_version",
                  "updated_at"]

@@ -25,5 +25,6 @@ def event(claim: ResourceClaim, type_: str, reason: str = "", message: str = "",
 
 
 def record(events: list[ClaimEvent]) -> None:
-    if events:
-        ClaimEvent.objects.bulk_create(events, batch_size=1000)
+    from claims.services import bulk
+
+    bulk.insert_rows(events)
