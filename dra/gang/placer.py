@@ -217,7 +217,8 @@ class GangPlacer:
                 unplaced.append(member.name)
             else:
                 placements.append(placed)
-        unplaced.sort(key=lambda name: next(j for j, m in enumerate(gang.members) if m.name == name))
+        position = {m.name: j for j, m in enumerate(gang.members)}
+        unplaced.sort(key=position.__getitem__)
         return placements, unplaced, failure
 
     # ------------------------------------------------------------------------------------------ outcomes
