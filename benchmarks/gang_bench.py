@@ -55,7 +55,8 @@ def fleet_nodes(n: int = NODES) -> list[dict]:
 
 
 def snapshot(nodes: list[dict]) -> FleetSnapshot:
-    slices = [s for n in nodes for s in demo.node_slices("h100", n["name"]) if s["spec"]["driver"] == "gpu.nvidia.com"]
+    slices = [s for n in nodes for s in demo.node_slices("h100", n["name"])
+              if s["spec"]["driver"] == "gpu.nvidia.com"]
     return FleetSnapshot([ClusterInventory("bench", nodes=nodes, resource_slices=slices)],
                          demo.standard_device_classes())
 
@@ -215,7 +216,8 @@ def main() -> None:
         return
     print(f"fleet: {NODES} nodes x 8 H100 ({NODES * 8} GPUs), 2 zones / 32 racks / 128 blocks; "
           f"snapshot built in {prep:.2f} s")
-    print(f"{'case':16} {'placed':>7} {'members':>8} {'engine':>7} {'cold s':>8} {'p50 s':>8} {'p99 s':>8}  where / why")
+    print(f"{'case':16} {'placed':>7} {'members':>8} {'engine':>7} {'cold s':>8} {'p50 s':>8} {'p99 s':>8}  "
+          "where / why")
     for r in results:
         spread = f" ({'+'.join(map(str, r['spread']))} per {RACK.rsplit('/', 1)[-1]})" if r["spread"] else ""
         where = r["where"] + spread if r["placed"] else f"{r['reason']}: {r['message'][:90]}"
