@@ -124,6 +124,12 @@ def run(args):
     pending = ResourceClaim.objects.filter(phase=Phase.PENDING).count()
     print(f"  fleet: {devices} devices, {allocated} in use, {ResourceClaim.objects.count()} claims ({pending} pending)")
 
+    # The cluster's agent would be heart-beating all along; without it the fleet turns stale after
+    # STALE_CLUSTER_SECONDS and the pages would show a fleet with nothing on offer.
+    from inventory.models import Cluster
+    from inventory.services.clusters import record_heartbeat
+
+    record_heartbeat(Cluster.objects.get(name="bench"), agent_version="bench")
     user = get_user_model().objects.create_user("bench", password="bench-password", is_staff=True)
     client = Client()
     client.force_login(user)

@@ -99,7 +99,7 @@ def build_workload(*, stale: bool = True) -> dict:
     push_inventory(LAB_CLUSTER, lab_inventory())
 
     # A broken H100, kept off by an operator's taint rule (the way the dashboard's "taint" button does it).
-    h100 = Device.objects.filter(driver=GPU, attribute_index__contains={f"{GPU}/productName": "NVIDIA H100 80GB HBM3"}) \
+    h100 = Device.objects.filter(driver=GPU, **{f"attribute_index__{GPU}/productName": "NVIDIA H100 80GB HBM3"}) \
         .order_by("cluster__name", "node_name", "name").first()
     if h100 is not None and not DeviceTaintRule.objects.filter(name="xid-79-rma").exists():
         create_fleet_object(DeviceTaintRule, {

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from frontend.queries.sql import fetch_dicts
-from frontend.queries.units import STATE_SQL, has_taint_rules, units_sql
+from frontend.queries.units import STATE_SQL, units_sql
 from inventory.models import Cluster
 
 
@@ -78,9 +78,8 @@ def cluster_freshness(now: datetime | None = None) -> list[Cluster]:
 
 
 def _tally_rows(group_by: str, where: str = "", params: list | None = None) -> list[dict]:
-    sql = (f"SELECT {group_by}, {STATE_SQL} FROM ({units_sql(where, with_rules=has_taint_rules())}) u "
-           f"GROUP BY {group_by}")
-    return fetch_dicts(sql, params or [])
+    units, unit_params = units_sql(where, params or [])
+    return fetch_dicts(f"SELECT {group_by}, {STATE_SQL} FROM ({units}) u GROUP BY {group_by}", unit_params, analytic=True)
 
 
 def pending_summary() -> dict:
@@ -133,30 +132,25 @@ def fleet_overview(now: datetime | None = None) -> dict:
     }
 
 
-def cluster_nodes(cluster: Cluster, *, search: str = "", offset: int = 0, limit: int = 200) -> dict:
-    """Per-node tallies for one cluster (one GROUP BY), nodes ordered by name, paginated in Python
-    over the already-aggregated rows (a few thousand small rows at most)."""
+def cluster_detail(cluster: Cluster, *, search: str = "", offset: int = 0, limit: int = 200) -> dict:
+    """Per-node and per-product tallies for one cluster from one GROUP BY (node, driver, product); nodes are
+    ordered by name and paginated in Python over the already-aggregated rows (a few thousand small rows)."""
     where, params = "d.cluster_id = %s", [cluster.id]
     if search:
         where += " AND d.node_name LIKE %s"
         params.append(f"%{search}%")
-    rows = _tally_rows("u.node_name", where, params)
+    rows = _tally_rows("u.node_name, u.driver, u.product", where, params)
     stale = cluster.is_stale()
-    nodes = []
+    nodes: dict[str, Group] = {}
+    products: dict[tuple, Group] = {}
     totals = Tally()
-    for row in sorted(rows, key=lambda r: r["node_name"] or ""):
-        tally = Tally()
-        tally.add_row(row, stale)
+    for row in rows:
+        name = row["node_name"] or ""
+        nodes.setdefault(name, Group(name, name or "(not node-local)")).tally.add_row(row, stale)
+        key = (row["product"] or "", row["driver"])
+        products.setdefault(key, Group(key[0], key[0] or "(no product name)", extra={"driver": key[1]})) \
+            .tally.add_row(row, stale)
         totals.add_row(row, stale)
-        nodes.append(Group(row["node_name"] or "", row["node_name"] or "(not node-local)", tally))
-    return {"nodes": nodes[offset:offset + limit], "node_total": len(nodes), "totals": totals}
-
-
-def cluster_products(cluster: Cluster) -> list[Group]:
-    stale = cluster.is_stale()
-    groups = []
-    for row in _tally_rows("u.driver, u.product", "d.cluster_id = %s", [cluster.id]):
-        g = Group(row["product"] or "", row["product"] or "(no product name)", extra={"driver": row["driver"]})
-        g.tally.add_row(row, stale)
-        groups.append(g)
-    return sorted(groups, key=lambda g: (-g.tally.total, g.label))
+    ordered = [nodes[n] for n in sorted(nodes)]
+    return {"nodes": ordered[offset:offset + limit], "node_total": len(ordered), "totals": totals,
+            "products": sorted(products.values(), key=lambda g: (-g.tally.total, g.label))}

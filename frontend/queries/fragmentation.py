@@ -2,6 +2,7 @@
 for the claim sizes people actually ask for."""
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 
 from django.urls import reverse
@@ -11,8 +12,8 @@ from dra.cel.errors import CELCompileError
 from frontend.queries.claims import claim_size
 from frontend.queries.fleet import cluster_freshness
 from frontend.queries.selectors import _evaluate_all, class_selectors, device_groups
-from frontend.queries.sql import T_ALLOC, fetch_dicts
-from frontend.queries.units import partition_expr, tainted_expr, units_sql
+from frontend.queries.sql import T_ALLOC, T_CLAIM, fetch_dicts, is_postgres
+from frontend.queries.units import partition_expr, tainted_sql, units_sql
 from dra.cel import compile_expression
 
 PENDING_SAMPLE = 2000  # distinct shapes come from the oldest pending claims; more adds nothing but time
@@ -56,10 +57,10 @@ def unusable_free_devices(stale_ids: set[int]) -> dict:
     shapes = pending_shapes()
     compiled = _compiled_shapes(shapes)
     # Free: no allocation row. Partitions are left out: their free placements overlap and are shown per GPU.
-    where = (f"NOT {partition_expr('d')} AND {tainted_expr('d')} = 0 AND p.state <> 'invalid' AND NOT EXISTS "
+    tainted, params = tainted_sql("d")
+    where = (f"NOT {partition_expr('d')} AND {tainted} = 0 AND p.state <> 'invalid' AND NOT EXISTS "
              f"(SELECT 1 FROM {T_ALLOC} da WHERE da.cluster = c.name AND da.driver = d.driver AND da.pool = d.pool_name"
              f" AND da.device = d.name AND NOT da.admin_access)")
-    params: list = []
     if stale_ids:
         where += f" AND d.cluster_id NOT IN ({', '.join(['%s'] * len(stale_ids))})"
         params += sorted(stale_ids)
@@ -93,12 +94,20 @@ def unusable_free_devices(stale_ids: set[int]) -> dict:
 
 
 def common_sizes() -> list[dict]:
-    """Device counts per claim among recent claims, the common ones first."""
+    """Device counts per claim among recent claims, the common ones first.
+
+    Grouped by the request list in the database: recent claims come from a handful of templates, so only a few
+    distinct request lists are decoded here instead of thousands of specs.
+    """
+    col = "s.spec -> 'devices' -> 'requests'" if is_postgres() else "json_extract(s.spec, '$.devices.requests')"
+    rows = fetch_dicts(f"SELECT {col} AS reqs, COUNT(*) AS n FROM (SELECT spec FROM {T_CLAIM} ORDER BY id DESC "
+                       f"LIMIT %s) s GROUP BY {col}", [SIZE_SAMPLE])
     sizes: Counter = Counter()
-    for spec in ResourceClaim.objects.order_by("-id").values_list("spec", flat=True)[:SIZE_SAMPLE]:
-        n = claim_size(spec)
+    for row in rows:
+        reqs = json.loads(row["reqs"]) if isinstance(row["reqs"], str) else row["reqs"]
+        n = claim_size({"devices": {"requests": reqs or []}})
         if n:
-            sizes[n] += 1
+            sizes[n] += row["n"]
     total = sum(sizes.values())
     return [{"size": s, "claims": n, "share": round(100 * n / total)} for s, n in sorted(sizes.items())
             if total and n / total >= COMMON_SHARE]
@@ -106,11 +115,12 @@ def common_sizes() -> list[dict]:
 
 def fragmented_nodes(stale_ids: set[int], sizes: list[int]) -> dict:
     """Per node and product, free whole units; nodes with some free but fewer than a common size."""
+    units, params = units_sql("d.node_name <> %s", [""])
     rows = fetch_dicts(
         f"SELECT u.cluster_id, u.cluster, u.node_name, u.product, COUNT(*) AS total, "
         f"SUM(CASE WHEN u.claims = 0 AND u.tainted = 0 AND u.invalid = 0 THEN 1 ELSE 0 END) AS free "
-        f"FROM ({units_sql('d.node_name <> %s')}) u WHERE u.partitioned = 0 "
-        f"GROUP BY u.cluster_id, u.cluster, u.node_name, u.product", [""])
+        f"FROM ({units}) u WHERE u.partitioned = 0 "
+        f"GROUP BY u.cluster_id, u.cluster, u.node_name, u.product", params, analytic=True)
     rows = [r for r in rows if r["cluster_id"] not in stale_ids and r["total"] > 1]
     # A node is fragmented for size s when it is big enough to hold s but has fewer than s free: a node
     # smaller than s never could, which is a fleet-shape question, not fragmentation.

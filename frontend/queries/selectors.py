@@ -141,7 +141,7 @@ def device_groups(compiled_list, where: str = "", params: list | None = None):
         group = ", ".join(str(i) for i in range(1, 4 + len(cols)))
         sql = (f"SELECT d.driver AS driver, c.name AS cluster, {product_expr('d')} AS product{select}, "
                f"COUNT(*) AS n {BASE_FROM}{where_sql} GROUP BY {group}")
-        for row in fetch_dicts(sql, col_params + params):
+        for row in fetch_dicts(sql, col_params + params, analytic=True):
             key = (row["driver"],) + tuple(row.get(f"v{i}") for i in range(len(paths)))
             yield DeviceGroup(_device_from_row(row, paths), key, row["cluster"], row["product"] or "",
                               row["driver"], row["n"])

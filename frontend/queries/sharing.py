@@ -64,9 +64,9 @@ def shared_devices(*, namespace: str = "", cluster: str = "", limit: int = 200, 
         HAVING (COUNT(DISTINCT da.claim_id) > 1 OR COALESCE(MAX(r.n), 0) > 1){having_ns}
     """
     all_params = params + ([namespace] if namespace else [])
-    total = fetch_dicts(f"SELECT COUNT(*) AS n FROM ({base}) s", all_params)[0]["n"]
+    total = fetch_dicts(f"SELECT COUNT(*) AS n FROM ({base}) s", all_params, analytic=True)[0]["n"]
     rows = fetch_dicts(base + " ORDER BY claims DESC, consumers DESC, da.cluster, da.device LIMIT %s OFFSET %s",
-                       all_params + [limit, offset])
+                       all_params + [limit, offset], analytic=True)
     items = [SharedDevice(r["cluster"], r["driver"], r["pool"], r["device"], r["claims"], r["consumers"]) for r in rows]
     _attach(items)
     return {"devices": items, "total": total}
@@ -100,13 +100,32 @@ def _attach(items: list[SharedDevice]) -> None:
             item.allow_multiple = d.allow_multiple_allocations
 
 
-def split_gpus(*, limit: int = 100) -> list[dict]:
-    """Partitioned GPUs (counter sets) whose partitions are held by more than one claim."""
-    sql = (f"SELECT u.cluster, u.node_name, u.driver, u.product, u.unit, u.claims, u.used_devices, u.devices "
-           f"FROM ({units_sql(with_rules=False)}) u WHERE u.partitioned = 1 AND u.claims > 1 "
-           f"ORDER BY u.claims DESC, u.cluster, u.unit LIMIT %s")
-    rows = fetch_dicts(sql, [limit])
+def split_gpus(*, limit: int = 50) -> list[dict]:
+    """Partitioned GPUs (counter sets) whose partitions are held by more than one claim, with who holds them."""
+    units, params = units_sql(with_rules=False)
+    sql = (f"SELECT u.cluster, u.node_name, u.driver, u.product, u.unit, u.used_devices, u.devices "
+           f"FROM ({units}) u WHERE u.partitioned = 1 AND u.claims > 1 "
+           f"ORDER BY u.used_devices DESC, u.cluster, u.unit LIMIT %s")
+    rows = fetch_dicts(sql, params + [limit], analytic=True)
+    by_pool = defaultdict(list)
     for r in rows:
         r["url"] = reverse("frontend:node", args=[r["cluster"], r["node_name"]]) if r["node_name"] else ""
         r["counter_set"] = r["unit"].split("/", 1)[-1]
+        r["holders"] = set()
+        by_pool[(r["cluster"], r["driver"], r["unit"].split("/", 1)[0])].append(r)
+    # Who holds the partitions: one query per pool listed (a pool is one node's GPUs).
+    for (cluster, driver, pool), pool_rows in by_pool.items():
+        counter_set_of = {d.name: d.consumes_counters[0].get("counterSet") for d in
+                          Device.objects.filter(cluster__name=cluster, driver=driver, pool_name=pool)
+                          .only("name", "consumes_counters") if d.consumes_counters}
+        wanted = {r["counter_set"]: r for r in pool_rows}
+        for device, ns, name in (DeviceAllocation.objects.filter(cluster=cluster, driver=driver, pool=pool,
+                                                                 admin_access=False)
+                                 .values_list("device", "claim__namespace__name", "claim__name")):
+            row = wanted.get(counter_set_of.get(device))
+            if row is not None:
+                row["holders"].add((ns, name))
+    for r in rows:
+        r["holders"] = [{"label": f"{ns}/{name}", "url": reverse("frontend:claim", args=[ns, name])}
+                        for ns, name in sorted(r["holders"])]
     return rows

@@ -12,7 +12,7 @@ one claim (or a claim reserved for more than one consumer) holds any part of it.
 from __future__ import annotations
 
 from frontend.queries.sql import (
-    T_ALLOC, T_CLUSTER, T_DEVICE, T_POOL, T_RESERVATION, T_TAINTRULE, json_array_nonempty, json_text,
+    T_ALLOC, T_CLUSTER, T_DEVICE, T_POOL, T_RESERVATION, is_postgres, json_array_nonempty, json_text,
     product_expr,
 )
 
@@ -30,52 +30,94 @@ def counter_set_expr(alias: str = "d") -> str:
     return json_text(f"{alias}.consumes_counters", 0, "counterSet")
 
 
-def tainted_expr(alias: str = "d", with_rules: bool = True) -> str:
-    """1 when the device carries a taint or a DeviceTaintRule selects it (a rule's blank field matches any)."""
+def tainted_sql(alias: str = "d", with_rules: bool = True) -> tuple[str, list]:
+    """SQL (1/0) and parameters: the device carries a taint, or a DeviceTaintRule with a blocking effect selects it.
+
+    Rules are few (operators write them by hand), so they are read here and inlined as plain comparisons
+    instead of a correlated subquery probed once per device. A rule without a deviceSelector selects nothing
+    (upstream); a blank selector field matches anything.
+    """
     own = json_array_nonempty(f"{alias}.taints")
     if not with_rules:
-        return f"(CASE WHEN {own} THEN 1 ELSE 0 END)"
-    effects = ", ".join(f"'{e}'" for e in BLOCKING_EFFECTS)
-    # A rule without a deviceSelector selects nothing (upstream); blank selector fields match anything.
-    has_selector = f"{json_text('t.object', 'spec', 'deviceSelector')} IS NOT NULL"
-    rule = (f"EXISTS (SELECT 1 FROM {T_TAINTRULE} t WHERE {has_selector}"
-            f" AND (t.cluster_id IS NULL OR t.cluster_id = {alias}.cluster_id)"
-            f" AND (t.driver = '' OR t.driver = {alias}.driver) AND (t.pool_name = '' OR t.pool_name = {alias}.pool_name)"
-            f" AND (t.device_name = '' OR t.device_name = {alias}.name) AND t.effect IN ({effects}))")
-    return f"(CASE WHEN {own} OR {rule} THEN 1 ELSE 0 END)"
+        return f"(CASE WHEN {own} THEN 1 ELSE 0 END)", []
+    from inventory.models import DeviceTaintRule
+
+    terms, params = [], []
+    for rule in DeviceTaintRule.objects.filter(effect__in=BLOCKING_EFFECTS).only(
+            "cluster_id", "driver", "pool_name", "device_name", "object"):
+        if ((rule.object or {}).get("spec") or {}).get("deviceSelector") is None:
+            continue
+        parts = []
+        for column, value in ((f"{alias}.cluster_id", rule.cluster_id), (f"{alias}.driver", rule.driver),
+                              (f"{alias}.pool_name", rule.pool_name), (f"{alias}.name", rule.device_name)):
+            if value:
+                parts.append(f"{column} = %s")
+                params.append(value)
+        terms.append("(" + " AND ".join(parts or ["1 = 1"]) + ")")
+    if not terms:
+        return f"(CASE WHEN {own} THEN 1 ELSE 0 END)", []
+    return f"(CASE WHEN {own} OR {' OR '.join(terms)} THEN 1 ELSE 0 END)", params
 
 
-def units_sql(where: str = "", *, with_rules: bool = True, extra_group: str = "") -> str:
-    """SQL for one row per unit (current pool generation only).
+def _alloc_cte() -> str:
+    """Allocations per device: the lowest and highest claim holding it, and the most consumers any of them has.
+
+    Aggregated once up front (a few tens of thousands of rows at most) and hash-joined to the devices, so the
+    device scan does no per-row work on allocations. MIN/MAX of the claim ids answer "more than one claim?"
+    exactly, for a device and for a whole partitioned GPU (MIN of MINs vs MAX of MAXes), without the sort a
+    COUNT(DISTINCT) would need.
+    """
+    return f"""WITH r AS (SELECT claim_id, COUNT(*) AS n FROM {T_RESERVATION} GROUP BY claim_id),
+        a AS (
+            SELECT da.cluster AS cluster, da.driver AS driver, da.pool AS pool, da.device AS device,
+                   MIN(da.claim_id) AS min_claim, MAX(da.claim_id) AS max_claim, COALESCE(MAX(r.n), 0) AS consumers
+            FROM {T_ALLOC} da LEFT JOIN r ON r.claim_id = da.claim_id
+            WHERE NOT da.admin_access
+            GROUP BY da.cluster, da.driver, da.pool, da.device)"""
+
+
+def _fence() -> str:
+    """Keeps the device subquery from being flattened into the join, so its per-row JSON work happens in the
+    scan and the join does not carry the wide JSON columns (SQLite only takes OFFSET after a LIMIT)."""
+    return "OFFSET 0" if is_postgres() else "LIMIT -1 OFFSET 0"
+
+
+def units_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = True) -> tuple[str, list]:
+    """SQL and parameters for one row per unit (current pool generation only).
 
     Columns: cluster_id, cluster, node_name, driver, product, unit (pool/device or pool/counter-set),
     partitioned (0/1), devices (devices in the unit), tainted (0/1), invalid (0/1, pool invalid),
-    claims (distinct claims holding any part), consumers (most consumers of one of those claims),
-    used_devices (devices of the unit with an allocation).
-    ``where`` filters devices (aliases: d device, c cluster, p pool) and may use %s parameters.
+    claims (0, 1, or 2 meaning "more than one": only that distinction is ever used), consumers (most consumers
+    of one of those claims), used_devices (devices of the unit with an allocation).
+    ``where`` filters devices (aliases: d device, c cluster, p pool) and may use %s ``params``.
+
+    One pass: devices (with their JSON work done in the scan) left-joined to the per-device allocation
+    aggregate, grouped by unit. A whole device is a group of one; a partitioned GPU's group is every device
+    consuming its counter set.
     """
     part = partition_expr("d")
-    unit = f"(d.pool_name || '/' || CASE WHEN {part} THEN {counter_set_expr('d')} ELSE d.name END)"
-    return f"""
-        SELECT d.cluster_id AS cluster_id, c.name AS cluster, d.node_name AS node_name, d.driver AS driver,
-               {product_expr('d')} AS product, {unit} AS unit{extra_group and ', ' + extra_group},
-               MAX(CASE WHEN {part} THEN 1 ELSE 0 END) AS partitioned,
-               COUNT(DISTINCT d.id) AS devices,
-               MAX({tainted_expr('d', with_rules)}) AS tainted,
-               MAX(CASE WHEN p.state = 'invalid' THEN 1 ELSE 0 END) AS invalid,
-               COUNT(DISTINCT da.claim_id) AS claims,
-               COALESCE(MAX(r.n), 0) AS consumers,
-               COUNT(DISTINCT CASE WHEN da.id IS NOT NULL THEN d.id END) AS used_devices
-        FROM {T_DEVICE} d
-        JOIN {T_CLUSTER} c ON c.id = d.cluster_id
-        JOIN {T_POOL} p ON p.cluster_id = d.cluster_id AND p.driver = d.driver AND p.name = d.pool_name
-                       AND p.generation = d.pool_generation
-        LEFT JOIN {T_ALLOC} da ON da.cluster = c.name AND da.driver = d.driver AND da.pool = d.pool_name
-                              AND da.device = d.name AND NOT da.admin_access
-        LEFT JOIN (SELECT claim_id, COUNT(*) AS n FROM {T_RESERVATION} GROUP BY claim_id) r ON r.claim_id = da.claim_id
-        {('WHERE ' + where) if where else ''}
-        GROUP BY d.cluster_id, c.name, d.node_name, d.driver, {product_expr('d')}, {unit}{extra_group and ', ' + extra_group}
+    tainted, taint_params = tainted_sql("d", with_rules)
+    unit = f"d.pool_name || '/' || COALESCE(CASE WHEN {part} THEN {counter_set_expr('d')} END, d.name)"
+    sql = f"""{_alloc_cte()}
+        SELECT w.cluster_id AS cluster_id, w.cluster AS cluster, w.node_name AS node_name, w.driver AS driver,
+               w.product AS product, w.unit AS unit, w.partitioned AS partitioned, COUNT(*) AS devices,
+               MAX(w.tainted) AS tainted, MAX(w.invalid) AS invalid,
+               CASE WHEN COUNT(a.device) = 0 THEN 0 WHEN MIN(a.min_claim) <> MAX(a.max_claim) THEN 2 ELSE 1 END
+                   AS claims,
+               COALESCE(MAX(a.consumers), 0) AS consumers, COUNT(a.device) AS used_devices
+        FROM (SELECT d.cluster_id AS cluster_id, c.name AS cluster, d.node_name AS node_name, d.driver AS driver,
+                     d.pool_name AS pool_name, d.name AS name, {product_expr('d')} AS product, {tainted} AS tainted,
+                     CASE WHEN p.state = 'invalid' THEN 1 ELSE 0 END AS invalid,
+                     CASE WHEN {part} THEN 1 ELSE 0 END AS partitioned, {unit} AS unit
+              FROM {T_DEVICE} d
+              JOIN {T_CLUSTER} c ON c.id = d.cluster_id
+              JOIN {T_POOL} p ON p.cluster_id = d.cluster_id AND p.driver = d.driver AND p.name = d.pool_name
+                             AND p.generation = d.pool_generation
+              {('WHERE ' + where) if where else ''} {_fence()}) w
+        LEFT JOIN a ON a.cluster = w.cluster AND a.driver = w.driver AND a.pool = w.pool_name AND a.device = w.name
+        GROUP BY w.cluster_id, w.cluster, w.node_name, w.driver, w.product, w.unit, w.partitioned
     """
+    return sql, taint_params + list(params)
 
 
 # Mutually exclusive states of a unit, in the order the bars stack them.
@@ -90,8 +132,3 @@ STATE_SQL = """
 """
 
 
-def has_taint_rules() -> bool:
-    """Skip the per-device rule probe entirely when no DeviceTaintRule exists (the common case)."""
-    from inventory.models import DeviceTaintRule
-
-    return DeviceTaintRule.objects.exists()

@@ -31,11 +31,11 @@ def cluster_detail(request, cluster):
     except ValueError:
         p = 1
     per_page = 120
-    data = fleet_q.cluster_nodes(c, search=search, offset=(p - 1) * per_page, limit=per_page)
+    data = fleet_q.cluster_detail(c, search=search, offset=(p - 1) * per_page, limit=per_page)
     pools = Pool.objects.filter(cluster=c).exclude(state=Pool.COMPLETE).order_by("driver", "name")[:50]
     return page(request, "frontend/fleet/cluster.html", "clusters", {
         "title": c.name, "cluster": c, "stale": c.is_stale(), **data, "q": search, "page_no": p,
-        "has_next": p * per_page < data["node_total"], "has_prev": p > 1, "products": fleet_q.cluster_products(c),
+        "has_next": p * per_page < data["node_total"], "has_prev": p > 1,
         "bad_pools": pools,
     })
 
