@@ -188,8 +188,11 @@ class ClaimBatchView(ClaimsBase):
             claims = claim_services.create_claims(namespace, [o for _, o in claim_items],
                                                   paths=[f"items[{i}]" for i, _ in claim_items])
             consumers = [consumer_services.create_consumer(namespace, o, f"items[{i}]") for i, o in consumer_items]
-            rendered = s.render_claims(s.claims_queryset(ResourceClaim.objects).filter(
-                id__in=[c.id for c in claims]).order_by("id"))
+            if consumers:  # consumers made in this batch reserve some of these claims: read them back
+                rendered = s.render_claims(s.claims_queryset(ResourceClaim.objects).filter(
+                    id__in=[c.id for c in claims]).order_by("id"))
+            else:  # brand-new claims: nothing reserves them yet
+                rendered = [s.render_claim(c, []) for c in claims]
             rendered += [s.render_consumer(c) for c in consumers]
             return 201, s.render_list("List", rendered, "v1")
 

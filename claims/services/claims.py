@@ -110,16 +110,14 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
         # Insert first: the unique (namespace, name) index answers "is the name free" for the common case
         # without a query; only a failed insert looks for the culprit to name it.
         try:
-            with transaction.atomic():
-                ResourceClaim.objects.bulk_create(claims, batch_size=1000)
+            with transaction.atomic():  # a savepoint, so that the culprit can be looked up after a failure
+                ids = dict((name, pk) for pk, name in bulk.insert_rows(claims, returning=("id", "name")))
         except IntegrityError:
             _check_names_free(ns, names)
             raise Conflict("a claim with one of these names was created concurrently")
-        if claims and claims[0].pk is None:  # a backend without INSERT ... RETURNING
-            by_name = dict(ResourceClaim.objects.filter(namespace=ns, name__in=[c.name for c in claims])
-                           .values_list("name", "id"))
-            for c in claims:
-                c.pk = c.id = by_name[c.name]
+        for c in claims:
+            c.pk = c.id = ids[c.name]
+            c._state.adding = False
         ev.record([ev.event(c, ev.CREATED, "Created", f"submitted as {c.source_api_version}",
                             {"lease": c.lease_seconds} if c.lease_seconds else None) for c in claims])
         transaction.on_commit(dispatch.request_allocation)

@@ -108,8 +108,8 @@ def assert_invariants() -> dict:
             assert claim.id not in rows, claim.name
             assert claim.phase in (Phase.PENDING, Phase.RELEASED), (claim.name, claim.phase, claim.reason)
             if claim.phase == Phase.PENDING:
-                assert claim.reason in ("Unsatisfiable", "LostRace") and claim.attempts >= 1, (claim.name,
-                                                                                               claim.reason)
+                assert claim.reason in ("Unsatisfiable", "LostRace") and claim.attempts >= 1, (
+                    claim.name, claim.reason, claim.message, claim.attempts)
     return dict(phases)
 
 
