@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from dra.cel.compiler import compile_expression
-from dra.cel.device import CELDevice
-from dra.cel.errors import CELCompileError, CELError
+from dra.cel import CELCompileError, CELDevice, CELError, compile_expression, validate_expression
 from frontend.queries.sql import T_CLUSTER, T_DEVICE, T_POOL, fetch_dicts, is_postgres, product_expr
 from inventory.models import DeviceClass
 
@@ -39,6 +37,7 @@ class SelectorResult:
     groups: int = 0
     runtime_errors: int = 0
     runtime_error_sample: str = ""
+    issues: list[dict] = field(default_factory=list)  # validate_expression's errors and warnings, with a pointer
     breakdown: list[dict] = field(default_factory=list)  # {cluster, product, driver, count}
     exhaustive: bool = True
     method: str = ""
@@ -195,6 +194,16 @@ def _count(compiled_list, result: SelectorResult, record_breakdown: bool) -> int
     return matched
 
 
+def _pointer(expression: str, position: int | None) -> str:
+    """The line of the expression holding ``position`` and a caret under it, for a monospace block."""
+    if position is None or not 0 <= position <= len(expression):
+        return ""
+    start = expression.rfind("\n", 0, position) + 1
+    end = expression.find("\n", position)
+    line = expression[start:end if end >= 0 else len(expression)]
+    return f"{line}\n{' ' * (position - start)}^"
+
+
 def class_selectors(name: str) -> list[str] | None:
     dc = DeviceClass.objects.filter(name=name, cluster__isnull=True).first() or \
         DeviceClass.objects.filter(name=name).first()
@@ -207,10 +216,14 @@ def class_selectors(name: str) -> list[str] | None:
 def try_selector(expression: str, *, device_class: str = "") -> SelectorResult:
     started = time.monotonic()
     result = SelectorResult(expression=expression, device_class=device_class)
+    result.issues = [dict(i, pointer=_pointer(expression, i.get("position"))) for i in validate_expression(expression)]
     try:
         compiled = compile_expression(expression)
     except CELCompileError as exc:
         result.valid, result.error, result.error_position, result.hint = False, exc.reason, exc.position, exc.hint or ""
+        if not any(i["severity"] == "error" for i in result.issues):
+            result.issues.insert(0, {"severity": "error", "message": exc.reason, "position": exc.position,
+                                     "hint": exc.hint, "pointer": _pointer(expression, exc.position)})
         return result
     compiled_list = [compiled]
     if device_class:

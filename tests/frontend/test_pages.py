@@ -128,3 +128,12 @@ def test_mig_layout_shows_partitions_on_their_memory_slices(client, demo, people
     assert taken + free == gpu.slice_count == 8
     # Counters used are exactly the sum of what the partitions in use consume.
     assert gpu.used["multiprocessors"] == sum(m.consumption(gpu.name)["multiprocessors"] for m in gpu.in_use)
+
+
+def test_unknown_things_are_404_not_errors(client, demo, people):
+    client.force_login(people["viewer"])
+    for url in ["/clusters/no-such-cluster/", "/clusters/aws-us-east-1/nodes/no-such-node/",
+                "/clusters/aws-us-east-1/devices/gpu.nvidia.com/no-pool/gpu-0/", "/claims/ci/no-such-claim/",
+                "/inventory/deviceclasses/no.such.class/", "/inventory/slices/aws-us-east-1/no-such-slice/"]:
+        resp = client.get(url)
+        assert resp.status_code == 404, url

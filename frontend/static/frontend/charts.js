@@ -53,10 +53,18 @@
         datasets: [
           { label: "allocated", data: fleet.allocated, borderColor: "#2f6fde", backgroundColor: "rgba(47,111,222,.15)", fill: true },
           { label: "shares", data: fleet.shares, borderColor: "#7b4fd0", backgroundColor: "#7b4fd0" },
-          { label: "total", data: fleet.total, borderColor: "#8c96a3", backgroundColor: "#8c96a3", borderDash: [4, 4] }
+          { label: "published (right axis)", data: fleet.total, borderColor: "#8c96a3", backgroundColor: "#8c96a3",
+            borderDash: [4, 4], yAxisID: "total" }
         ]
       },
-      options: baseOptions("devices")
+      options: (function () {
+        // The published total includes every partition placement a MIG GPU offers, so it lives on its own
+        // axis: on one shared axis it would flatten the allocation curve.
+        var o = baseOptions("devices in use");
+        o.scales.total = { position: "right", beginAtZero: true, grid: { display: false },
+                           title: { display: true, text: "devices published" } };
+        return o;
+      })()
     });
   }
 
