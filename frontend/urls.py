@@ -15,8 +15,10 @@ urlpatterns = [
     path("clusters/", nodes.cluster_list, name="clusters"),
     path("clusters/<str:cluster>/", nodes.cluster_detail, name="cluster"),
     path("clusters/<str:cluster>/nodes/<str:node>/", nodes.node_detail, name="node"),
-    path("clusters/<str:cluster>/devices/<str:driver>/<str:pool>/<str:device>/", nodes.device_detail, name="device"),
-    path("clusters/<str:cluster>/devices/<str:driver>/<str:pool>/<str:device>/taint/", nodes.taint_device,
+    # Pool names may hold slashes (DNS subdomains separated by "/"), hence <path:pool>, and the taint action
+    # lives under its own prefix so that no device name can be mistaken for it.
+    path("clusters/<str:cluster>/devices/<str:driver>/<path:pool>/<str:device>/", nodes.device_detail, name="device"),
+    path("actions/taint/<str:cluster>/<str:driver>/<path:pool>/<str:device>/", nodes.taint_device,
          name="taint-device"),
     path("claims/", claims.claim_list, name="claims"),
     path("claims/<str:namespace>/<str:name>/", claims.claim_detail, name="claim"),
