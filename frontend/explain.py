@@ -134,9 +134,9 @@ def explain_request(entry: dict) -> RequestExplanation:
             advice = next(a for s, _, a in STAGES if s == stage)
             if advice:
                 r.advice.append(advice)
-    for miss in r.nearest_miss:
-        r.advice.append(f"without selector #{miss['selector']} ({miss['expression']}), "
-                        f"{miss['would_match']:,} more devices would match")
+    if r.nearest_miss:  # the nearest miss itself is shown above the advice; point at it, do not repeat it
+        best = max(r.nearest_miss, key=lambda m: m["would_match"])
+        r.advice.append(f"selector #{best['selector']} is the one holding it back (see the nearest miss)")
     return r
 
 
