@@ -111,7 +111,7 @@ class ClaimsBase(generics.GenericAPIView):
 # --------------------------------------------------------------------------------------------- namespaces
 
 class NamespaceListView(ClaimsBase):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Namespaces this caller can read")
+    @extend_schema(operation_id="namespaces_list", responses={200: OpenApiTypes.OBJECT}, summary="Namespaces this caller can read")
     def get(self, request):
         qs = Namespace.objects.all()
         allowed = readable_namespaces(request)
@@ -128,12 +128,12 @@ class ClaimListView(ClaimsBase):
     def get_queryset(self):
         return s.claims_queryset(ResourceClaim.objects.filter(namespace__name=self.kwargs["namespace"]))
 
-    @extend_schema(responses={200: s.KubeListSerializer}, summary="List ResourceClaims")
+    @extend_schema(operation_id="resourceclaims_list", responses={200: s.KubeListSerializer}, summary="List ResourceClaims")
     def get(self, request, namespace):
         check_read(request, namespace)
         return self.paginated(self.get_queryset(), s.render_claims, "ResourceClaimList")
 
-    @extend_schema(request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_create", request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
                    summary="Create a ResourceClaim (v1, v1beta2 or v1beta1; JSON or YAML)")
     def post(self, request, namespace):
@@ -159,19 +159,23 @@ class ClaimListView(ClaimsBase):
 class ClaimBatchView(ClaimsBase):
     """POST creates a batch; the other methods are those of a claim that happens to be named "batch"."""
 
+    @extend_schema(exclude=True)
     def get(self, request, namespace, name):
         return ClaimDetailView.get(self, request, namespace, name)
 
+    @extend_schema(exclude=True)
     def put(self, request, namespace, name):
         return ClaimDetailView.put(self, request, namespace, name)
 
+    @extend_schema(exclude=True)
     def patch(self, request, namespace, name):
         return ClaimDetailView.patch(self, request, namespace, name)
 
+    @extend_schema(exclude=True)
     def delete(self, request, namespace, name):
         return ClaimDetailView.delete(self, request, namespace, name)
 
-    @extend_schema(request=s.KubeListSerializer, responses={201: s.KubeListSerializer},
+    @extend_schema(operation_id="resourceclaims_batch_create", request=s.KubeListSerializer, responses={201: s.KubeListSerializer},
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
                    summary="Create many claims (and Consumers) in one transaction: all or none")
     def post(self, request, namespace, name=None):
@@ -205,7 +209,7 @@ class ClaimBatchView(ClaimsBase):
 
 
 class ClaimDetailView(ClaimsBase):
-    @extend_schema(parameters=[OpenApiParameter("wait", str, description="long poll: return as soon as the claim "
+    @extend_schema(operation_id="resourceclaims_read", parameters=[OpenApiParameter("wait", str, description="long poll: return as soon as the claim "
                                                 "is no longer Pending, or after this long (e.g. 60s, max 120s)")],
                    responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaim (optionally wait)")
     def get(self, request, namespace, name):
@@ -221,7 +225,7 @@ class ClaimDetailView(ClaimsBase):
             claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
-    @extend_schema(request=s.KubeObjectSerializer, responses={200: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_replace", request=s.KubeObjectSerializer, responses={200: s.KubeObjectSerializer},
                    summary="Replace labels/annotations (spec is immutable); If-Match honoured")
     def put(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
@@ -230,7 +234,7 @@ class ClaimDetailView(ClaimsBase):
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_patch", request=OpenApiTypes.OBJECT, responses={200: s.KubeObjectSerializer},
                    summary="JSON merge patch of labels/annotations; If-Match honoured")
     def patch(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
@@ -242,7 +246,7 @@ class ClaimDetailView(ClaimsBase):
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
-    @extend_schema(responses={200: s.KubeObjectSerializer}, summary="Release the devices and delete the claim")
+    @extend_schema(operation_id="resourceclaims_delete", responses={200: s.KubeObjectSerializer}, summary="Release the devices and delete the claim")
     def delete(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
         check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector) or claim.cluster or None)
@@ -252,7 +256,7 @@ class ClaimDetailView(ClaimsBase):
 
 
 class ClaimReleaseView(ClaimsBase):
-    @extend_schema(request=None, responses={200: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_release", request=None, responses={200: s.KubeObjectSerializer},
                    summary="Release the claim's devices now (the claim stays, phase Released)")
     def post(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
@@ -263,7 +267,7 @@ class ClaimReleaseView(ClaimsBase):
 
 
 class ClaimRenewView(ClaimsBase):
-    @extend_schema(request=s.RenewSerializer, responses={200: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_renew", request=s.RenewSerializer, responses={200: s.KubeObjectSerializer},
                    summary="Renew the claim's lease (optionally with a new ttl)")
     def post(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
@@ -275,7 +279,7 @@ class ClaimRenewView(ClaimsBase):
 
 
 class ClaimExplainView(ClaimsBase):
-    @extend_schema(parameters=[OpenApiParameter("refresh", bool, description="run the engine now (no write)")],
+    @extend_schema(operation_id="resourceclaims_explain", parameters=[OpenApiParameter("refresh", bool, description="run the engine now (no write)")],
                    responses={200: s.ExplainSerializer}, summary="Why a claim is (not) allocated")
     def get(self, request, namespace, name):
         check_read(request, namespace)
@@ -286,8 +290,9 @@ class ClaimExplainView(ClaimsBase):
 
 class ClaimEventsView(ClaimsBase):
     filterset_class = filtersets.ClaimEventFilterSet
+    queryset = ClaimEvent.objects.none()  # for the schema; get() builds the real one
 
-    @extend_schema(responses={200: s.EventSerializer(many=True)}, summary="The claim's audit trail, oldest first")
+    @extend_schema(operation_id="resourceclaims_events", responses={200: s.EventSerializer(many=True)}, summary="The claim's audit trail, oldest first")
     def get(self, request, namespace, name):
         check_read(request, namespace)
         claim = _claim_or_404(namespace, name)
@@ -299,8 +304,9 @@ class AllClaimsView(ClaimsBase):
     """Claims across namespaces: what the caller may read (the agent filters by ``?cluster=``)."""
 
     filterset_class = filtersets.ResourceClaimFilterSet
+    queryset = ResourceClaim.objects.none()  # for the schema; get() builds the real one
 
-    @extend_schema(responses={200: s.KubeListSerializer}, summary="List ResourceClaims in all readable namespaces")
+    @extend_schema(operation_id="resourceclaims_list_all_namespaces", responses={200: s.KubeListSerializer}, summary="List ResourceClaims in all readable namespaces")
     def get(self, request):
         qs = s.claims_queryset(ResourceClaim.objects.all())
         allowed = readable_namespaces(request)
@@ -313,14 +319,15 @@ class AllClaimsView(ClaimsBase):
 
 class TemplateListView(ClaimsBase):
     filterset_class = filtersets.ResourceClaimTemplateFilterSet
+    queryset = ResourceClaimTemplate.objects.none()  # for the schema; get() builds the real one
 
-    @extend_schema(responses={200: s.KubeListSerializer}, summary="List ResourceClaimTemplates")
+    @extend_schema(operation_id="resourceclaimtemplates_list", responses={200: s.KubeListSerializer}, summary="List ResourceClaimTemplates")
     def get(self, request, namespace):
         check_read(request, namespace)
         qs = ResourceClaimTemplate.objects.select_related("namespace").filter(namespace__name=namespace)
         return self.paginated(qs, lambda rows: [s.render_template(t) for t in rows], "ResourceClaimTemplateList")
 
-    @extend_schema(request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaimtemplates_create", request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    summary="Create a ResourceClaimTemplate")
     def post(self, request, namespace):
         check_write(request, namespace)
@@ -333,13 +340,13 @@ class TemplateDetailView(ClaimsBase):
         return get_object_or_404(ResourceClaimTemplate.objects.select_related("namespace"),
                                  namespace__name=namespace, name=name)
 
-    @extend_schema(responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaimTemplate")
+    @extend_schema(operation_id="resourceclaimtemplates_read", responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaimTemplate")
     def get(self, request, namespace, name):
         check_read(request, namespace)
         template = self._get(namespace, name)
         return _etag(Response(s.render_template(template)), template)
 
-    @extend_schema(responses={200: s.KubeObjectSerializer}, summary="Delete a ResourceClaimTemplate")
+    @extend_schema(operation_id="resourceclaimtemplates_delete", responses={200: s.KubeObjectSerializer}, summary="Delete a ResourceClaimTemplate")
     def delete(self, request, namespace, name):
         check_write(request, namespace)
         template = self._get(namespace, name)
@@ -352,8 +359,9 @@ class TemplateDetailView(ClaimsBase):
 
 class ConsumerListView(ClaimsBase):
     filterset_class = filtersets.ConsumerFilterSet
+    queryset = Consumer.objects.none()  # for the schema; get() builds the real one
 
-    @extend_schema(responses={200: s.KubeListSerializer}, summary="List Consumers")
+    @extend_schema(operation_id="consumers_list", responses={200: s.KubeListSerializer}, summary="List Consumers")
     def get(self, request, namespace):
         check_read(request, namespace)
         qs = (Consumer.objects.select_related("namespace").prefetch_related("reservations__claim")
@@ -361,7 +369,7 @@ class ConsumerListView(ClaimsBase):
         return self.paginated(qs, lambda rows: [s.render_consumer(c, list(c.reservations.all())) for c in rows],
                               "ConsumerList", consumer_services.API_VERSION)
 
-    @extend_schema(request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+    @extend_schema(operation_id="consumers_create", request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    summary="Create a Consumer: reserves its claims, makes claims from its templates")
     def post(self, request, namespace):
         check_write(request, namespace)
@@ -382,7 +390,7 @@ class ConsumerDetailView(ClaimsBase):
     def _get(self, namespace, name):
         return get_object_or_404(Consumer.objects.select_related("namespace"), namespace__name=namespace, name=name)
 
-    @extend_schema(parameters=[OpenApiParameter("wait", str, description="long poll until all its claims are "
+    @extend_schema(operation_id="consumers_read", parameters=[OpenApiParameter("wait", str, description="long poll until all its claims are "
                                                 "allocated (or one failed), e.g. 60s")],
                    responses={200: s.KubeObjectSerializer}, summary="Read a Consumer (optionally wait)")
     def get(self, request, namespace, name):
@@ -401,7 +409,7 @@ class ConsumerDetailView(ClaimsBase):
                 notify.wait_for(first_pending.pk, wait, check)
         return _etag(Response(s.render_consumer(consumer)), consumer)
 
-    @extend_schema(responses={200: s.KubeObjectSerializer},
+    @extend_schema(operation_id="consumers_delete", responses={200: s.KubeObjectSerializer},
                    summary="Delete a Consumer: unreserves its claims, releases those made for it")
     def delete(self, request, namespace, name):
         check_write(request, namespace)
