@@ -11,7 +11,7 @@ from claims.models import Phase, ResourceClaim
 from dra.cel.errors import CELCompileError
 from frontend.queries.claims import claim_size
 from frontend.queries.fleet import cluster_freshness
-from frontend.queries.selectors import _evaluate_all, class_selectors, device_groups
+from inventory.services.selectors import _evaluate_all, class_selectors, device_groups
 from frontend.queries.sql import T_ALLOC, T_CLAIM, fetch_dicts, is_postgres
 from frontend.queries.units import partition_expr, tainted_sql, units_sql
 from dra.cel import compile_expression

@@ -1,4 +1,4 @@
-"""The few SQL fragments that differ between PostgreSQL (production, tests) and SQLite (the embedded default).
+"""Table names for the dashboard's hand-written SQL, and the dialect helpers of ``inventory.sql``.
 
 The fleet aggregates are written as SQL because they join devices to allocations on the composite key
 (cluster, driver, pool, device), which has no foreign key the ORM could follow, and a LEFT JOIN + GROUP BY is
@@ -7,11 +7,10 @@ this module are interpolated; every value is a query parameter.
 """
 from __future__ import annotations
 
-import re
-
-from django.db import connection, transaction
-
 from claims.models import DeviceAllocation, Namespace, Reservation, ResourceClaim
+from inventory.sql import (  # noqa: F401  re-exported for the dashboard's queries
+    fetch_dicts, is_postgres, json_array_nonempty, json_text, product_expr,
+)
 from inventory.models import Cluster, Device, DeviceTaintRule, Node, Pool, ResourceSlice
 
 T_DEVICE = Device._meta.db_table
@@ -24,56 +23,3 @@ T_ALLOC = DeviceAllocation._meta.db_table
 T_RESERVATION = Reservation._meta.db_table
 T_CLAIM = ResourceClaim._meta.db_table
 T_NAMESPACE = Namespace._meta.db_table
-
-_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.\-/]+$")
-
-
-def is_postgres() -> bool:
-    return connection.vendor == "postgresql"
-
-
-def json_text(column: str, *path: str | int) -> str:
-    """SQL for the text at ``path`` inside a JSON column (NULL when absent)."""
-    for part in path:
-        if isinstance(part, str) and not _SAFE_KEY.match(part):
-            raise ValueError(f"unsafe JSON key {part!r}")
-    if is_postgres():
-        steps = [str(p) if isinstance(p, int) else f"'{p}'" for p in path]
-        return f"({column} -> " + " -> ".join(steps[:-1]) + f" ->> {steps[-1]})" if len(steps) > 1 \
-            else f"({column} ->> {steps[0]})"
-    jpath = "$" + "".join(f"[{p}]" if isinstance(p, int) else f'."{p}"' for p in path)
-    return f"json_extract({column}, '{jpath}')"
-
-
-def json_array_nonempty(column: str) -> str:
-    """A JSON list column that holds something. The inventory writes these columns as lists (empty by
-    default), so comparing with the empty list is enough, and costs far less per row than inspecting the
-    JSON (this runs once per device on whole-fleet aggregates)."""
-    if is_postgres():
-        return f"({column} IS NOT NULL AND {column} <> '[]'::jsonb)"
-    return f"({column} IS NOT NULL AND {column} <> '[]')"
-
-
-def product_expr(alias: str = "d") -> str:
-    """A device's product: ``productName`` (NVIDIA, AMD) or ``model`` (Intel, the example driver)."""
-    return (f"COALESCE({json_text(alias + '.attributes', 'productName', 'string')}, "
-            f"{json_text(alias + '.attributes', 'model', 'string')}, '')")
-
-
-def fetch_dicts(sql: str, params: list | tuple = (), *, analytic: bool = False) -> list[dict]:
-    """Run a query, rows as dicts. ``analytic`` marks a whole-fleet aggregate (tens of thousands of rows in,
-    a few out): on PostgreSQL it then runs with hash joins and hash aggregates only, with room to hash in
-    memory. A nested loop is never the right plan for these, but the planner picks one when statistics are
-    missing or stale (a fleet pushed a minute ago, or a server with autovacuum off), and that turns 100 ms
-    into minutes; for the same reason it sorts 40,000 wide rows to group them where hashing is cheaper. JIT goes off
-    too: switching nested loops off inflates plan costs past the JIT thresholds, and compiling the plan with
-    LLVM would then take seconds for a query that runs in a tenth of one."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        if analytic and is_postgres():
-            cursor.execute("SET LOCAL enable_nestloop = off")
-            cursor.execute("SET LOCAL jit = off")
-            cursor.execute("SET LOCAL enable_sort = off")  # still sorts where ORDER BY needs it
-            cursor.execute("SET LOCAL work_mem = '64MB'")
-        cursor.execute(sql, params)
-        columns = [c[0] for c in cursor.description]
-        return [dict(zip(columns, row)) for row in cursor.fetchall()]

@@ -6,7 +6,7 @@ from django.http import Http404
 from django.views.decorators.http import require_GET, require_http_methods
 
 from frontend.queries import inventory as inv_q
-from frontend.queries import selectors as sel_q
+from inventory.services import selectors as sel_q
 from frontend.views.base import page
 
 

@@ -1,6 +1,7 @@
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from inventory.api import views
+from inventory.api import cel, views
 
 # Paths work with and without a trailing slash (agents and kubectl-style clients differ).
 router = DefaultRouter()
@@ -14,4 +15,7 @@ router.register("devices", views.DeviceViewSet, basename="device")
 router.register("deviceclasses", views.DeviceClassViewSet, basename="deviceclass")
 router.register("devicetainterules", views.DeviceTaintRuleViewSet, basename="devicetainterule")
 
-urlpatterns = router.urls
+urlpatterns = router.urls + [
+    path("cel/validate", cel.CELValidateView.as_view(), name="cel-validate"),
+    path("cel/match", cel.CELMatchView.as_view(), name="cel-match"),
+]

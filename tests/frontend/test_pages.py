@@ -91,7 +91,7 @@ def test_overview_totals_match_a_device_by_device_count(client, demo, people):
 def test_selector_count_matches_evaluating_every_device(demo):
     """The grouped count (one CEL evaluation per distinct footprint) equals a one-by-one evaluation."""
     from dra.cel import CELDevice, compile_expression
-    from frontend.queries.selectors import try_selector
+    from inventory.services.selectors import try_selector
 
     expr = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'
     result = try_selector(expr, device_class="gpu.nvidia.com")

@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from dra.cel import CELCompileError, CELDevice, CELError, compile_expression, validate_expression
-from frontend.queries.sql import T_CLUSTER, T_DEVICE, T_POOL, fetch_dicts, is_postgres, product_expr
-from inventory.models import DeviceClass
+from inventory.models import Cluster, Device, DeviceClass, Pool
+from inventory.sql import fetch_dicts, is_postgres, product_expr
+
+T_DEVICE = Device._meta.db_table
+T_CLUSTER = Cluster._meta.db_table
+T_POOL = Pool._meta.db_table
 
 FULL_SCAN_LIMIT = 50_000
 TIME_BUDGET_S = 5.0
