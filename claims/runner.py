@@ -2,7 +2,8 @@
 
 ``manage.py serve`` starts one ``PeriodicRunner`` thread in its (single) web worker process when no
 broker is configured. Writers then wake it (``dispatch.request_allocation``) instead of allocating inside
-their request, and it runs the periodic tasks of ``claims.celery_schedule`` on time. With a broker, Celery
+their request, and it runs every app's periodic tasks (``settings.CELERY_BEAT_SCHEDULE``: claims, inventory,
+gangs) on time. With a broker, Celery
 workers and ``celery beat`` do this job and no runner is started.
 """
 from __future__ import annotations
@@ -11,10 +12,10 @@ import logging
 import threading
 import time
 
+from django.conf import settings
 from django.db import close_old_connections
 
 from claims import dispatch
-from claims.celery_schedule import SCHEDULE
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,8 @@ log = logging.getLogger(__name__)
 class PeriodicRunner(threading.Thread):
     def __init__(self, schedule: dict | None = None):
         super().__init__(name="claims-runner", daemon=True)
-        self.schedule = schedule if schedule is not None else SCHEDULE
+        # The whole beat schedule, as `celery beat` would run it: each app adds its entries in ready().
+        self.schedule = schedule if schedule is not None else dict(settings.CELERY_BEAT_SCHEDULE)
         self._kick = threading.Event()
         self._stop = threading.Event()
 
@@ -59,6 +61,7 @@ class PeriodicRunner(threading.Thread):
                 for name, entry in self.schedule.items():
                     if due[name] <= now:
                         self._run_task(entry["task"])
-                        due[name] = time.monotonic() + entry["schedule"].total_seconds()
+                        every = entry["schedule"]
+                        due[name] = time.monotonic() + (every.total_seconds() if hasattr(every, "total_seconds") else float(every))
         finally:
             dispatch.set_local_runner(None)
