@@ -332,6 +332,7 @@ def phase_steady(port: int, token: str) -> dict:
     n = int(RATE * STEADY_SECONDS)
     local = threading.local()
     client_ms: list[float] = []
+    post_ms: list[float] = []
     errors = []
 
     def one(i: int) -> None:
@@ -339,6 +340,7 @@ def phase_steady(port: int, token: str) -> dict:
         local.client = client
         t = time.perf_counter()
         status, body = client.call("POST", f"/api/v1/namespaces/{ns}/resourceclaims", claim(f"t-{i}"))
+        post_ms.append((time.perf_counter() - t) * 1000)
         if status != 201:
             errors.append((status, body))
             return
@@ -360,7 +362,8 @@ def phase_steady(port: int, token: str) -> dict:
         raise SystemExit(f"steady: {len(errors)} errors, first {errors[0]}")
     out = server_stats(ns, start)
     out.update(rate=RATE, client_p50_ms=round(pct(client_ms, 50), 1), client_p99_ms=round(pct(client_ms, 99), 1),
-               client_max_ms=round(max(client_ms), 1))
+               client_max_ms=round(max(client_ms), 1), post_p50_ms=round(pct(post_ms, 50), 1),
+               post_p99_ms=round(pct(post_ms, 99), 1))
     release_all(ns)
     return out
 

@@ -28,6 +28,7 @@ RECHECK_SECONDS = 2.0
 _lock = threading.Lock()
 _waiters: dict[int, set[threading.Event]] = defaultdict(set)
 _listener: threading.Thread | None = None
+_subscribed = threading.Event()
 _redis_clients: dict[str, object] = {}
 
 
@@ -101,15 +102,24 @@ def wait_for(claim_id: int, timeout: float, check: Callable[[], object | None]) 
                     del _waiters[claim_id]
 
 
-def _ensure_listener() -> None:
+def start_listener(wait: float = 2.0) -> None:
+    """Start this process's listener (``manage.py serve`` does it as each web worker starts) and wait until
+    it is subscribed: a change published before the subscription would otherwise be seen only at the
+    waiters' next database re-check."""
     global _listener
     if redis_url() is None:
         return
     with _lock:
         if _listener is not None and _listener.is_alive():
-            return
+            return  # running (maybe reconnecting: waiters re-check the database meanwhile)
+        _subscribed.clear()
         _listener = threading.Thread(target=_listen, name="claims-notify", daemon=True)
         _listener.start()
+    _subscribed.wait(wait)
+
+
+def _ensure_listener() -> None:
+    start_listener()
 
 
 def _listen() -> None:
@@ -125,8 +135,15 @@ def _listen() -> None:
             # pings an idle connection so that a dead one is noticed and replaced.
             client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_keepalive=True,
                                           health_check_interval=30)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub = client.pubsub()
             pubsub.subscribe(CHANNEL)
+            deadline = time.monotonic() + 5
+            while not _subscribed.is_set():  # Redis confirms the subscription with a message of its own
+                message = pubsub.get_message(timeout=1.0)
+                if message and message.get("type") == "subscribe":
+                    _subscribed.set()
+                elif time.monotonic() > deadline:
+                    raise TimeoutError("no subscription confirmation from Redis")
             backoff = 0.5
             for message in pubsub.listen():
                 if message.get("type") != "message":
@@ -136,6 +153,7 @@ def _listen() -> None:
                 except (ValueError, TypeError):
                     continue
         except Exception as exc:  # reconnect; waiters keep re-checking the database meanwhile
+            _subscribed.clear()
             log.warning("claims notification listener: %s; reconnecting", exc)
             time.sleep(backoff)
             backoff = min(backoff * 2, 10)

@@ -52,6 +52,10 @@ class Command(BaseCommand):
                 from claims.runner import PeriodicRunner
 
                 PeriodicRunner().start()
+            else:
+                from claims import notify
+
+                notify.start_listener()  # long polls are woken from Redis; be subscribed before the first
 
         config = {
             "bind": f"{host}:{port}",
