@@ -86,10 +86,14 @@ def update_rows(objs: list, fields: list[str]) -> None:
         cursor.executemany(sql, rows)
 
 
-def insert_rows(objs: list, returning: tuple[str, ...] = ()) -> list[tuple]:
+def insert_rows(objs: list, returning: tuple[str, ...] = (), skip_conflicts: bool = False) -> list[tuple]:
     """Insert unsaved objects (every concrete field but the auto primary key); ``auto_now_add`` fields are
     set here. Returns the ``returning`` columns of the inserted rows (PostgreSQL: in no promised order, so
-    ask for whatever identifies a row); elsewhere objects get their pks and the tuples are read from them."""
+    ask for whatever identifies a row); elsewhere objects get their pks and the tuples are read from them.
+
+    ``skip_conflicts`` (PostgreSQL only): rows that would violate a unique constraint are left out instead
+    of failing the transaction; compare what came back with what was sent.
+    """
     if not objs:
         return []
     model = type(objs[0])
@@ -101,6 +105,8 @@ def insert_rows(objs: list, returning: tuple[str, ...] = ()) -> list[tuple]:
                 if not isinstance(getattr(obj, f.attname), datetime):
                     setattr(obj, f.attname, now)
     if connection.vendor != "postgresql":
+        if skip_conflicts:
+            raise NotImplementedError("skip_conflicts is for PostgreSQL")
         model.objects.bulk_create(objs, batch_size=500)
         return [tuple(getattr(obj, name) for name in returning) for obj in objs] if returning else []
     qn = connection.ops.quote_name
@@ -111,6 +117,8 @@ def insert_rows(objs: list, returning: tuple[str, ...] = ()) -> list[tuple]:
         params.append(_column_values(f, objs))
     sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
            f"SELECT {', '.join(selects)}")
+    if skip_conflicts:
+        sql += " ON CONFLICT DO NOTHING"
     if returning:
         sql += " RETURNING " + ", ".join(qn(model._meta.get_field(n).column) for n in returning)
     cursor = _pg_execute(sql, params)

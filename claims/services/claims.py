@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from claims import dispatch, k8s, notify
@@ -107,14 +107,21 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
         check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths)])
         names = [(c.name, p) for c, p in zip(claims, paths)]
         _check_duplicates(names)
-        # Insert first: the unique (namespace, name) index answers "is the name free" for the common case
-        # without a query; only a failed insert looks for the culprit to name it.
-        try:
-            with transaction.atomic():  # a savepoint, so that the culprit can be looked up after a failure
-                ids = dict((name, pk) for pk, name in bulk.insert_rows(claims, returning=("id", "name")))
-        except IntegrityError:
-            _check_names_free(ns, names)
-            raise Conflict("a claim with one of these names was created concurrently")
+        # Insert first: the unique (namespace, name) index answers "is the name free" without a query of its
+        # own; only when a row was refused is the culprit named.
+        if connection.vendor == "postgresql":  # ON CONFLICT DO NOTHING: no savepoint, no aborted transaction
+            ids = {name: pk for pk, name in bulk.insert_rows(claims, returning=("id", "name"), skip_conflicts=True)}
+            if len(ids) != len(claims):
+                taken = [(n, p) for n, p in names if n not in ids]
+                _check_names_free(ns, taken)  # raises 409 naming them
+                raise Conflict("a claim with one of these names was created concurrently")
+        else:
+            try:
+                with transaction.atomic():  # a savepoint, so that the culprit can be looked up after a failure
+                    ids = {name: pk for pk, name in bulk.insert_rows(claims, returning=("id", "name"))}
+            except IntegrityError:
+                _check_names_free(ns, names)
+                raise Conflict("a claim with one of these names was created concurrently")
         for c in claims:
             c.pk = c.id = ids[c.name]
             c._state.adding = False
