@@ -271,18 +271,20 @@ def phase_single(port: int, token: str) -> dict:
                 errors.append((status, body))
 
     start = timezone.now()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     threads = [threading.Thread(target=run) for _ in range(CLIENTS)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     submit_s = time.perf_counter() - t0
+    client_cpu = time.process_time() - cpu0
     if errors:
         raise SystemExit(f"single: {len(errors)} errors, first {errors[0]}")
     wait_all_allocated(ns, SINGLE)
     out = server_stats(ns, start)
     out["submit_per_s"] = round(SINGLE / submit_s, 1)
+    out["client_cpu_share"] = round(client_cpu / submit_s, 2)  # CPUs the load generator itself used
     release_all(ns)
     return out
 
