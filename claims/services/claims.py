@@ -16,7 +16,7 @@ from claims.models import DeviceAllocation, Namespace, Phase, ResourceClaim, Res
 from claims.placement import parse_annotations, parse_duration
 from claims.services import bulk
 from claims.services import events as ev
-from claims.services.allocation import bump_fleet_version
+from claims.services.allocation import EXTERNAL_ALLOCATOR_ANNOTATIONS, bump_fleet_version
 from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
 from draservice.problems import Conflict, FieldError, PreconditionFailed
 
@@ -176,6 +176,11 @@ def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> Re
             raise FieldError([("metadata.name", "field is immutable")])
         if obj.get("spec") is not None and k8s.claim_spec_to_v1(obj.get("spec"), api_version, "spec") != claim.spec:
             raise FieldError([("spec", "field is immutable")])
+        # Annotations of another allocator (a gang's member marker) belong to that allocator: letting a user
+        # drop one would make the claims round allocate a gang member on its own, outside the gang's all-or-nothing.
+        for key in sorted(EXTERNAL_ALLOCATOR_ANNOTATIONS):
+            if (claim.annotations or {}).get(key) != parsed["annotations"].get(key):
+                raise FieldError([(f"metadata.annotations[{key}]", "field is managed by draservice and immutable")])
         placement = parse_annotations(parsed["annotations"])
         claim.labels, claim.annotations = parsed["labels"], parsed["annotations"]
         claim.allowed_cluster_selector = placement.allowed_cluster_selector

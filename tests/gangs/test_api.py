@@ -155,9 +155,9 @@ def test_release_then_delete_frees_and_removes_everything(admin_client, rack_fle
 def test_round_never_takes_member_claims_and_a_stray_is_contained(admin_client, rack_fleet):
     """Member claims carry the annotation the claims round's hook skips (``gangs.services.hold``).
 
-    A label PATCH kicks the round and changes nothing; an annotation removed without a kick is put back by
-    the sweep. A PATCH that removes the annotation kicks the round at once, which then allocates that claim
-    on its own: the gang worker finds the stray, releases it (it must block nothing) and loses the member.
+    A label PATCH kicks the round and changes nothing; the API refuses a PATCH that removes the annotation;
+    an annotation lost behind the API's back is put back by the sweep, and if the round allocated that claim
+    on its own first, the gang worker finds the stray, releases it (it must block nothing) and loses the member.
     """
     from claims.tasks import allocate_pending
     from gangs import tasks
@@ -181,9 +181,17 @@ def test_round_never_takes_member_claims_and_a_stray_is_contained(admin_client, 
     claims[1].refresh_from_db()
     assert claims[1].phase == Phase.PENDING
 
-    patch(claims[0].name, {"metadata": {"annotations": {hold.GANG_ANNOTATION: None}}})
+    resp = admin_client.patch(f"/api/v1/namespaces/{NS}/resourceclaims/{claims[0].name}",
+                              json.dumps({"metadata": {"annotations": {hold.GANG_ANNOTATION: None}}}),
+                              content_type="application/merge-patch+json")
+    assert resp.status_code == 422 and hold.GANG_ANNOTATION in resp.json()["errors"][0]["field"]
     claims[0].refresh_from_db()
-    assert claims[0].phase == Phase.ALLOCATED  # the one way around the hook: allocated alone at once
+    assert claims[0].annotations == {hold.GANG_ANNOTATION: "held"} and claims[0].phase == Phase.PENDING
+
+    ResourceClaim.objects.filter(pk=claims[0].pk).update(annotations={})  # behind the API's back
+    allocate_pending.apply()  # before any sweep: the round takes it alone
+    claims[0].refresh_from_db()
+    assert claims[0].phase == Phase.ALLOCATED
     Gang.objects.filter(name="held").update(attempted_version=None)  # as after any change to the fleet
     tasks.place_gangs.apply()
     claims[0].refresh_from_db()
