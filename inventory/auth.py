@@ -8,7 +8,11 @@ else as read-only.
 from __future__ import annotations
 
 import hmac
+import threading
+import time
 from datetime import timedelta
+
+from django.db.models.signals import post_delete, post_save
 
 from django.utils import timezone
 from rest_framework import exceptions
@@ -19,6 +23,47 @@ from inventory.services.tokens import split_secret
 
 # last_used_at is informational; writing it on every request would turn every read into a write.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+# Verified tokens are kept in memory for TOKEN_CACHE_SECONDS, so that a burst of requests does not read the
+# same row once per request. The key is the hash of the whole presented secret (never the prefix alone), so
+# only the exact secret that was verified against a row can hit. Bounds on what the cache may delay:
+# * expiry is checked on every request, against the cached ``expires_at``;
+# * revocation (deleting the row) or any change saved through the ORM in THIS process empties the cache at
+#   once (signals below); a revocation or change made by another process takes effect within
+#   TOKEN_CACHE_SECONDS at most;
+# * last_used_at stays accurate to LAST_USED_RESOLUTION (the update below still runs from cached tokens).
+TOKEN_CACHE_SECONDS = 5.0
+TOKEN_CACHE_MAX = 1024
+_token_cache: dict[str, tuple[float, APIToken]] = {}
+_token_cache_lock = threading.Lock()
+
+
+def clear_token_cache(*args, **kwargs) -> None:
+    with _token_cache_lock:
+        _token_cache.clear()
+
+
+post_save.connect(clear_token_cache, sender=APIToken, dispatch_uid="inventory.auth.token_cache.save")
+post_delete.connect(clear_token_cache, sender=APIToken, dispatch_uid="inventory.auth.token_cache.delete")
+
+
+def _cached_token(secret_hash: str) -> APIToken | None:
+    entry = _token_cache.get(secret_hash)
+    if entry is None:
+        return None
+    if time.monotonic() - entry[0] > TOKEN_CACHE_SECONDS:
+        with _token_cache_lock:
+            if _token_cache.get(secret_hash) is entry:
+                del _token_cache[secret_hash]
+        return None
+    return entry[1]
+
+
+def _remember_token(secret_hash: str, token: APIToken) -> None:
+    with _token_cache_lock:
+        if len(_token_cache) >= TOKEN_CACHE_MAX:
+            _token_cache.clear()
+        _token_cache[secret_hash] = (time.monotonic(), token)
 
 
 class TokenPrincipal:
@@ -62,10 +107,14 @@ class BearerTokenAuthentication(BaseAuthentication):
     @staticmethod
     def authenticate_secret(secret: str) -> APIToken:
         prefix = split_secret(secret)
-        token = APIToken.objects.select_related("cluster").filter(prefix=prefix).first() if prefix else None
-        # Compare hashes in constant time; an unknown prefix and a wrong secret look the same to the caller.
-        if token is None or not hmac.compare_digest(token.secret_hash, APIToken.hash_secret(secret)):
-            raise exceptions.AuthenticationFailed("Invalid token.")
+        presented = APIToken.hash_secret(secret) if prefix else ""
+        token = _cached_token(presented) if prefix else None  # only ever a row verified against this secret
+        if token is None:
+            token = APIToken.objects.select_related("cluster").filter(prefix=prefix).first() if prefix else None
+            # Compare hashes in constant time; an unknown prefix and a wrong secret look the same to the caller.
+            if token is None or not hmac.compare_digest(token.secret_hash, presented):
+                raise exceptions.AuthenticationFailed("Invalid token.")
+            _remember_token(presented, token)
         now = timezone.now()
         if token.is_expired(now):
             raise exceptions.AuthenticationFailed("Token has expired.")

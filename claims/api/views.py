@@ -146,8 +146,9 @@ class ClaimListView(ClaimsBase):
             claim = claim_services.create_claims(namespace, [body])[0]
             return 201, s.render_claim(claim, [])
 
+        # create_claims is one transaction by itself (one statement for one claim on PostgreSQL).
         code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims", request.headers.get(
-            "Idempotency-Key"), body, create)
+            "Idempotency-Key"), body, create, atomic=False)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"

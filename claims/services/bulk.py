@@ -86,6 +86,47 @@ def update_rows(objs: list, fields: list[str]) -> None:
         cursor.executemany(sql, rows)
 
 
+def set_auto_times(objs: list, now=None) -> None:
+    """Fill ``auto_now_add`` / ``auto_now`` fields that are not set yet (what ``save()`` would do)."""
+    if not objs:
+        return
+    now = now or timezone.now()
+    for f in type(objs[0])._meta.concrete_fields:
+        if getattr(f, "auto_now_add", False) or getattr(f, "auto_now", False):
+            for obj in objs:
+                if not isinstance(getattr(obj, f.attname), datetime):
+                    setattr(obj, f.attname, now)
+
+
+def insert_select(objs: list, replace: dict[str, str] | None = None) -> tuple[list[str], list[str], list]:
+    """PostgreSQL: the (quoted columns, select expressions, parameters) that insert ``objs`` (every concrete
+    field but the auto primary key) with ``INSERT INTO t (columns) SELECT expressions``.
+
+    One row: plain scalar parameters (no array to build and unnest); several: one array per column.
+    ``replace``: attname -> SQL expression used instead of a parameter (e.g. a value from a CTE).
+    """
+    model = type(objs[0])
+    qn = connection.ops.quote_name
+    replace = replace or {}
+    columns, selects, params = [], [], []
+    single = len(objs) == 1
+    for f in model._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        columns.append(qn(f.column))
+        if f.attname in replace:
+            selects.append(replace[f.attname])
+            continue
+        array, cast = _pg_type(f)
+        if single:
+            selects.append(f"%b::{array[:-2]}" + (f"::{cast}" if cast else ""))
+            params.append(_column_values(f, objs)[0])
+        else:
+            selects.append(f"unnest(%b::{array})" + (f"::{cast}" if cast else ""))
+            params.append(_column_values(f, objs))
+    return columns, selects, params
+
+
 def insert_rows(objs: list, returning: tuple[str, ...] = (), skip_conflicts: bool = False) -> list[tuple]:
     """Insert unsaved objects (every concrete field but the auto primary key); ``auto_now_add`` fields are
     set here. Returns the ``returning`` columns of the inserted rows (PostgreSQL: in no promised order, so
@@ -97,26 +138,15 @@ def insert_rows(objs: list, returning: tuple[str, ...] = (), skip_conflicts: boo
     if not objs:
         return []
     model = type(objs[0])
-    now = timezone.now()
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    for f in fields:
-        if getattr(f, "auto_now_add", False) or getattr(f, "auto_now", False):
-            for obj in objs:
-                if not isinstance(getattr(obj, f.attname), datetime):
-                    setattr(obj, f.attname, now)
+    set_auto_times(objs)
     if connection.vendor != "postgresql":
         if skip_conflicts:
             raise NotImplementedError("skip_conflicts is for PostgreSQL")
         model.objects.bulk_create(objs, batch_size=500)
         return [tuple(getattr(obj, name) for name in returning) for obj in objs] if returning else []
     qn = connection.ops.quote_name
-    selects, params = [], []
-    for f in fields:
-        array, cast = _pg_type(f)
-        selects.append(f"unnest(%b::{array})" + (f"::{cast}" if cast else ""))
-        params.append(_column_values(f, objs))
-    sql = (f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-           f"SELECT {', '.join(selects)}")
+    columns, selects, params = insert_select(objs)
+    sql = f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) SELECT {', '.join(selects)}"
     if skip_conflicts:
         sql += " ON CONFLICT DO NOTHING"
     if returning:

@@ -5,6 +5,7 @@ Every public function is one transaction. Work for the allocator is requested on
 """
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -12,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from claims import dispatch, k8s, notify
-from claims.models import DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
+from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
 from claims.placement import parse_annotations, parse_duration
 from claims.services import bulk
 from claims.services import events as ev
@@ -93,42 +94,111 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
     if len(objects) > MAX_BATCH:
         raise FieldError([("items", f"must have at most {MAX_BATCH} items")])
     paths = paths or [""] * len(objects)
+    if connection.vendor == "postgresql" and len(objects) == 1 and not connection.in_atomic_block:
+        # One claim on PostgreSQL: ONE statement writes the claim and its event (see _insert_pg), and a
+        # statement is atomic by itself, so no BEGIN/COMMIT round trips. A name already taken inserts nothing;
+        # the namespace's first claim creates the namespace in a transaction of its own (below).
+        return _create_claims(ns_name, objects, paths)
     with transaction.atomic(savepoint=False):  # inside a caller's transaction, no savepoint round trips
+        return _create_claims(ns_name, objects, paths)
+
+
+def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[ResourceClaim]:
+    if connection.vendor == "postgresql":
+        err = k8s.dns_label_error(ns_name)
+        if err:
+            raise FieldError([("metadata.namespace", err)])
+        # The namespace row is looked up by the INSERT itself (one statement, see _insert_pg); a stand-in
+        # carries the name until then.
+        ns = Namespace(name=ns_name)
+    else:
         ns = get_namespace_for_write(ns_name)
-        now = timezone.now()
-        claims, errors = [], []
-        for obj, path in zip(objects, paths):
-            try:
-                claims.append(build_claim(ns, obj, path, now))
-            except FieldError as exc:
-                errors.extend(exc.errors)
-        if errors:
-            raise FieldError(errors)
-        check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths)])
-        names = [(c.name, p) for c, p in zip(claims, paths)]
-        _check_duplicates(names)
-        # Insert first: the unique (namespace, name) index answers "is the name free" without a query of its
-        # own; only when a row was refused is the culprit named.
-        if connection.vendor == "postgresql":  # ON CONFLICT DO NOTHING: no savepoint, no aborted transaction
-            ids = {name: pk for pk, name in bulk.insert_rows(claims, returning=("id", "name"), skip_conflicts=True)}
-            if len(ids) != len(claims):
-                taken = [(n, p) for n, p in names if n not in ids]
-                _check_names_free(ns, taken)  # raises 409 naming them
-                raise Conflict("a claim with one of these names was created concurrently")
-        else:
-            try:
-                with transaction.atomic():  # a savepoint, so that the culprit can be looked up after a failure
-                    ids = {name: pk for pk, name in bulk.insert_rows(claims, returning=("id", "name"))}
-            except IntegrityError:
-                _check_names_free(ns, names)
-                raise Conflict("a claim with one of these names was created concurrently")
+    now = timezone.now()
+    claims, errors = [], []
+    for obj, path in zip(objects, paths):
+        try:
+            claims.append(build_claim(ns, obj, path, now))
+        except FieldError as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise FieldError(errors)
+    check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths)])
+    names = [(c.name, p) for c, p in zip(claims, paths)]
+    _check_duplicates(names)
+    # Insert first: the unique (namespace, name) index answers "is the name free" without a query of its
+    # own; only when a row was refused is the culprit named.
+    if connection.vendor == "postgresql":  # ON CONFLICT DO NOTHING: no savepoint, no aborted transaction
+        events = _created_events(claims)
+        ids, ns_row = _insert_pg(ns_name, claims, events)
+        if ns_row is None:  # the namespace's first object: create the namespace, then insert again
+            with transaction.atomic(savepoint=False):
+                get_namespace_for_write(ns_name)
+                ids, ns_row = _insert_pg(ns_name, claims, events)
+            if ns_row is None:
+                raise Conflict(f'namespace "{ns_name}" was deleted concurrently')
+        ns.pk, ns.labels, ns.created_at = ns_row.pk, ns_row.labels, ns_row.created_at
+        ns._state.adding, ns._state.db = False, ns_row._state.db
+        if len(ids) != len(claims):
+            taken = [(n, p) for n, p in names if n not in ids]
+            _check_names_free(ns, taken)  # raises 409 naming them
+            raise Conflict("a claim with one of these names was created concurrently")
         for c in claims:
-            c.pk = c.id = ids[c.name]
-            c._state.adding = False
-        ev.record([ev.event(c, ev.CREATED, "Created", f"submitted as {c.source_api_version}",
-                            {"lease": c.lease_seconds} if c.lease_seconds else None) for c in claims])
-        transaction.on_commit(dispatch.request_allocation)
+            c.namespace = ns
+    else:
+        try:
+            with transaction.atomic():  # a savepoint, so that the culprit can be looked up after a failure
+                ids = {name: pk for pk, name in bulk.insert_rows(claims, returning=("id", "name"))}
+        except IntegrityError:
+            _check_names_free(ns, names)
+            raise Conflict("a claim with one of these names was created concurrently")
+    for c in claims:
+        c.pk = c.id = ids[c.name]
+        c._state.adding = False
+    if connection.vendor != "postgresql":
+        ev.record(_created_events(claims))
+    transaction.on_commit(dispatch.request_allocation)
     return claims
+
+
+def _created_events(claims: list[ResourceClaim]) -> list:
+    return [ev.event(c, ev.CREATED, "Created", f"submitted as {c.source_api_version}",
+                     {"lease": c.lease_seconds} if c.lease_seconds else None) for c in claims]
+
+
+def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple[dict[str, int], Namespace | None]:
+    """PostgreSQL: the claims AND their Created events in ONE statement, the namespace's id looked up in it.
+
+    Returns ({name: id} of the claims inserted, the namespace row or None when it does not exist; then
+    nothing was inserted). Names already taken are skipped (ON CONFLICT DO NOTHING); compare what came back.
+    """
+    now = timezone.now()
+    bulk.set_auto_times(claims, now)
+    bulk.set_auto_times(events, now)
+    qn = connection.ops.quote_name
+    c_cols, c_sel, c_params = bulk.insert_select(claims, replace={"namespace_id": "ns.id"})
+    e_cols, e_sel, e_params = bulk.insert_select(events, replace={"claim_id": "NULL"})
+    claim_uid = e_cols.index(qn("claim_uid"))
+    e_names = [f"e{i}" for i in range(len(e_cols))]
+    e_values = ", ".join(f"{sel} AS {n}" for sel, n in zip(e_sel, e_names))
+    e_out = ", ".join("c.id" if col == qn("claim_id") else f"v.{n}" for col, n in zip(e_cols, e_names))
+    sql = (f"WITH ns AS (SELECT id, labels::text AS labels, created_at FROM {qn(Namespace._meta.db_table)} "
+           f"WHERE name = %b::text), "
+           f"c AS (INSERT INTO {qn(ResourceClaim._meta.db_table)} ({', '.join(c_cols)}) "
+           f"SELECT {', '.join(c_sel)} FROM ns ON CONFLICT DO NOTHING RETURNING id, name, uid), "
+           f"e AS (INSERT INTO {qn(ClaimEvent._meta.db_table)} ({', '.join(e_cols)}) "
+           f"SELECT {e_out} FROM (SELECT {e_values}) AS v JOIN c ON c.uid = v.{e_names[claim_uid]}) "
+           f"SELECT ns.id, ns.labels, ns.created_at, c.id, c.name FROM ns LEFT JOIN c ON true")
+    cursor = bulk._pg_execute(sql, [ns_name, *c_params, *e_params])
+    try:
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    if not rows:
+        return {}, None
+    ns_id, labels, created_at = rows[0][:3]
+    ns_row = Namespace(id=ns_id, name=ns_name, labels=json.loads(labels) if labels else {}, created_at=created_at)
+    ns_row._state.adding, ns_row._state.db = False, connection.alias
+    return {name: pk for *_, pk, name in rows if pk is not None}, ns_row
 
 
 def _check_duplicates(names: list[tuple[str, str]]) -> dict[str, str]:

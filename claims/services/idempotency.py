@@ -33,12 +33,20 @@ def _replay(record: IdempotencyRecord, digest: str) -> tuple[int, dict, bool]:
     return record.status_code, record.response, True
 
 
-def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]]) -> tuple[int, dict, bool]:
+def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *,
+        atomic: bool = True) -> tuple[int, dict, bool]:
     """Run ``fn`` (which returns (status, body)) at most once per (scope, key). Returns (status, body, replayed).
 
-    ``fn`` must do its writes in the caller's transaction; this function opens it.
+    ``fn`` must do its writes in the caller's transaction; this function opens it. ``atomic=False``: without a
+    key and outside any transaction, ``fn`` runs as it is, for an ``fn`` that is one transaction by itself
+    (it saves the BEGIN/COMMIT round trips when ``fn`` can do its work in one statement). With a key, or
+    inside a caller's transaction (a savepoint then, so that an error leaves that transaction usable), there
+    is a transaction as before.
     """
     if not key:
+        if not atomic and not transaction.get_connection().in_atomic_block:
+            status, response = fn()
+            return status, response, False
         with transaction.atomic():
             status, response = fn()
         return status, response, False
