@@ -82,6 +82,10 @@ def live_broker(worker_pool, settings):
     yield worker_pool
     app.conf.update(saved)
     _reset_celery_connections(app)
+    from tests.claims.workers import wait_until_idle
+
+    wait_until_idle(worker_pool.broker_url, worker_pool.queue)
+
 
 
 def _reset_celery_connections(app):

@@ -78,3 +78,29 @@ class WorkerPool:
 
     def log_tail(self, n: int = 4000) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text()[-n:]}" for log in self.logs if log.exists())
+
+
+def wait_until_idle(broker_url: str, queue: str, timeout: float = 20.0) -> None:
+    """The workers outlive a test (module scope), but the test's teardown TRUNCATEs every table: a task still
+    running then (e.g. the round a release asked for) holds table locks, and the flush deadlocks with it. Wait
+    for the queue to drain and the workers' database sessions to go quiet first."""
+    import time
+
+    import redis
+    from django.db import connection
+
+    r = redis.Redis.from_url(broker_url)
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s "
+                           "AND state <> 'idle'", [f"{queue}-w%"])
+            busy = cursor.fetchone()[0]
+        if busy == 0 and r.llen(queue) == 0:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 0.3:  # a task just taken off the queue shows up as a session
+                return
+        else:
+            quiet_since = None
+        time.sleep(0.05)

@@ -83,3 +83,6 @@ def live_broker(workers, settings):
     pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
+    from tests.claims.workers import wait_until_idle
+
+    wait_until_idle(workers.broker_url, workers.queue)

@@ -9,17 +9,9 @@ import time
 import uuid
 from pathlib import Path
 
-from django.db import connection
+from tests.claims.workers import test_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_database_url() -> str:
-    s = connection.settings_dict  # inside the test run: the test database's settings
-    auth = s["USER"] or ""
-    if s.get("PASSWORD"):
-        auth += f":{s['PASSWORD']}"
-    return f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 class Workers:
@@ -34,12 +26,14 @@ class Workers:
 
     def start(self, n: int) -> None:
         env = dict(os.environ)
-        env.update(DATABASE_URL=test_database_url(), CELERY_BROKER_URL=self.broker_url,
+        env.update(CELERY_BROKER_URL=self.broker_url,
                    GANGS_TEST_QUEUE=self.queue, GANGS_TEST_RACE="1" if self.race else "0",
                    DJANGO_SETTINGS_MODULE="draservice.settings", PYTHONPATH=str(ROOT), LOG_LEVEL="WARNING",
                    DB_CONN_MAX_AGE="600")
         for i in range(n):
             log = Path(f"/tmp/{self.queue}-{i}.log")
+            # application_name tells this worker's sessions apart (tests.claims.workers.wait_until_idle).
+            env["DATABASE_URL"] = f"{test_database_url()}?application_name={self.queue}-w{i}"
             cmd = [sys.executable, "-m", "celery", "-A", "tests.gangs.celery_app", "worker", "--pool", "solo",
                    "-Q", self.queue, "-n", f"w{i}-{self.queue}@%h", "--without-gossip", "--without-mingle",
                    "--without-heartbeat", "--loglevel", "INFO"]
