@@ -58,7 +58,10 @@ def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *
         return _replay(existing, digest)
     try:
         with transaction.atomic():
-            IdempotencyRecord.objects.filter(scope=scope, key=key).delete()  # an expired one
+            # Only an expired record may go. A request that found no record above can get here after a
+            # concurrent one committed its own: deleting that would create a second claim for one key.
+            IdempotencyRecord.objects.filter(scope=scope, key=key,
+                                             created_at__lt=timezone.now() - RETENTION).delete()
             record = IdempotencyRecord.objects.create(scope=scope, key=key, body_hash=digest, status_code=0,
                                                       response={})
             status, response = fn()

@@ -79,6 +79,9 @@ def live_broker(worker_pool, settings):
     app.conf.update(broker_url=worker_pool.broker_url, task_always_eager=False,
                     task_default_queue=worker_pool.queue)
     _reset_celery_connections(app)
+    from tests.claims.workers import reset_dispatch_state
+
+    reset_dispatch_state(worker_pool.broker_url)
     yield worker_pool
     app.conf.update(saved)
     _reset_celery_connections(app)

@@ -104,3 +104,13 @@ def wait_until_idle(broker_url: str, queue: str, timeout: float = 20.0) -> None:
         else:
             quiet_since = None
         time.sleep(0.05)
+
+
+def reset_dispatch_state(broker_url: str) -> None:
+    """Forget the allocation debounce key (``claims.dispatch.KICK_KEY``). A kick enqueued to the previous test
+    module's queue, whose workers are gone, would otherwise suppress this test's kicks for up to 30 s."""
+    import redis
+
+    from claims.dispatch import KICK_KEY
+
+    redis.Redis.from_url(broker_url).delete(KICK_KEY)

@@ -78,6 +78,9 @@ def live_broker(workers, settings):
     pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
+    from tests.claims.workers import reset_dispatch_state
+
+    reset_dispatch_state(workers.broker_url)
     yield workers
     app.conf.update(saved)
     pools.reset()
