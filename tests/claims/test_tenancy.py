@@ -9,7 +9,7 @@ from claims.models import ResourceClaim
 from inventory.models import APIToken
 from inventory.services.clusters import create_cluster
 from inventory.services.tokens import issue_token
-from tests.claims.conftest import client_for
+from tests.conftest import client_for
 from tests.claims.fleet import gpu_claim
 
 pytestmark = pytest.mark.django_db

@@ -3,11 +3,9 @@ import json
 import os
 
 import pytest
-from rest_framework.test import APIClient
 
-from inventory.models import APIToken
 from inventory.services.clusters import create_cluster
-from inventory.services.tokens import issue_token
+from tests.conftest import client_for
 
 
 @pytest.fixture(autouse=True)
@@ -16,19 +14,6 @@ def _inventory_urls(settings):
     # paths), to test it while other apps' views are mid-change.
     if os.environ.get("INVENTORY_TESTS_LOCAL_URLCONF") == "1":
         settings.ROOT_URLCONF = "tests.inventory.urls"
-
-
-def client_for(secret: str | None) -> APIClient:
-    client = APIClient()
-    if secret:
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
-    return client
-
-
-@pytest.fixture
-def admin_client(db):
-    _, secret = issue_token(kind=APIToken.ADMIN, name="test admin")
-    return client_for(secret)
 
 
 @pytest.fixture

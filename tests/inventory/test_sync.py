@@ -9,7 +9,7 @@ from django.db import connection
 from inventory.models import APIToken, Cluster, Device, Node, Pool, ResourceSlice
 from inventory.services.tokens import issue_token
 from inventory.signals import inventory_changed
-from tests.inventory.conftest import client_for
+from tests.conftest import client_for
 from tests.inventory.test_slices import to_v1beta1
 
 pytestmark = pytest.mark.django_db
