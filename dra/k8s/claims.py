@@ -139,6 +139,16 @@ def _too_many(path, actual, limit):
     return (path, f"Too many: {actual}: must have at most {limit} items")
 
 
+def _bounded_list(value, path: str, limit: int, errors: list) -> list:
+    """A list field with an upstream item limit: reports a non-list or too many items, returns what to walk."""
+    if not isinstance(value, list):
+        errors.append(_invalid(path, value, "must be a list"))
+        return []
+    if len(value) > limit:
+        errors.append(_too_many(path, len(value), limit))
+    return value
+
+
 def _dup(path, value):
     return (path, f"Duplicate value: {json.dumps(value)}")
 
@@ -220,13 +230,8 @@ def validate_claim(claim: dict, *, check_cel: bool = True) -> list[tuple[str, st
 
 
 def _validate_devices(devices: dict, path: str, errors: list, check_cel: bool) -> None:
-    requests = devices.get("requests") or []
+    requests = _bounded_list(devices.get("requests") or [], f"{path}.requests", DEVICE_REQUESTS_MAX, errors)
     request_names: dict[str, set[str]] = {}  # request name -> subrequest names
-    if not isinstance(requests, list):
-        errors.append(_invalid(f"{path}.requests", requests, "must be a list"))
-        requests = []
-    if len(requests) > DEVICE_REQUESTS_MAX:
-        errors.append(_too_many(f"{path}.requests", len(requests), DEVICE_REQUESTS_MAX))
     for i, request in enumerate(requests):
         rpath = f"{path}.requests[{i}]"
         if not isinstance(request, dict):
@@ -286,12 +291,8 @@ def _validate_devices(devices: dict, path: str, errors: list, check_cel: bool) -
                 errors.append(_invalid(f"{rpath}[{k}]", ref, "must be the name of a request in the claim or the "
                                                             "name of a request and a subrequest separated by '/'"))
 
-    constraints = devices.get("constraints") or []
-    if not isinstance(constraints, list):
-        errors.append(_invalid(f"{path}.constraints", constraints, "must be a list"))
-        constraints = []
-    if len(constraints) > DEVICE_CONSTRAINTS_MAX:
-        errors.append(_too_many(f"{path}.constraints", len(constraints), DEVICE_CONSTRAINTS_MAX))
+    constraints = _bounded_list(devices.get("constraints") or [], f"{path}.constraints", DEVICE_CONSTRAINTS_MAX,
+                                errors)
     for i, constraint in enumerate(constraints):
         cpath = f"{path}.constraints[{i}]"
         if not isinstance(constraint, dict):
@@ -310,12 +311,7 @@ def _validate_devices(devices: dict, path: str, errors: list, check_cel: bool) -
         if distinct is not None:
             _check_qualified_name(f"{cpath}.distinctAttribute", distinct, errors, require_domain=True)
 
-    configs = devices.get("config") or []
-    if not isinstance(configs, list):
-        errors.append(_invalid(f"{path}.config", configs, "must be a list"))
-        configs = []
-    if len(configs) > DEVICE_CONFIG_MAX:
-        errors.append(_too_many(f"{path}.config", len(configs), DEVICE_CONFIG_MAX))
+    configs = _bounded_list(devices.get("config") or [], f"{path}.config", DEVICE_CONFIG_MAX, errors)
     for i, config in enumerate(configs):
         cpath = f"{path}.config[{i}]"
         if not isinstance(config, dict):
@@ -351,12 +347,7 @@ def _validate_opaque(opaque, path, errors) -> None:
 
 def _validate_exact(req: dict, path: str, errors: list, check_cel: bool, *, allow_admin: bool) -> None:
     _check_dns_subdomain(f"{path}.deviceClassName", req.get("deviceClassName"), errors)
-    selectors = req.get("selectors") or []
-    if not isinstance(selectors, list):
-        errors.append(_invalid(f"{path}.selectors", selectors, "must be a list"))
-        selectors = []
-    if len(selectors) > DEVICE_SELECTORS_MAX:
-        errors.append(_too_many(f"{path}.selectors", len(selectors), DEVICE_SELECTORS_MAX))
+    selectors = _bounded_list(req.get("selectors") or [], f"{path}.selectors", DEVICE_SELECTORS_MAX, errors)
     for i, selector in enumerate(selectors):
         validate_selector(selector, f"{path}.selectors[{i}]", errors, check_cel)
     mode = req.get("allocationMode")
@@ -376,12 +367,7 @@ def _validate_exact(req: dict, path: str, errors: list, check_cel: bool, *, allo
             errors.append((f"{path}.adminAccess", "Forbidden: not supported for subrequests"))
         elif not isinstance(req["adminAccess"], bool):
             errors.append(_invalid(f"{path}.adminAccess", req["adminAccess"], "must be a boolean"))
-    tolerations = req.get("tolerations") or []
-    if not isinstance(tolerations, list):
-        errors.append(_invalid(f"{path}.tolerations", tolerations, "must be a list"))
-        tolerations = []
-    if len(tolerations) > DEVICE_TOLERATIONS_MAX:
-        errors.append(_too_many(f"{path}.tolerations", len(tolerations), DEVICE_TOLERATIONS_MAX))
+    tolerations = _bounded_list(req.get("tolerations") or [], f"{path}.tolerations", DEVICE_TOLERATIONS_MAX, errors)
     for i, tol in enumerate(tolerations):
         validate_toleration(tol, f"{path}.tolerations[{i}]", errors)
     capacity = req.get("capacity")
