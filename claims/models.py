@@ -73,6 +73,8 @@ class ResourceClaim(models.Model):
     attempts = models.IntegerField(default=0)
     attempted_version = models.BigIntegerField(null=True, blank=True)
     last_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Set while a worker decides this claim (``claims.services.allocation.take``); others skip it until then.
+    taken_until = models.DateTimeField(null=True, blank=True)
 
     lease_seconds = models.IntegerField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

@@ -52,6 +52,8 @@ class Gang(models.Model):
     # so it is not retried until devices were freed or the inventory changed (as for claims).
     attempted_version = models.BigIntegerField(null=True, blank=True)
     last_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Set while a worker decides this gang (``gangs.services.placement``); others skip it until then.
+    taken_until = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -25,14 +25,14 @@ from dra.gang import Gang, GangMember, GangPlacer, GangReason, GangSpecError, To
 from dra.k8s import claims as k8s_claims
 from dra.k8s import slices as k8s_slices
 from draservice.problems import FieldError
-from gangs.services.engine import PlacerCache
+from claims.services.engines import EngineCache
 from gangs.spec import MAX_MEMBERS
 
 _KNOWN = {"minMember", "topology", "members", "replicas", "claims", "placement", "resourceSlices", "nodes",
           "deviceClasses", "allocatedDevices"}
 # The stored fleet's engine is kept between requests (building one costs far more than a placement); web
 # threads take turns on it, and ``commit=False`` leaves it as it was.
-_stored = PlacerCache()
+_stored = EngineCache()
 _stored_lock = threading.Lock()
 
 

@@ -75,6 +75,22 @@ def render_claims(claims) -> list[dict]:
     return [render_claim(c, list(c.reservations.all())) for c in claims]
 
 
+def current_rendering(payload: dict) -> dict:
+    """An earlier answer (an ``Idempotency-Key`` replay) re-rendered from its objects as they are now: a
+    retried create must not tell a client "Pending" about a claim that has since been allocated or released.
+    Objects deleted since keep their first rendering."""
+    if payload.get("kind") == "List":
+        return {**payload, "items": [current_rendering(item) for item in payload.get("items") or []]}
+    uid = (payload.get("metadata") or {}).get("uid")
+    if payload.get("kind") == "ResourceClaim":
+        claim = claims_queryset(ResourceClaim.objects).filter(uid=uid).first()
+        return render_claims([claim])[0] if claim else payload
+    if payload.get("kind") == "Consumer":
+        consumer = Consumer.objects.select_related("namespace").filter(uid=uid).first()
+        return render_consumer(consumer) if consumer else payload
+    return payload
+
+
 def render_list(kind: str, items: list[dict], api_version: str = k8s.V1, cont: str | None = None) -> dict:
     meta = {"continue": cont} if cont else {}
     return {"apiVersion": api_version, "kind": kind, "metadata": meta, "items": items}

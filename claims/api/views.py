@@ -148,7 +148,7 @@ class ClaimListView(ClaimsBase):
 
         # create_claims is one transaction by itself (one statement for one claim on PostgreSQL).
         code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims", request.headers.get(
-            "Idempotency-Key"), body, create, atomic=False)
+            "Idempotency-Key"), body, create, atomic=False, refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"
@@ -202,7 +202,7 @@ class ClaimBatchView(ClaimsBase):
             return 201, s.render_list("List", rendered, "v1")
 
         code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims/batch", request.headers.get(
-            "Idempotency-Key"), body, create)
+            "Idempotency-Key"), body, create, refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"
@@ -380,7 +380,7 @@ class ConsumerListView(ClaimsBase):
             return 201, s.render_consumer(consumer)
 
         code, payload, replayed = idempotency.run(f"{namespace}:consumers", request.headers.get("Idempotency-Key"),
-                                                  request.data, create)
+                                                  request.data, create, refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"

@@ -14,10 +14,11 @@ from django.utils import timezone
 
 from claims import dispatch, k8s, notify
 from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
-from claims.placement import parse_annotations, parse_duration
+from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
 from claims.services import bulk
 from claims.services import events as ev
-from claims.services.allocation import EXTERNAL_ALLOCATOR_ANNOTATIONS, bump_fleet_version
+from claims.services.allocation import bump_fleet_version
+from claims.services import external
 from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
 from draservice.problems import Conflict, FieldError, PreconditionFailed
 
@@ -160,9 +161,22 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
     return claims
 
 
+# Upstream defaulting: a ResourceClaim whose spec is null or has no device requests is valid, and the
+# allocator allocates it at once with no devices. We do the same, but say so, because it is almost always a
+# manifest mistake (a wrong indentation, a v1beta1 field in a v1 object) rather than intent.
+EMPTY_SPEC_NOTE = ("spec has no device requests (null or empty spec.devices): as upstream defaults it, the claim "
+                   "is allocated with no devices")
+
+
 def _created_events(claims: list[ResourceClaim]) -> list:
-    return [ev.event(c, ev.CREATED, "Created", f"submitted as {c.source_api_version}",
-                     {"lease": c.lease_seconds} if c.lease_seconds else None) for c in claims]
+    out = []
+    for c in claims:
+        message = f"submitted as {c.source_api_version}"
+        if not ((c.spec or {}).get("devices") or {}).get("requests"):
+            message += f"; {EMPTY_SPEC_NOTE}"
+        out.append(ev.event(c, ev.CREATED, "Created", message,
+                            {"lease": c.lease_seconds} if c.lease_seconds else None))
+    return out
 
 
 def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple[dict[str, int], Namespace | None]:
@@ -248,23 +262,36 @@ def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> Re
             raise FieldError([("spec", "field is immutable")])
         # Annotations of another allocator (a gang's member marker) belong to that allocator: letting a user
         # drop one would make the claims round allocate a gang member on its own, outside the gang's all-or-nothing.
-        for key in sorted(EXTERNAL_ALLOCATOR_ANNOTATIONS):
+        for key in sorted(external.EXTERNAL_ALLOCATOR_ANNOTATIONS):
             if (claim.annotations or {}).get(key) != parsed["annotations"].get(key):
                 raise FieldError([(f"metadata.annotations[{key}]", "field is managed by draservice and immutable")])
         placement = parse_annotations(parsed["annotations"])
+        _apply_lease_change(claim, placement.lease, timezone.now())
         claim.labels, claim.annotations = parsed["labels"], parsed["annotations"]
         claim.allowed_cluster_selector = placement.allowed_cluster_selector
         claim.preferred_cluster = placement.preferred_cluster
-        if placement.lease is not None:
-            claim.lease_seconds = int(placement.lease.total_seconds())
         claim.resource_version += 1
         # A placement change can make a pending claim placeable: try it again.
         claim.attempted_version = None
         claim.save(update_fields=["labels", "annotations", "allowed_cluster_selector", "preferred_cluster",
-                                  "lease_seconds", "resource_version", "attempted_version", "updated_at"])
+                                  "lease_seconds", "lease_expires_at", "resource_version", "attempted_version",
+                                  "updated_at"])
         if claim.phase == Phase.PENDING:
             transaction.on_commit(dispatch.request_allocation)
     return claim
+
+
+def _apply_lease_change(claim: ResourceClaim, lease: timedelta | None, now) -> None:
+    """The lease annotation is the lease's one source: ``leaseDurationSeconds`` and ``expireTime`` always agree
+    with it. A changed (or new) TTL starts a fresh lease from now, as a renewal with that TTL would; an
+    unchanged one leaves the lease alone; a removed one ends the lease (the claim is kept until released)."""
+    if claim.phase not in (Phase.PENDING, Phase.ALLOCATED):
+        return
+    seconds = int(lease.total_seconds()) if lease is not None else None
+    if seconds == claim.lease_seconds:
+        return
+    claim.lease_seconds = seconds
+    claim.lease_expires_at = now + lease if lease is not None else None
 
 
 # --------------------------------------------------------------------------------------------- release
@@ -329,12 +356,12 @@ def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None =
         if claim.phase not in (Phase.PENDING, Phase.ALLOCATED):
             raise Conflict(f"the claim is {claim.phase}; only a pending or allocated claim's lease can be renewed")
         if ttl is not None:
-            from claims.placement import MAX_LEASE, MIN_LEASE
-
             duration = parse_duration(ttl, "ttl")
             if not MIN_LEASE <= duration <= MAX_LEASE:
                 raise FieldError([("ttl", "must be between 5s and 7d")])
             claim.lease_seconds = int(duration.total_seconds())
+            # Keep the annotation (the lease's source, see ``_apply_lease_change``) in step with the new TTL.
+            claim.annotations = {**(claim.annotations or {}), LEASE_TTL: ttl.strip()}
         if not claim.lease_seconds:
             raise FieldError([("ttl", "the claim has no lease; give a ttl to start one")])
         now = timezone.now()
@@ -342,7 +369,7 @@ def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None =
         claim.lease_renewed_at = now
         claim.resource_version += 1
         claim.save(update_fields=["lease_seconds", "lease_expires_at", "lease_renewed_at", "resource_version",
-                                  "updated_at"])
+                                  "annotations", "updated_at"])
         ev.record([ev.event(claim, ev.LEASE_RENEWED, "LeaseRenewed",
                             f"lease renewed until {claim.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}")])
     return claim

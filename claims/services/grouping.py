@@ -8,9 +8,11 @@ member blocks it.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from claims.models import Phase, Reservation, ResourceClaim
+from claims.services.external import managed_elsewhere
 
 BLOCK_DIFFERENT_NODES = "ConsumerClaimsOnDifferentNodes"
 BLOCK_MEMBER_FAILED = "ConsumerClaimFailed"
@@ -34,11 +36,12 @@ class Group:
         return f"claim:{self.claims[0].uid}"
 
 
-def build_groups(claims: list[ResourceClaim]) -> tuple[list[Group], list[ResourceClaim]]:
-    """Groups for the locked pending ``claims``; plus claims left out because a member is locked elsewhere.
+def build_groups(claims: list[ResourceClaim],
+                 take: Callable[[list[int]], set[int]]) -> tuple[list[Group], list[ResourceClaim]]:
+    """Groups for the taken pending ``claims``; plus claims left out because a member is held elsewhere.
 
-    Pending members outside the batch are locked here with SKIP LOCKED too; when one is held by another
-    worker, the whole group is left for a later round (it stays eligible).
+    Pending members outside the batch are taken here too (``take`` marks them and returns those it got); when
+    one is held by another worker, the whole group is left for a later round (it stays eligible).
     """
     by_id = {c.id: c for c in claims}
     res = list(Reservation.objects.filter(claim_id__in=list(by_id)).values_list("claim_id", "consumer_id"))
@@ -71,8 +74,7 @@ def build_groups(claims: list[ResourceClaim]) -> tuple[list[Group], list[Resourc
             break
         members = {c.id: c for c in ResourceClaim.objects.select_related("namespace").filter(id__in=new_claims)}
         pending = [i for i, c in members.items() if c.phase == Phase.PENDING]
-        locked = set(ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
-                     .filter(id__in=pending, phase=Phase.PENDING).values_list("id", flat=True))
+        locked = take(pending)
         for claim_id in new_claims:
             claim = members.get(claim_id)
             if claim is None or (claim.phase == Phase.PENDING and claim_id not in locked):
@@ -117,8 +119,6 @@ def build_groups(claims: list[ResourceClaim]) -> tuple[list[Group], list[Resourc
         group = Group(claims=pending, consumers=sorted({cons for i in members for cons in consumers_of.get(i, ())}))
         pins = {(c.cluster, c.node) for c in mine if c.phase == Phase.ALLOCATED}
         failed = [c for c in mine if c.phase == Phase.FAILED]
-        from claims.services.allocation import managed_elsewhere
-
         foreign = [(c, managed_elsewhere(c)) for c in mine if managed_elsewhere(c)]
         if foreign:
             # A consumer outside e.g. a gang reserved one of the gang's claims: placing the group here would

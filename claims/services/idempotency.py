@@ -26,16 +26,22 @@ def body_hash(body) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
-def _replay(record: IdempotencyRecord, digest: str) -> tuple[int, dict, bool]:
+def _replay(record: IdempotencyRecord, digest: str, refresh: Refresh | None) -> tuple[int, dict, bool]:
     if record.body_hash != digest:
         raise FieldError([("Idempotency-Key", "this key was already used with a different request body")],
                          status_code=422, title="Idempotency key reused")
-    return record.status_code, record.response, True
+    return record.status_code, refresh(record.response) if refresh else record.response, True
+
+
+Refresh = Callable[[dict], dict]
 
 
 def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *,
-        atomic: bool = True) -> tuple[int, dict, bool]:
+        atomic: bool = True, refresh: Refresh | None = None) -> tuple[int, dict, bool]:
     """Run ``fn`` (which returns (status, body)) at most once per (scope, key). Returns (status, body, replayed).
+
+    A replay answers the first status code with the objects as they are now: ``refresh`` re-renders the
+    stored body (without it, the stored body as it was).
 
     ``fn`` must do its writes in the caller's transaction; this function opens it. ``atomic=False``: without a
     key and outside any transaction, ``fn`` runs as it is, for an ``fn`` that is one transaction by itself
@@ -55,7 +61,7 @@ def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *
     digest = body_hash(body)
     existing = IdempotencyRecord.objects.filter(scope=scope, key=key, created_at__gte=timezone.now() - RETENTION).first()
     if existing is not None:
-        return _replay(existing, digest)
+        return _replay(existing, digest, refresh)
     try:
         with transaction.atomic():
             # Only an expired record may go. A request that found no record above can get here after a
@@ -77,7 +83,7 @@ def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *
     if existing is None or existing.status_code == 0:
         raise FieldError([("Idempotency-Key", "a request with this key is still in progress; retry")],
                          status_code=409, title="Idempotency key in use")
-    return _replay(existing, digest)
+    return _replay(existing, digest, refresh)
 
 
 def purge_expired() -> int:

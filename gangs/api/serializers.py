@@ -9,6 +9,12 @@ from gangs.models import Gang, GangEvent, GangPhase
 from gangs.spec import API_VERSION, KIND
 
 
+def current_rendering(payload: dict) -> dict:
+    """A replayed create's Gang as it is now (see ``claims.api.serializers.current_rendering``)."""
+    gang = Gang.objects.select_related("namespace").filter(uid=(payload.get("metadata") or {}).get("uid")).first()
+    return render_gang(gang) if gang else payload
+
+
 def render_gang(gang: Gang, members: list | None = None) -> dict:
     """``members``: ``(GangMember, [claim names])`` pairs for the detail view; None leaves them out (lists)."""
     meta = {"name": gang.name, "namespace": gang.namespace.name, "uid": str(gang.uid),

@@ -76,7 +76,7 @@ class GangListView(GangsBase):
             return 201, s.render_gang(gang)
 
         code, payload, replayed = idempotency.run(f"{namespace}:gangs", request.headers.get("Idempotency-Key"),
-                                                  request.data, create)
+                                                  request.data, create, refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"

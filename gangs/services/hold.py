@@ -1,7 +1,7 @@
 """Keeping gang member claims away from the claims app's per-claim allocation round.
 
 Placing a member's claims one by one would break all-or-nothing. The claims app has a hook for this
-(``claims.services.allocation.register_external_allocator``): claims carrying a registered annotation are
+(``claims.services.external.register_external_allocator``): claims carrying a registered annotation are
 never taken by the round, and a group that contains one (a consumer outside the gang reserving a gang claim
 by name) is blocked. ``GangsConfig.ready`` registers ``gangs.draservice.io/gang``; member claims get it,
 with their gang's name, in the transaction that creates them, before anyone can see them.
@@ -15,6 +15,7 @@ as lost.
 from __future__ import annotations
 
 from claims.models import Phase, ResourceClaim
+from claims.services import external
 from claims.services.conditions import set_allocated_condition
 
 GANG_ANNOTATION = "gangs.draservice.io/gang"
@@ -23,9 +24,7 @@ WAITING = "WaitingForGang"
 
 
 def register() -> None:
-    from claims.services import allocation
-
-    allocation.register_external_allocator(GANG_ANNOTATION)
+    external.register_external_allocator(GANG_ANNOTATION)
 
 
 def hold(claim: ResourceClaim, gang_name: str, message: str, now) -> None:

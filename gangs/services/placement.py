@@ -1,47 +1,42 @@
-"""The gang worker's step: one gang, one transaction, all or nothing.
+"""The gang worker's step: one gang, all or nothing, decided outside any lock.
 
-``place_next`` takes the oldest eligible gang (``FOR UPDATE SKIP LOCKED``: concurrent workers take different
-gangs and never wait on each other) and its member claims (also SKIP LOCKED: a gang whose claim someone is
-releasing right now is simply retried later), then:
+``place_next`` has three steps, as the claims round does:
 
-1. takes the allocators' turn lock (``claims.services.locking.serialize_allocators``, shared with the claims
-   round), reads the fleet view and the devices in use, and asks ``dra.gang`` for a placement;
-2. if placed: locks what the placement touches and checks that nothing it relies on changed since it was
-   read (the claims app's write-time checks: cluster inventory versions, new allocation rows on the same
-   devices or counter pools), then inserts every member's ``DeviceAllocation`` rows in ONE statement inside
-   a savepoint (the partial unique index is the last line of defence) and marks every claim Allocated;
-3. otherwise records why the gang is pending and the fleet version it was tried at.
+1. one short transaction: take the oldest eligible gang (``FOR UPDATE SKIP LOCKED`` and ``taken_until``:
+   concurrent workers take different gangs and never wait on each other), fail it if its schedule timeout
+   passed, tidy its members (claims allocated outside the gang are released, lost members counted) and read
+   the member claims still to place;
+2. with no transaction and no lock: read the fleet view and the devices in use and ask ``dra.gang`` for a
+   placement (the process's one engine, ``claims.services.engines``);
+3. one short transaction: the gang and its claims must be as read (else decided afresh), then the claims
+   app's commit service (``claims.services.commit``) verifies under locks and writes every member's
+   allocation rows and claim status at once, or nothing; the gang and its members record the outcome.
 
-All of it is one database transaction, so at least ``minMember`` members get all their claims, or nothing
-is written. Nothing is ever held while waiting: a pending gang holds no device, a placement computes the
-whole answer in memory first, and the device locks are taken at once in ascending order (one statement),
-so two gangs wanting the same devices cannot wait on each other in a cycle. The loser of a race writes
-nothing, gives its devices back to its engine and is retried.
+So at least ``minMember`` members get all their claims, or nothing is written; a pending gang holds no
+device, and the loser of a race writes nothing, gives its devices back to the engine and is retried.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from claims import notify
-from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.placement import clusters_matching
-from claims.services import allocation, fleet, locking
+from claims.services import allocation, commit, fleet
 from claims.services import claims as claim_services
-from claims.services import events as claim_events
-from claims.services.conditions import set_allocated_condition
+from claims.services.engines import engines
 from dra.gang import Gang as LibGang
 from dra.gang import GangMember as LibMember
 from dra.gang import GangSpecError, Topology
 from gangs.models import Gang, GangMember, GangPhase, MemberPhase
 from gangs.services import events as ev
 from gangs.services import hold
-from gangs.services.engine import placers
 from gangs.services.gangs import MemberClaims, finish_locked, member_claims, set_gang_condition
 
 log = logging.getLogger(__name__)
@@ -69,37 +64,61 @@ def eligible(version: int) -> Q:
 def place_next(*, gang_id: int | None = None, exclude: set[int] | frozenset = frozenset()) -> Attempt:
     started = time.perf_counter()
     try:
-        with transaction.atomic():
-            version = allocation.fleet_version()  # read FIRST: anything freed later moves it past `version`
-            qs = Gang.objects.select_for_update(skip_locked=True, of=("self",)).select_related("namespace")
-            if gang_id is not None:
-                qs = qs.filter(pk=gang_id, phase__in=[GangPhase.PENDING, GangPhase.PLACED])
-            else:
-                qs = qs.filter(eligible(version)).exclude(id__in=list(exclude)).order_by("id")
-            gang = qs.first()
-            if gang is None:
-                return Attempt(None, "none")
-            now = timezone.now()
-            if gang.phase == GangPhase.PENDING and gang.deadline and gang.deadline <= now:
-                mcs, _ = member_claims(gang, lock=True)
-                fail_timeout(gang, mcs, now)
-                result = "failed"
-            else:
-                mcs, problem = member_claims(gang, lock=True, skip_locked=True)
-                result = "busy" if problem == "busy" else _attempt(gang, mcs, version, now)
+        prepared = _prepare(gang_id, exclude)
+        if isinstance(prepared, Attempt):
+            prepared.seconds = time.perf_counter() - started
+            return prepared
+        result = _decide_and_commit(prepared)
     except BaseException:
-        placers.reset()  # its in-use state may now disagree with the database
+        engines.reset()  # its in-use state may now disagree with the database
         raise
-    return Attempt(gang.id, result, time.perf_counter() - started)
+    return Attempt(prepared.gang.id, result, time.perf_counter() - started)
 
 
-def fail_timeout(gang: Gang, mcs: list[MemberClaims], now) -> None:
-    why = f": {gang.message}" if gang.message and gang.reason not in ("WaitingForPlacement", "") else ""
-    finish_locked(gang, mcs, GangPhase.FAILED, "ScheduleTimeout",
-                  f"not placed within scheduleTimeoutSeconds={gang.schedule_timeout_seconds}{why}", now)
+# How long a worker holds the gang it took while it decides; a worker that dies leaves it taken this long.
+TAKE_SECONDS = 30
 
 
-def _attempt(gang: Gang, mcs: list[MemberClaims], version: int, now) -> str:
+@dataclass
+class Prepared:
+    gang: Gang
+    pending: list[MemberClaims]
+    version: int
+    within: tuple | None
+    min_member: int
+    now: object
+
+
+def _prepare(gang_id: int | None, exclude) -> Prepared | Attempt:
+    """Step 1 (one short transaction)."""
+    with transaction.atomic():
+        version = allocation.fleet_version()  # read FIRST: anything freed later moves it past `version`
+        now = timezone.now()
+        qs = Gang.objects.select_for_update(skip_locked=True, of=("self",)).select_related("namespace")
+        qs = qs.filter(Q(taken_until__isnull=True) | Q(taken_until__lt=now))
+        if gang_id is not None:
+            qs = qs.filter(pk=gang_id, phase__in=[GangPhase.PENDING, GangPhase.PLACED])
+        else:
+            qs = qs.filter(eligible(version)).exclude(id__in=list(exclude)).order_by("id")
+        gang = qs.first()
+        if gang is None:
+            return Attempt(None, "none")
+        if gang.phase == GangPhase.PENDING and gang.deadline and gang.deadline <= now:
+            mcs, _ = member_claims(gang, lock=True)
+            fail_timeout(gang, mcs, now)
+            return Attempt(gang.id, "failed")
+        mcs, problem = member_claims(gang, lock=True, skip_locked=True)
+        if problem == "busy":
+            return Attempt(gang.id, "busy")
+        prepared = _tidy(gang, mcs, version, now)
+        if isinstance(prepared, str):
+            return Attempt(gang.id, prepared)
+        Gang.objects.filter(pk=gang.pk).update(taken_until=now + timedelta(seconds=TAKE_SECONDS))
+        return prepared
+
+
+def _tidy(gang: Gang, mcs: list[MemberClaims], version: int, now) -> Prepared | str:
+    """Bring the members up to date; the members still to place, or the attempt's result when none are."""
     states = {mc.member.id: mc.state for mc in mcs}
     for mc in mcs:
         if states[mc.member.id] == "stray":
@@ -121,38 +140,76 @@ def _attempt(gang: Gang, mcs: list[MemberClaims], version: int, now) -> str:
                           f"only {len(pending)} members still have usable claims; minMember is {gang.min_member}",
                           now)
             return "failed"
-        within, min_member = None, gang.min_member
-    else:
-        if len(placed) < gang.min_member:
-            finish_locked(gang, mcs, GangPhase.FAILED, "MinMemberLost",
-                          f"{len(placed)} members still hold their claims; minMember is {gang.min_member}", now)
-            return "failed"
-        if not pending:
-            gang.waiting_count = 0
-            gang.save(update_fields=["waiting_count", "updated_at"])
-            return "none"
-        within, min_member = (gang.cluster, gang.domain), 1
+        return Prepared(gang, pending, version, None, gang.min_member, now)
+    if len(placed) < gang.min_member:
+        finish_locked(gang, mcs, GangPhase.FAILED, "MinMemberLost",
+                      f"{len(placed)} members still hold their claims; minMember is {gang.min_member}", now)
+        return "failed"
+    if not pending:
+        gang.waiting_count = 0
+        gang.save(update_fields=["waiting_count", "updated_at"])
+        return "none"
+    return Prepared(gang, pending, version, (gang.cluster, gang.domain), 1, now)
 
-    locking.serialize_allocators()
+
+def _decide_and_commit(p: Prepared) -> str:
+    """Steps 2 (no transaction, no lock) and 3 (one short transaction)."""
+    gang = p.gang
     view = fleet.current_view()
     rows_seen = fleet.rows_in_use()
-    placer = placers.placer_for(view, rows_seen)
-    lib_gang = library_gang(gang, pending, view.cluster_labels, min_member)
+    placer = engines.placer_for(view, rows_seen)
+    lib_gang = library_gang(gang, p.pending, view.cluster_labels, p.min_member)
     try:
-        outcome = placer.place(lib_gang, commit=True, within=within)
+        outcome = placer.place(lib_gang, commit=True, within=p.within)
     except GangSpecError as exc:  # the spec was validated at creation; only a changed validator gets here
-        finish_locked(gang, mcs, GangPhase.FAILED, "InvalidGang", str(exc), now)
+        outcome = exc
+    try:
+        with transaction.atomic():
+            commit.begin()
+            result = _commit_locked(p, outcome, view, rows_seen, placer)
+    except IntegrityError as exc:  # the unique index refused a row: nothing written, decide afresh
+        log.warning("gang %s lost a race at the unique index: %s", gang.name, exc)
+        engines.reset()
+        fleet.invalidate()
+        Gang.objects.filter(pk=gang.pk).update(taken_until=None)
+        return "lost_race"
+    return result
+
+
+def _commit_locked(p: Prepared, outcome, view, rows_seen, placer) -> str:
+    gang = p.gang
+    current = Gang.objects.select_for_update(of=("self",)).filter(pk=gang.pk).values_list("resource_version",
+                                                                                          flat=True).first()
+    claims = [c for mc in p.pending for c in mc.claims]
+    if current != gang.resource_version or commit.changed_claims(claims):
+        # Released, deleted or edited while we decided: nothing to write; the next pass decides afresh.
+        if not isinstance(outcome, GangSpecError) and outcome.placed:
+            placer.release_placements(outcome.placements)
+        Gang.objects.filter(pk=gang.pk).update(taken_until=None)
+        return "lost_race"
+    gang.taken_until = None
+    if isinstance(outcome, GangSpecError):
+        mcs, _ = member_claims(gang, lock=True)
+        finish_locked(gang, mcs, GangPhase.FAILED, "InvalidGang", str(outcome), p.now)
         return "failed"
     if outcome.placed:
         first = gang.phase == GangPhase.PENDING
-        if not _write(gang, outcome, {mc.member.name: mc for mc in pending}, view, rows_seen, placer, version, now):
+        if not _write(gang, outcome, {mc.member.name: mc for mc in p.pending}, view, rows_seen, placer, p.version,
+                      p.now):
             return "lost_race"
         return "placed" if first else "added"
     if outcome.error is not None and outcome.error.code in TERMINAL_ERRORS:
-        finish_locked(gang, mcs, GangPhase.FAILED, "InvalidGang", outcome.message, now)
+        mcs, _ = member_claims(gang, lock=True)
+        finish_locked(gang, mcs, GangPhase.FAILED, "InvalidGang", outcome.message, p.now)
         return "failed"
-    _record_pending(gang, outcome, pending, version, now)
+    _record_pending(gang, outcome, p.pending, p.version, p.now)
     return "pending"
+
+
+def fail_timeout(gang: Gang, mcs: list[MemberClaims], now) -> None:
+    why = f": {gang.message}" if gang.message and gang.reason not in ("WaitingForPlacement", "") else ""
+    finish_locked(gang, mcs, GangPhase.FAILED, "ScheduleTimeout",
+                  f"not placed within scheduleTimeoutSeconds={gang.schedule_timeout_seconds}{why}", now)
 
 
 def library_gang(gang: Gang, members: list[MemberClaims], cluster_labels: list[tuple[str, dict]],
@@ -185,84 +242,35 @@ def summary(outcome) -> dict:
 
 # --------------------------------------------------------------------------------------------- writing
 
-def _device_rows(claim: ResourceClaim, cluster: str, allocation_result: dict | None) -> list[DeviceAllocation]:
-    rows = []
-    for res in ((allocation_result or {}).get("devices") or {}).get("results") or []:
-        rows.append(DeviceAllocation(
-            claim=claim, cluster=cluster, driver=res["driver"], pool=res["pool"], device=res["device"],
-            share_id=res.get("shareID") or "", consumed_capacity=res.get("consumedCapacity") or None,
-            admin_access=bool(res.get("adminAccess")), request=res.get("request", "")[:127]))
-    return rows
-
-
 def _write(gang: Gang, outcome, by_name: dict[str, MemberClaims], view, rows_seen, placer, version: int,
            now) -> bool:
     """Persist a placement, all of it or nothing; False when it lost a race (the engine gets its devices back)."""
     cluster = outcome.cluster
-    keys, pools = set(), set()
-    for p in outcome.placements:
-        for co in p.outcome.claims:
-            for res in ((co.allocation or {}).get("devices") or {}).get("results") or []:
-                if res.get("adminAccess"):
-                    continue  # admin access does not consume the device
-                pool = (cluster, res["driver"], res["pool"])
-                keys.add((*pool, res["device"]))
-                if pool in view.counter_pools:
-                    pools.add(pool)
-    cid = view.cluster_versions.get(cluster, (None, None))[0]
-    current = locking.cluster_versions_locked([cid] if cid is not None else [])
-    changed = cid is None or current.get(cid) != view.cluster_versions[cluster][1]
-    locking.lock(keys, pools)  # one statement, ascending ids: no lock cycle with any other writer
-    new_devices, new_pools = locking.new_rows({k[:3] for k in keys} | pools, set(rows_seen))
-    if changed or keys & new_devices or pools & new_pools:
-        placer.release_placements(outcome.placements)
-        if changed:
-            fleet.invalidate()
-        return False
-    rows: list[DeviceAllocation] = []
-    for p in outcome.placements:
-        for claim, co in zip(by_name[p.member].claims, p.outcome.claims):  # the engine answers in input order
-            rows.extend(_device_rows(claim, cluster, co.allocation))
-    try:
-        with transaction.atomic():  # a savepoint: the unique index is the last line of defence
-            DeviceAllocation.objects.bulk_create(rows, batch_size=2000)
-    except IntegrityError as exc:
-        log.warning("gang %s lost a race at the unique index: %s", gang.name, exc)
-        placer.release_placements(outcome.placements)
-        fleet.invalidate()
-        return False
-    placers.note_written(rows)
-
-    claims, events = [], []
-    members = []
-    for p in outcome.placements:
-        mc = by_name[p.member]
-        node = p.outcome.node or ""
+    placements = []
+    for pl in outcome.placements:
+        node = pl.outcome.node or ""
         where = f"{cluster}/{node}" if node else cluster
-        for claim, co in zip(mc.claims, p.outcome.claims):
-            claim.phase = Phase.ALLOCATED
-            claim.allocation = co.allocation
-            claim.cluster, claim.node = cluster, node
-            claim.allocated_at = claim.last_attempt_at = claim.updated_at = now
-            claim.attempts += 1
-            claim.resource_version += 1
-            claim.reason, claim.message = "Allocated", f"allocated on {where} with gang {gang.name}"
-            claim.diagnostics = {"allocated": True, "cluster": cluster, "node": node or None, "gang": gang.name,
-                                 "member": p.member}
-            claim.conditions = set_allocated_condition(claim.conditions, True, "Allocated", claim.message, now)
-            results = ((co.allocation or {}).get("devices") or {}).get("results") or []
-            events.append(claim_events.event(claim, claim_events.ALLOCATED, "Allocated", claim.message, {
-                "cluster": cluster, "node": node or None, "gang": gang.name, "member": p.member,
-                "devices": [{k: r.get(k) for k in ("request", "driver", "pool", "device", "shareID")
-                             if r.get(k) is not None} for r in results]}))
-            claims.append(claim)
-        m = mc.member
-        m.phase, m.cluster, m.node, m.labels, m.placed_at = MemberPhase.PLACED, cluster, p.node, p.labels, now
+        claims = by_name[pl.member].claims
+        placements.append(commit.Placement(
+            claims=claims, allocations=[co.allocation for co in pl.outcome.claims], cluster=cluster, node=node,
+            message=f"allocated on {where} with gang {gang.name}",
+            diagnostics={"allocated": True, "cluster": cluster, "node": node or None, "gang": gang.name,
+                         "member": pl.member},
+            event_data={"gang": gang.name, "member": pl.member}))
+    for c in (c for pl in placements for c in pl.claims):
+        commit.touch_attempt(c, now)
+    committed = commit.commit([commit.Unit(placements)], view, rows_seen, now)
+    if committed.lost:
+        placer.release_placements(outcome.placements)
+        Gang.objects.filter(pk=gang.pk).update(taken_until=None)
+        return False
+    engines.note_written(committed.written)
+
+    members = []
+    for pl in outcome.placements:
+        m = by_name[pl.member].member
+        m.phase, m.cluster, m.node, m.labels, m.placed_at = MemberPhase.PLACED, cluster, pl.node, pl.labels, now
         members.append(m)
-    ResourceClaim.objects.bulk_update(claims, ["phase", "allocation", "cluster", "node", "allocated_at",
-                                               "last_attempt_at", "updated_at", "attempts", "resource_version",
-                                               "reason", "message", "diagnostics", "conditions"], batch_size=500)
-    claim_events.record(events)
     GangMember.objects.bulk_update(members, ["phase", "cluster", "node", "labels", "placed_at"])
 
     adding = gang.phase == GangPhase.PLACED
@@ -284,7 +292,7 @@ def _write(gang: Gang, outcome, by_name: dict[str, MemberClaims], view, rows_see
     gang.save()
     ev.record([ev.event(gang, ev.MEMBERS_ADDED if adding else ev.PLACED, "Placed", outcome.message, {
         "cluster": cluster, "domain": outcome.domain, "members": {p.member: p.node for p in outcome.placements}})])
-    ids = [c.id for c in claims]
+    ids = [c.id for c in committed.allocated]
     transaction.on_commit(lambda: notify.publish(ids))
     return True
 
@@ -309,7 +317,8 @@ def _record_pending(gang: Gang, outcome, pending: list[MemberClaims], version: i
     gang.last_attempt_at = now
     if gang.phase == GangPhase.PLACED:  # members beyond minMember that do not fit (yet): nothing else changes
         gang.diagnostics = {**(gang.diagnostics or {}), "waiting": summary(outcome)}
-        gang.save(update_fields=["attempted_version", "attempts", "last_attempt_at", "diagnostics", "updated_at"])
+        gang.save(update_fields=["attempted_version", "attempts", "last_attempt_at", "diagnostics", "updated_at",
+                                 "taken_until"])
         return
     changed = (gang.reason, gang.message) != (outcome.reason, outcome.message)
     gang.reason, gang.message = outcome.reason or "Pending", outcome.message
@@ -324,9 +333,5 @@ def _record_pending(gang: Gang, outcome, pending: list[MemberClaims], version: i
     ev.record([ev.event(gang, ev.ATTEMPT, gang.reason, gang.message,
                         {"closest": outcome.closest.to_dict() if outcome.closest else None})])
     claims = [c for mc in pending for c in mc.claims]
-    message = f"gang {gang.name} is pending: {outcome.message}"
-    for c in claims:
-        hold.set_waiting(c, hold.WAITING, message, now)
-        c.diagnostics = {"gang": gang.name, "reason": outcome.reason, "message": outcome.message}
-    ResourceClaim.objects.bulk_update(claims, ["reason", "message", "conditions", "resource_version", "updated_at",
-                                               "diagnostics"], batch_size=500)
+    commit.record_waiting(claims, hold.WAITING, f"gang {gang.name} is pending: {outcome.message}",
+                          {"gang": gang.name, "reason": outcome.reason, "message": outcome.message}, now)
