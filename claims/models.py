@@ -230,7 +230,8 @@ class DeviceAllocation(models.Model):
 
 
 class ClaimEvent(models.Model):
-    """The audit trail of a claim. Kept after the claim is deleted (``claim`` becomes null)."""
+    """The audit trail of a claim. Kept after the claim is deleted (``claim`` becomes null): the row carries
+    the claim's namespace, name and uid, by which the events of a deleted claim are still found."""
 
     claim = models.ForeignKey(ResourceClaim, on_delete=models.SET_NULL, null=True, blank=True,
                               related_name="events")
@@ -245,7 +246,8 @@ class ClaimEvent(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["claim_uid", "id"], name="claims_event_claim")]
+        indexes = [models.Index(fields=["claim_uid", "id"], name="claims_event_claim"),
+                   models.Index(fields=["namespace", "claim_name", "id"], name="claims_event_claim_name")]
 
 
 class IdempotencyRecord(models.Model):
