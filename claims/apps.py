@@ -10,6 +10,7 @@ class ClaimsConfig(AppConfig):
         from django.conf import settings
         from prometheus_client import REGISTRY
 
+        from claims import receivers
         from claims.celery_schedule import SCHEDULE
         from claims.metrics import ClaimsCollector
         from claims.services import device_states
@@ -21,6 +22,7 @@ class ClaimsConfig(AppConfig):
         for name, entry in SCHEDULE.items():
             settings.CELERY_BEAT_SCHEDULE.setdefault(name, entry)
         inventory_changed.connect(on_inventory_changed, dispatch_uid="claims.on_inventory_changed")
+        inventory_changed.connect(receivers.mark_removed_devices, dispatch_uid="claims.mark_removed_devices")
         # The inventory's device view shows (and filters by) what claims hold through these hooks.
         hooks.register_allocation_state_provider(device_states.allocation_states)
         hooks.register_allocation_state_filter(device_states.state_condition, device_states.STATES)

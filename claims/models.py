@@ -82,6 +82,9 @@ class ResourceClaim(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     allocated_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
+    # Set while the ``DeviceRemoved`` condition is True: an inventory push removed a device the claim holds
+    # (claims.services.device_removed). A column, so that metrics and the check find such claims by index.
+    device_removed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
@@ -94,6 +97,8 @@ class ResourceClaim(models.Model):
             models.Index(fields=["lease_expires_at"], condition=Q(lease_expires_at__isnull=False),
                          name="claims_claim_lease"),
             models.Index(fields=["cluster", "phase"], name="claims_claim_cluster"),
+            models.Index(fields=["cluster"], condition=Q(device_removed_at__isnull=False),
+                         name="claims_claim_device_removed"),
         ]
 
     def __str__(self) -> str:
