@@ -22,7 +22,6 @@ from claims import notify
 
 log = logging.getLogger(__name__)
 
-KICK_KEY = "draservice:claims:allocate-queued"
 KICK_TTL_MS = 30_000  # if a queued task is lost, the key expires and the next kick enqueues again
 
 _local_runner: "LocalRunner | None" = None
@@ -34,6 +33,11 @@ class LocalRunner:
 
     def kick(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+def kick_key() -> str:
+    """The debounce key, per deployment (``notify.key_prefix``)."""
+    return f"{notify.key_prefix()}:claims:allocate-queued"
 
 
 def set_local_runner(runner: LocalRunner | None) -> None:
@@ -64,7 +68,7 @@ def _enqueue() -> None:
     client = notify.redis_client()
     if client is not None:
         try:
-            if not client.set(KICK_KEY, "1", nx=True, px=KICK_TTL_MS):
+            if not client.set(kick_key(), "1", nx=True, px=KICK_TTL_MS):
                 return  # a task is queued and has not started yet: it will see our claims
         except Exception as exc:  # Redis trouble: enqueue anyway, duplicates are harmless
             log.warning("allocation debounce unavailable: %s", exc)
@@ -76,6 +80,6 @@ def task_started() -> None:
     client = notify.redis_client() if settings.CELERY_BROKER_URL else None
     if client is not None:
         try:
-            client.delete(KICK_KEY)
+            client.delete(kick_key())
         except Exception as exc:
             log.warning("allocation debounce unavailable: %s", exc)

@@ -84,6 +84,9 @@ class ResourceClaim(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     allocated_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
+    # Set while the ``DeviceRemoved`` condition is True: an inventory push removed a device the claim holds
+    # (claims.services.device_removed). A column, so that metrics and the check find such claims by index.
+    device_removed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
@@ -96,6 +99,8 @@ class ResourceClaim(models.Model):
             models.Index(fields=["lease_expires_at"], condition=Q(lease_expires_at__isnull=False),
                          name="claims_claim_lease"),
             models.Index(fields=["cluster", "phase"], name="claims_claim_cluster"),
+            models.Index(fields=["cluster"], condition=Q(device_removed_at__isnull=False),
+                         name="claims_claim_device_removed"),
         ]
 
     def __str__(self) -> str:
@@ -232,7 +237,8 @@ class DeviceAllocation(models.Model):
 
 
 class ClaimEvent(models.Model):
-    """The audit trail of a claim. Kept after the claim is deleted (``claim`` becomes null)."""
+    """The audit trail of a claim. Kept after the claim is deleted (``claim`` becomes null): the row carries
+    the claim's namespace, name and uid, by which the events of a deleted claim are still found."""
 
     claim = models.ForeignKey(ResourceClaim, on_delete=models.SET_NULL, null=True, blank=True,
                               related_name="events")
@@ -247,7 +253,8 @@ class ClaimEvent(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["claim_uid", "id"], name="claims_event_claim")]
+        indexes = [models.Index(fields=["claim_uid", "id"], name="claims_event_claim"),
+                   models.Index(fields=["namespace", "claim_name", "id"], name="claims_event_claim_name")]
 
 
 class IdempotencyRecord(models.Model):

@@ -4,6 +4,10 @@ Writers call ``publish(claim_ids)`` after their transaction commits. With Redis 
 broker) the ids go out on one pub/sub channel; each web process runs ONE listener thread that wakes the
 local waiters of those claims. Without Redis the worker runs in-process, so waking local waiters is enough.
 
+The channel, like every Redis key of the service (``key_prefix()``), is named per deployment: Redis pub/sub
+ignores the database number, so two deployments sharing a Redis server would otherwise wake each other's
+waiters (and, on one database number, silence each other's debounced kicks).
+
 Waiters never trust a notification alone: after each wake-up (and at least every ``RECHECK_SECONDS``, in
 case a message was lost or Redis is down) they re-read the claim from the database. So a wait costs one
 sleeping thread and a query every few seconds, not a busy loop; see ``claims.api.views`` for the thread
@@ -11,6 +15,7 @@ budget this implies for the web server.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -22,7 +27,6 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "draservice:claims:changed"
 RECHECK_SECONDS = 2.0
 
 _lock = threading.Lock()
@@ -30,6 +34,23 @@ _waiters: dict[int, set[threading.Event]] = defaultdict(set)
 _listener: threading.Thread | None = None
 _subscribed = threading.Event()
 _redis_clients: dict[str, object] = {}
+
+
+def key_prefix() -> str:
+    """``settings.REDIS_KEY_PREFIX``, or one derived from the database this process uses (host, port and
+    name): every process of one deployment (web, workers, beat) shares a database, and so a prefix.
+
+    Read at each use, not at import: the test runner switches to its test database after settings load.
+    """
+    if settings.REDIS_KEY_PREFIX:
+        return settings.REDIS_KEY_PREFIX
+    db = settings.DATABASES["default"]
+    identity = "|".join(str(db.get(k) or "") for k in ("HOST", "PORT", "NAME"))
+    return f"draservice:{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+
+
+def channel() -> str:
+    return f"{key_prefix()}:claims:changed"
 
 
 def redis_url() -> str | None:
@@ -61,7 +82,7 @@ def publish(claim_ids: Iterable[int]) -> None:
         return
     try:
         for start in range(0, len(ids), 5000):
-            client.publish(CHANNEL, json.dumps(ids[start:start + 5000]))
+            client.publish(channel(), json.dumps(ids[start:start + 5000]))
     except Exception as exc:  # a lost notification only delays waiters until their next re-check
         log.warning("could not publish claim changes: %s", exc)
 
@@ -136,7 +157,7 @@ def _listen() -> None:
             client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_keepalive=True,
                                           health_check_interval=30)
             pubsub = client.pubsub()
-            pubsub.subscribe(CHANNEL)
+            pubsub.subscribe(channel())
             deadline = time.monotonic() + 5
             while not _subscribed.is_set():  # Redis confirms the subscription with a message of its own
                 message = pubsub.get_message(timeout=1.0)

@@ -8,8 +8,8 @@ from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 
-from claims import dispatch
-from claims.services import allocation, fleet, idempotency, utilisation
+from claims import dispatch, receivers
+from claims.services import allocation, device_removed, fleet, idempotency, utilisation
 from claims.services import claims as claim_services
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,13 @@ def record_utilisation() -> int:
 @shared_task(name="claims.tasks.purge_idempotency_keys", ignore_result=True)
 def purge_idempotency_keys() -> int:
     return idempotency.purge_expired()
+
+
+@shared_task(name="claims.tasks.check_removed_devices", ignore_result=True)
+def check_removed_devices(cluster: str) -> int:
+    """Mark allocated claims of ``cluster`` whose devices an inventory push removed (see claims.receivers)."""
+    receivers.check_started(cluster)
+    return len(device_removed.check_cluster(cluster))
 
 
 def on_inventory_changed(sender=None, **kwargs) -> None:

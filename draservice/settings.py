@@ -130,6 +130,12 @@ CELERY_BEAT_SCHEDULE: dict = {}  # filled by the apps' tasks modules (see claims
 STALE_CLUSTER_SECONDS = int(os.environ.get("STALE_CLUSTER_SECONDS", "300"))
 # The demo fleet loaded by `make run` (nodes in total, spread over several clusters).
 DEMO_FLEET_NODES = int(os.environ.get("DEMO_FLEET_NODES", "48"))
+# /metrics names every cluster and its allocation counts: it needs an admin token unless this is true
+# (e.g. for a Prometheus that scrapes without credentials inside a trusted network).
+METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
+# Prefix of every Redis key and pub/sub channel the service uses. Empty: derived from the database (host,
+# port, name), so deployments sharing a Redis do not wake or silence each other (claims.notify.key_prefix).
+REDIS_KEY_PREFIX = os.environ.get("REDIS_KEY_PREFIX", "")
 # Largest request body accepted (a 5,000-node x 8-GPU push is ~40 MB of JSON).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATA_UPLOAD_MAX_MEMORY_SIZE", str(200 * 1024 * 1024)))
 

@@ -16,15 +16,17 @@ from claims import notify
 
 log = logging.getLogger(__name__)
 
-KICK_KEY = "draservice:gangs:place-queued"
 KICK_TTL_MS = 30_000
 
 
 def _kick_key() -> str:
-    """One debounce key per task queue: deployments (and test runs) sharing a Redis do not silence each other."""
+    """One debounce key per deployment (``notify.key_prefix``) and task queue: deployments (and test runs)
+    sharing a Redis do not silence each other."""
     from draservice.celery import app
 
-    return f"{KICK_KEY}:{app.conf.task_default_queue or 'celery'}"
+    return f"{notify.key_prefix()}:gangs:place-queued:{app.conf.task_default_queue or 'celery'}"
+
+
 _inline = threading.local()
 
 

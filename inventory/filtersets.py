@@ -6,13 +6,18 @@ Repeatable filters take several values (``?cluster=a&cluster=b`` or ``?cluster=a
 """
 from __future__ import annotations
 
+from functools import reduce
+from operator import or_
+
 import django_filters as filters
 from django.db import connection
 from django.db.models import Q
 from rest_framework.exceptions import ValidationError
 
-from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, ResourceSlice
+from inventory import hooks
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
 from inventory.services.clusters import fresh_clusters_q
+from inventory.services.taints import tainted_condition
 
 
 class MultiValueFilter(filters.BaseInFilter, filters.CharFilter):
@@ -73,6 +78,28 @@ class LabelFilter(PairFilter):
         return _json_equals(self.label_field, name, value)
 
 
+class AllocationStateFilter(filters.CharFilter):
+    """``?state=allocated`` (or ``free``, ``shared``, ``?state=a,b``, repeated): the states the claims app
+    reports through ``inventory.hooks``; an unknown state is a 400 naming the supported ones."""
+
+    def filter(self, qs, value):
+        request = getattr(self.parent, "request", None)
+        raw = request.query_params.getlist(self.field_name) if request is not None else [value or ""]
+        wanted = [v.strip() for item in raw for v in item.split(",") if v.strip()]
+        if not wanted:
+            return qs
+        supported = hooks.allocation_state_names()
+        unknown = [v for v in wanted if v not in supported]
+        if unknown:
+            raise ValidationError({self.field_name: [
+                f"Unsupported value: {v!r}: supported values: " + ", ".join(f'"{s}"' for s in supported)
+                for v in unknown]})
+        conditions = [hooks.allocation_state_q(state) for state in dict.fromkeys(wanted)]
+        if any(not c for c in conditions):
+            return qs  # an empty Q selects every device ("free" when no app holds any)
+        return qs.filter(reduce(or_, conditions))
+
+
 class ClusterFilterSet(filters.FilterSet):
     name = MultiValueFilter(field_name="name")
     label = LabelFilter(field_name="label", help_text="name=value; repeat to AND (e.g. region=eu-west)")
@@ -119,6 +146,17 @@ class PoolFilterSet(filters.FilterSet):
         fields = ["cluster", "driver", "name", "state"]
 
 
+class PoolEventFilterSet(filters.FilterSet):
+    cluster = MultiValueFilter(field_name="cluster__name")
+    driver = MultiValueFilter(field_name="driver")
+    pool = MultiValueFilter(field_name="pool")
+    type = MultiValueFilter(field_name="type")
+
+    class Meta:
+        model = PoolEvent
+        fields = ["cluster", "driver", "pool", "type"]
+
+
 class DeviceFilterSet(filters.FilterSet):
     cluster = MultiValueFilter(field_name="cluster__name")
     node = MultiValueFilter(field_name="node_name")
@@ -130,16 +168,19 @@ class DeviceFilterSet(filters.FilterSet):
                                 help_text="name=value; repeat to AND, e.g. gpu.nvidia.com/productName=NVIDIA H100 80GB HBM3")
     node_label = LabelFilter(field_name="node_label", label_field="node__labels",
                              help_text="name=value on the device's node labels")
-    tainted = filters.BooleanFilter(method="filter_tainted")
+    tainted = filters.BooleanFilter(method="filter_tainted",
+                                    help_text="devices with a taint of their own or from a DeviceTaintRule")
     stale = filters.BooleanFilter(method="filter_stale", help_text="devices of stale clusters")
+    state = AllocationStateFilter(field_name="state",
+                                  help_text="allocation state: free, allocated, shared (repeat or comma-separate)")
 
     class Meta:
         model = Device
         fields = ["cluster", "node", "driver", "pool", "name", "resource_slice", "attribute", "node_label",
-                  "tainted", "stale"]
+                  "tainted", "stale", "state"]
 
     def filter_tainted(self, qs, name, value):
-        return qs.exclude(taints=[]) if value else qs.filter(taints=[])
+        return qs.filter(tainted_condition()) if value else qs.exclude(tainted_condition())
 
     def filter_stale(self, qs, name, value):
         fresh = Cluster.objects.filter(fresh_clusters_q()).values("pk")

@@ -126,6 +126,29 @@ class Pool(models.Model):
         return f"{self.driver}/{self.name}"
 
 
+class PoolEvent(models.Model):
+    """Something about a pool worth an operator's attention that the pool's own state does not keep, e.g. its
+    generation going backwards (a driver reinstall restarts generations; the push is accepted as the
+    cluster's truth, and recorded here). Keyed by names, not by the Pool row, so it outlives the pool."""
+
+    GENERATION_REGRESSED = "GenerationRegressed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pool_events", db_index=False)
+    driver = models.CharField(max_length=63)
+    pool = models.CharField(max_length=253)
+    type = models.CharField(max_length=64)
+    message = models.TextField(blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["cluster", "driver", "pool", "id"], name="inventory_poolevent_pool")]
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}: {self.type}"
+
+
 class Device(models.Model):
     """One device of one slice, flattened for filtering. Rewritten whenever its slice is."""
 

@@ -16,9 +16,9 @@ def test_readyz_checks_database():
     assert resp.json()["checks"]["database"] == "ok"
 
 
-def test_metrics_exposes_prometheus_text():
+def test_metrics_exposes_prometheus_text(admin_client):
     Client().get("/livez")
-    resp = Client().get("/metrics")
+    resp = admin_client.get("/metrics")  # token-protected by default: tests/test_metrics_auth.py
     assert resp.status_code == 200
     assert b"draservice_http_requests_total" in resp.content
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -26,6 +27,7 @@ from claims.models import ClaimEvent, Consumer, Namespace, Phase, ResourceClaim,
 from claims.placement import ALLOWED_CLUSTERS, parse_selector
 from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
+from claims.services import events as ev
 from claims.services import explain as explain_service
 from claims.services import idempotency
 from draservice.pagination import CursorPagination
@@ -293,11 +295,15 @@ class ClaimEventsView(ClaimsBase):
     filterset_class = filtersets.ClaimEventFilterSet
     queryset = ClaimEvent.objects.none()  # for the schema; get() builds the real one
 
-    @extend_schema(operation_id="resourceclaims_events", responses={200: s.EventSerializer(many=True)}, summary="The claim's audit trail, oldest first")
+    @extend_schema(operation_id="resourceclaims_events", responses={200: s.EventSerializer(many=True)},
+                   parameters=[OpenApiParameter("uid", str, description="one claim of this name (after a "
+                                                "delete and re-create); default: the current or last one")],
+                   summary="The claim's audit trail, oldest first; still there after the claim is deleted")
     def get(self, request, namespace, name):
-        check_read(request, namespace)
-        claim = _claim_or_404(namespace, name)
-        qs = ClaimEvent.objects.filter(claim_uid=claim.uid)
+        check_read(request, namespace)  # before any lookup: a forbidden namespace reveals nothing
+        qs = ev.trail(namespace, name, request.query_params.get("uid"))
+        if qs is None:
+            raise Http404(f'no events of resourceclaims "{name}" in namespace "{namespace}"')
         return self.paginated(qs, lambda rows: [s.render_event(e) for e in rows], "EventList", "v1")
 
 

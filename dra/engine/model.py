@@ -180,7 +180,9 @@ def _taint_rules_for(rules: Iterable[dict], driver: str, pool: str, device: str)
     out = []
     for rule in rules:
         spec = rule.get("spec") or {}
-        sel = spec.get("deviceSelector") or {}
+        sel = spec.get("deviceSelector")
+        if sel is None:
+            continue  # upstream: an empty selector matches every device, no selector none
         if sel.get("driver") is not None and sel["driver"] != driver:
             continue
         if sel.get("pool") is not None and sel["pool"] != pool:

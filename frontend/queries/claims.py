@@ -121,6 +121,14 @@ def to_yaml(obj) -> str:
     return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=120)
 
 
+def _removed_devices(claim, events) -> set[str]:
+    """Devices named by the last DeviceRemoved event while the condition holds (claims.services.device_removed)."""
+    if claim.device_removed_at is None:
+        return set()
+    last = next((e for e in reversed(events) if e.type == "DeviceRemoved"), None)
+    return set(((last.data or {}).get("devices") or []) if last else [])
+
+
 def claim_detail(namespace: str, name: str) -> dict | None:
     claim = ResourceClaim.objects.select_related("namespace").filter(namespace__name=namespace, name=name).first()
     if claim is None:
@@ -137,10 +145,14 @@ def claim_detail(namespace: str, name: str) -> dict | None:
         for other in (DeviceAllocation.objects.filter(q).exclude(claim=claim).select_related("claim__namespace")
                       .annotate(ns=F("claim__namespace__name"), claim_name=F("claim__name"))):
             co_holders.setdefault((other.cluster, other.driver, other.pool, other.device), []).append(other)
+    removed = _removed_devices(claim, events)
     for a in allocations:
         a.others = co_holders.get((a.cluster, a.driver, a.pool, a.device), [])
+        a.removed = f"{a.driver}/{a.pool}/{a.device}" in removed
     return {
         "claim": claim,
+        "device_removed": next((c for c in claim.conditions or [] if c.get("type") == "DeviceRemoved"
+                                and c.get("status") == "True"), None),
         "yaml": to_yaml(claim_object(claim)),
         "allocation_yaml": to_yaml(claim.allocation) if claim.allocation else "",
         "allocations": allocations,

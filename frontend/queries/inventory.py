@@ -5,7 +5,7 @@ from django.core.paginator import Paginator
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 
 from frontend.queries.claims import to_yaml
-from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Pool, ResourceSlice
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Pool, PoolEvent, ResourceSlice
 
 PAGE_SIZE = 100
 
@@ -56,7 +56,16 @@ def pool_list(get) -> dict:
     # Problems first: invalid, then incomplete, then the rest by name.
     qs = qs.order_by("state" if state else "-state", "cluster__name", "driver", "name")
     return {"page": _page(qs, get.get("page", 1)), "state": state, "cluster": cluster, "counts": counts,
-            "clusters": list(Cluster.objects.order_by("name").values_list("name", flat=True))}
+            "clusters": list(Cluster.objects.order_by("name").values_list("name", flat=True)),
+            "events": recent_pool_events(cluster)}
+
+
+def recent_pool_events(cluster: str = "", limit: int = 20) -> list[PoolEvent]:
+    """The newest pool events (e.g. a generation that went backwards), of one cluster or of the fleet."""
+    qs = PoolEvent.objects.select_related("cluster")
+    if cluster:
+        qs = qs.filter(cluster__name=cluster)
+    return list(qs.order_by("-id")[:limit])
 
 
 def _selectors(obj: dict) -> list[str]:

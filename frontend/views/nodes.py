@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from frontend import actions
 from frontend.queries import fleet as fleet_q
+from frontend.queries import inventory as inv_q
 from frontend.queries import nodes as nodes_q
 from frontend.views.base import can_taint, page, require
 from inventory.models import Cluster, Node, Pool
@@ -36,7 +37,7 @@ def cluster_detail(request, cluster):
     return page(request, "frontend/fleet/cluster.html", "clusters", {
         "title": c.name, "cluster": c, "stale": c.is_stale(), **data, "q": search, "page_no": p,
         "has_next": p * per_page < data["node_total"], "has_prev": p > 1,
-        "bad_pools": pools,
+        "bad_pools": pools, "pool_events": inv_q.recent_pool_events(c.name, limit=10),
     })
 
 

@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dra.k8s.slices import check_dns_label, check_label_name, check_label_value
-from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, ResourceSlice
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
 
 
 def validate_labels(value) -> dict:
@@ -126,8 +126,43 @@ class PoolSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+TAINT_SCHEMA = {"type": "array", "items": {"type": "object", "properties": {
+    "key": {"type": "string"}, "value": {"type": "string"}, "effect": {"type": "string"},
+    "timeAdded": {"type": "string"},
+    "source": {"type": "object", "description": "set on taints added by a DeviceTaintRule",
+               "properties": {"kind": {"type": "string"}, "name": {"type": "string"}, "scope": {"type": "string"}}}},
+    "additionalProperties": True}}
+ALLOCATION_SCHEMA = {"type": "object", "properties": {
+    "state": {"type": "string", "description": "free, allocated (one claim) or shared (several claims, or one "
+                                                 "claim reserved for several consumers)"},
+    "claimCount": {"type": "integer", "description": "claims holding the device, including those of "
+                                                     "namespaces the caller may not read"},
+    "claims": {"type": "array", "description": "holders in namespaces the caller may read",
+               "items": {"type": "object", "properties": {
+                   "namespace": {"type": "string"}, "name": {"type": "string"}, "request": {"type": "string"},
+                   "shareID": {"type": "string"}}}}},
+    "required": ["state"], "additionalProperties": True}
+
+
+@extend_schema_field(TAINT_SCHEMA)
+class TaintsField(serializers.JSONField):
+    pass
+
+
+class PoolEventSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    data = serializers.JSONField(read_only=True, allow_null=True)
+    time = serializers.DateTimeField(source="created_at", read_only=True)
+
+    class Meta:
+        model = PoolEvent
+        fields = ["id", "cluster", "driver", "pool", "type", "message", "data", "time"]
+        read_only_fields = fields
+
+
 class DeviceSerializer(serializers.ModelSerializer):
-    """The flattened device view. ``allocation`` comes from inventory.hooks (the claims app fills it)."""
+    """The flattened device view. ``taints``: the slice's own and those DeviceTaintRules add (with
+    ``source``); ``allocation`` comes from inventory.hooks (the claims app fills it)."""
 
     cluster = serializers.CharField(source="cluster.name", read_only=True)
     node = serializers.CharField(source="node_name")
@@ -136,6 +171,7 @@ class DeviceSerializer(serializers.ModelSerializer):
     poolState = serializers.CharField(source="pool_state", read_only=True, default=None)
     resourceSlice = serializers.CharField(source="resource_slice.name", read_only=True)
     consumesCounters = serializers.JSONField(source="consumes_counters")
+    taints = TaintsField()
     allowMultipleAllocations = serializers.BooleanField(source="allow_multiple_allocations")
     bindsToNode = serializers.BooleanField(source="binds_to_node")
     bindingConditions = serializers.JSONField(source="binding_conditions")
@@ -163,7 +199,7 @@ class DeviceSerializer(serializers.ModelSerializer):
         return {
             "id": obj.pk, "cluster": obj.cluster.name, "node": obj.node_name, "driver": obj.driver,
             "pool": obj.pool_name, "name": obj.name, "attributes": obj.attributes, "capacity": obj.capacity,
-            "consumesCounters": obj.consumes_counters, "taints": obj.taints,
+            "consumesCounters": obj.consumes_counters, "taints": self.get_taints(obj),
             "allowMultipleAllocations": obj.allow_multiple_allocations, "bindsToNode": obj.binds_to_node,
             "bindingConditions": obj.binding_conditions, "bindingFailureConditions": obj.binding_failure_conditions,
             "allNodes": obj.all_nodes, "nodeSelector": obj.node_selector, "resourceSlice": obj.resource_slice.name,
@@ -171,8 +207,11 @@ class DeviceSerializer(serializers.ModelSerializer):
             "clusterStale": self.get_clusterStale(obj), "allocation": self.get_allocation(obj),
         }
 
-    @extend_schema_field({"type": "object", "properties": {"state": {"type": "string"}},
-                          "additionalProperties": True})
+    def get_taints(self, obj) -> list:
+        added = (self.context.get("rule_taints") or {}).get(obj.pk)
+        return list(obj.taints or []) + added if added else obj.taints
+
+    @extend_schema_field(ALLOCATION_SCHEMA)
     def get_allocation(self, obj) -> dict:
         states = self.context.get("allocation_states") or {}
         return states.get(obj.pk) or {"state": "free"}

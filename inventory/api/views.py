@@ -16,10 +16,12 @@ from inventory.api.parsers import FastJSONParser
 from inventory.api import serializers as s
 from inventory.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from inventory.hooks import allocation_states
-from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, ResourceSlice
-from inventory.permissions import CanWriteClusterInventory, IsAdminOrReadOnly, IsAuthenticatedPrincipal
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
+from inventory.permissions import CanWriteClusterInventory, IsAdminOrReadOnly, IsAuthenticatedPrincipal, \
+    token_can_read_namespace
 from inventory.services import clusters as cluster_services
 from inventory.services import fleet, sync
+from inventory.services.taints import rule_taints
 
 PROBLEM = OpenApiResponse(description="application/problem+json with field paths")
 NAME_REGEX = r"[^/]+"
@@ -203,9 +205,32 @@ class PoolViewSet(InventoryViewMixin, viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["id", "driver", "name", "state", "updated_at"]
     ordering = ["id"]
 
+    @extend_schema(responses={200: s.PoolEventSerializer(many=True)}, filters=False,
+                   description="The pool's events, oldest first (e.g. GenerationRegressed: a full push took the "
+                               "pool's generation backwards; accepted, and recorded here).")
+    @action(detail=True, methods=["get"], url_path="events", filterset_class=None, ordering=["id"],
+            ordering_fields=["id"])
+    def events(self, request, pk=None):
+        pool = self.get_object()
+        rows = PoolEvent.objects.select_related("cluster").filter(cluster_id=pool.cluster_id, driver=pool.driver,
+                                                                  pool=pool.name)
+        page = self.paginate_queryset(self.filter_queryset(rows))
+        return self.get_paginated_response(s.PoolEventSerializer(page, many=True).data)
+
+
+class PoolEventViewSet(InventoryViewMixin, viewsets.ReadOnlyModelViewSet):
+    """Pool events of the whole fleet (they outlive their pool); filter by cluster, driver, pool, type."""
+
+    queryset = PoolEvent.objects.select_related("cluster")
+    serializer_class = s.PoolEventSerializer
+    filterset_class = filtersets.PoolEventFilterSet
+    ordering_fields = ["id"]
+    ordering = ["id"]
+
 
 class DeviceViewSet(InventoryViewMixin, viewsets.ReadOnlyModelViewSet):
-    """The flattened device view of the fleet; ``allocation`` is filled by the claims app (inventory.hooks)."""
+    """The flattened device view of the fleet: ``taints`` include those of DeviceTaintRules, ``allocation``
+    is filled by the claims app (inventory.hooks), showing only the claims of namespaces the caller reads."""
 
     serializer_class = s.DeviceSerializer
     filterset_class = filtersets.DeviceFilterSet
@@ -221,17 +246,28 @@ class DeviceViewSet(InventoryViewMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_serializer_context(self):
         context = super().get_serializer_context()
-        context["allocation_states"] = getattr(self, "_allocation_states", {})
+        context.update(getattr(self, "_page_context", {}))
         return context
+
+    def _prepare(self, devices: list) -> None:
+        """What the page's rows need besides their columns: two queries for the whole page."""
+        states = allocation_states(devices)
+        for state in states.values():
+            if "claims" in state:
+                visible = [c for c in state["claims"]
+                           if token_can_read_namespace(self.request, c.get("namespace") or "")]
+                state["claimCount"] = len(state["claims"])  # the state is true even when names are hidden
+                state["claims"] = visible
+        self._page_context = {"allocation_states": states, "rule_taints": rule_taints(devices)}
 
     def paginate_queryset(self, queryset):
         page = super().paginate_queryset(queryset)
-        self._allocation_states = allocation_states(page if page is not None else [])
+        self._prepare(list(page) if page is not None else [])
         return page
 
     def retrieve(self, request, *args, **kwargs):
         device = self.get_object()
-        self._allocation_states = allocation_states([device])
+        self._prepare([device])
         return Response(self.get_serializer(device).data)
 
 

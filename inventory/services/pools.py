@@ -59,6 +59,35 @@ def _pool_state(key: tuple[str, str], members: list[dict]) -> PoolState:
     return state
 
 
+def generation_regressions(previous: dict[tuple[str, str], int], states: dict[tuple[str, str], PoolState]
+                           ) -> list[tuple[tuple[str, str], int, int]]:
+    """(pool key, stored generation, new generation) for pools whose generation goes backwards."""
+    return [(key, previous[key], st.generation) for key, st in sorted(states.items())
+            if key in previous and st.generation < previous[key]]
+
+
+def mixed_generations(slices: Iterable[tuple[str, dict]]) -> list[tuple[str, str]]:
+    """(path, reason) for each slice of ``(path, normalized slice)`` below its pool's highest generation.
+
+    A cluster never publishes two generations of one pool for good: a list holding both was taken mid-way
+    through a driver's update, and only the highest generation would count anyway. One push must carry one
+    generation per pool; the agent leaves the named slices out and pushes again.
+    """
+    by_pool: dict[tuple[str, str], list[tuple[str, dict]]] = {}
+    for path, obj in slices:
+        by_pool.setdefault((obj["spec"]["driver"], obj["spec"]["pool"]["name"]), []).append((path, obj))
+    errors = []
+    for (driver, pool), members in by_pool.items():
+        highest = max(m["spec"]["pool"].get("generation", 0) for _, m in members)
+        for path, obj in members:
+            generation = obj["spec"]["pool"].get("generation", 0)
+            if generation < highest:
+                errors.append((f"{path}.spec.pool.generation",
+                               f"Invalid value: {generation}: pool {driver}/{pool} has slices of generation "
+                               f"{highest} in this push; a push carries one generation per pool"))
+    return errors
+
+
 def _invalid_reason(current: list[dict]) -> str:
     names: set[str] = set()
     counter_sets: dict[str, set[str]] = {}

@@ -19,8 +19,8 @@ from django.utils import timezone
 from dra.k8s import slices as k8s
 from draservice.problems import FieldError, PreconditionFailed
 from inventory.etag import check_if_match
-from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, ResourceSlice
-from inventory.services.pools import compute_pool_states, device_rows
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
+from inventory.services.pools import compute_pool_states, device_rows, generation_regressions, mixed_generations
 from inventory.signals import send_after_commit
 
 MAX_REPORTED_ERRORS = 100
@@ -124,6 +124,7 @@ def parse_inventory(body) -> Inventory:
         "deviceClasses": (lambda o: k8s.normalize_device_class(o, compile_cel), inventory.classes),
         "deviceTaintRules": (k8s.normalize_device_taint_rule, inventory.rules),
     }
+    slice_paths: list[tuple[str, dict]] = []
     for key, items in buckets.items():
         normalize, out = normalizers[key]
         seen: dict[str, str] = {}
@@ -133,12 +134,15 @@ def parse_inventory(body) -> Inventory:
             except k8s.ObjectInvalid as exc:
                 errors.extend(exc.prefixed(path).errors)
                 continue
+            if key == "resourceSlices":
+                slice_paths.append((path, obj))
             name = obj["name"] if key == "nodes" else obj["metadata"]["name"]
             if name in seen:
                 name_path = f"{path}.name" if key == "nodes" and "metadata" not in item else f"{path}.metadata.name"
                 errors.append((name_path, f"Duplicate value: {name!r} (also at {seen[name]})"))
             seen[name] = path
             out.append(obj)
+    errors += mixed_generations(slice_paths)
     if errors:
         _raise(errors)
     return inventory
@@ -256,6 +260,7 @@ def _slice_fields(obj: dict) -> dict:
 def _write_pools(cluster: Cluster, states: dict, scope: set | None) -> dict[str, int]:
     """Make the Pool rows match ``states``; ``scope`` limits deletions to those keys (None: the whole cluster)."""
     existing = {(p.driver, p.name): p for p in Pool.objects.filter(cluster=cluster)}
+    _record_regressions(cluster, {key: p.generation for key, p in existing.items()}, states)
     create, update = [], []
     for key, st in states.items():
         values = {"generation": st.generation, "resource_slice_count": st.resource_slice_count,
@@ -280,6 +285,18 @@ def _write_pools(cluster: Cluster, states: dict, scope: set | None) -> dict[str,
     for st in states.values():
         summary[st.state] += 1
     return summary
+
+
+def _record_regressions(cluster: Cluster, previous: dict, states: dict) -> None:
+    """A pool whose generation goes backwards is stored as pushed (the cluster's truth: a driver reinstall
+    restarts generations), and a ``GenerationRegressed`` pool event says so."""
+    events = [PoolEvent(cluster=cluster, driver=key[0], pool=key[1], type=PoolEvent.GENERATION_REGRESSED,
+                        message=f"generation went back from {old} to {new}; accepted as the cluster's inventory "
+                                f"(a driver reinstall restarts generations)",
+                        data={"previousGeneration": old, "generation": new})
+              for key, old, new in generation_regressions(previous, states)]
+    if events:
+        PoolEvent.objects.bulk_create(events)
 
 
 def _replace_scoped(model, cluster: Cluster, objects: list[dict], extra=lambda obj: {}) -> dict[str, int]:

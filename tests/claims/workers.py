@@ -107,10 +107,10 @@ def wait_until_idle(broker_url: str, queue: str, timeout: float = 20.0) -> None:
 
 
 def reset_dispatch_state(broker_url: str) -> None:
-    """Forget the allocation debounce key (``claims.dispatch.KICK_KEY``). A kick enqueued to the previous test
+    """Forget the allocation debounce key (``claims.dispatch.kick_key()``). A kick enqueued to the previous test
     module's queue, whose workers are gone, would otherwise suppress this test's kicks for up to 30 s."""
     import redis
 
-    from claims.dispatch import KICK_KEY
+    from claims.dispatch import kick_key
 
-    redis.Redis.from_url(broker_url).delete(KICK_KEY)
+    redis.Redis.from_url(broker_url).delete(kick_key())

@@ -176,6 +176,17 @@ def test_device_taint_rules_apply_and_tolerations_lift_them():
     assert ok.allocated and ok.claims[0].allocation["devices"]["results"][0]["tolerations"] == tol
 
 
+def test_a_taint_rule_without_a_selector_taints_nothing_and_an_empty_one_everything():
+    """Upstream DeviceTaintRuleSpec: "The empty selector matches all devices. Without a selector, no devices
+    are matched." The device API shows the same (inventory.services.taints)."""
+    taint = {"key": "k", "effect": "NoSchedule"}
+    none = {"metadata": {"name": "none"}, "spec": {"taint": taint}}
+    assert engine(cluster("c1", {"n1": gpus(1)}, taint_rules=[none])).allocate(group(claim("a", [request("r")]))).allocated
+    everything = {"metadata": {"name": "all"}, "spec": {"deviceSelector": {}, "taint": taint}}
+    out = engine(cluster("c1", {"n1": gpus(1)}, taint_rules=[everything])).allocate(group(claim("a", [request("r")])))
+    assert not out.allocated and out.diagnostics["requests"][0]["dropped"] == {"taint": 1}
+
+
 def _mig_engine():
     path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "real-slices.json")
     with open(path) as fh:

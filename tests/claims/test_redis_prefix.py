@@ -1,0 +1,88 @@
+"""Two deployments sharing one Redis (server or database): each has its own pub/sub channel and debounce keys,
+so neither wakes the other's waiters nor silences the other's allocation kicks. Real Redis (TEST_BROKER_URL)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import redis
+
+from claims import dispatch, notify
+from claims.tasks import allocate_pending
+from gangs import dispatch as gang_dispatch
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def broker(settings):
+    url = os.environ.get("TEST_BROKER_URL")
+    if not url:
+        pytest.fail("TEST_BROKER_URL is not set (make test sets it)")
+    settings.CELERY_BROKER_URL = url
+    return url
+
+
+def deployment(settings, prefix: str) -> None:
+    settings.REDIS_KEY_PREFIX = prefix
+
+
+def subscribe(url: str, channel: str):
+    pubsub = redis.Redis.from_url(url).pubsub()
+    pubsub.subscribe(channel)
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+    return pubsub
+
+
+def received(pubsub, timeout=0.5) -> list:
+    out, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.05)
+        if message and message["type"] == "message":
+            out.append(message["data"])
+    return out
+
+
+def test_the_default_prefix_follows_the_database(settings):
+    settings.REDIS_KEY_PREFIX = ""
+    db = settings.DATABASES["default"]
+    first = notify.key_prefix()
+    assert first.startswith("draservice:") and first == notify.key_prefix()
+    saved = db["NAME"]
+    try:
+        db["NAME"] = "another_deployment"
+        assert notify.key_prefix() != first
+    finally:
+        db["NAME"] = saved
+    settings.REDIS_KEY_PREFIX = "eu-prod"
+    assert notify.key_prefix() == "eu-prod" and notify.channel() == "eu-prod:claims:changed"
+    assert dispatch.kick_key() == "eu-prod:claims:allocate-queued"
+    assert gang_dispatch._kick_key().startswith("eu-prod:gangs:place-queued:")
+
+
+def test_claim_changes_wake_only_their_own_deployment(settings, broker):
+    a = subscribe(broker, "test-a:claims:changed")
+    b = subscribe(broker, "test-b:claims:changed")
+    deployment(settings, "test-a")
+    notify.publish([41, 42])
+    assert received(a) == [b"[41, 42]"] and received(b, 0.2) == []
+    deployment(settings, "test-b")
+    notify.publish([7])
+    assert received(b) == [b"[7]"] and received(a, 0.2) == []
+
+
+def test_allocation_kicks_are_debounced_per_deployment(settings, broker, monkeypatch):
+    client = redis.Redis.from_url(broker)
+    client.delete("test-a:claims:allocate-queued", "test-b:claims:allocate-queued")
+    enqueued = []
+    monkeypatch.setattr(allocate_pending, "apply_async", lambda *a, **k: enqueued.append(notify.key_prefix()))
+    deployment(settings, "test-a")
+    dispatch.request_allocation()
+    dispatch.request_allocation()  # a task of A is queued and not started: debounced
+    deployment(settings, "test-b")
+    dispatch.request_allocation()  # B's kick is not silenced by A's key
+    assert enqueued == ["test-a", "test-b"]
+    dispatch.task_started()  # B's task starts: only B's key goes
+    assert client.exists("test-a:claims:allocate-queued") and not client.exists("test-b:claims:allocate-queued")
+    client.delete("test-a:claims:allocate-queued")
