@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('claims', '0001_initial'),
+        ('claims', '0003_device_removed'),
     ]
 
     operations = [
