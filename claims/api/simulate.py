@@ -143,7 +143,7 @@ def run_simulation(body: Any) -> dict:
                                features=parsed["features"], allowed_clusters=allowed)
     except CostBudgetExhausted as exc:
         raise FieldError([("claims", exc.reason)], title="CEL budget exhausted",
-                         detail=f"the simulation was stopped: {exc.reason}")
+                         detail=f"the simulation was stopped: {exc.reason}") from exc
     except AllocationError as exc:
         raise FieldError([(_error_field(exc, parsed["claims"]), exc.message)], detail=exc.message,
                          title="Cannot simulate this input")

@@ -31,11 +31,12 @@ class ComprehensionMixin:
         if isinstance(source, CELEvalError):
             return source
         if isinstance(source, celtypes.MapType):
-            pairs = [(k, source[k]) for k in source.keys()]
+            pairs = list(source.items())
         elif isinstance(source, celtypes.ListType):
             pairs = [(cel_int(i), v) for i, v in enumerate(source)]
         else:
-            return error_at(f"expression of type '{type_name(source)}' cannot be the range of a comprehension", range_tree)
+            return error_at(f"expression of type '{type_name(source)}' cannot be the range of a comprehension",
+                            range_tree)
         is_map = isinstance(source, celtypes.MapType)
         if len(variables) == 2:
             scopes = [{variables[0]: k, variables[1]: v} for k, v in pairs]

@@ -71,8 +71,8 @@ def factor(size: int, per_unit: float) -> int:
 class _Decl:
     max: int
     fields: tuple = ()  # (name, _Decl) pairs of an object type
-    key: "_Decl | None" = None
-    elem: "_Decl | None" = None
+    key: _Decl | None = None
+    elem: _Decl | None = None
 
 
 _ATTRIBUTE = _Decl(ATTRIBUTE_VALUE_MAX)

@@ -188,7 +188,8 @@ class _Estimator:
         kinds = {t for t in (self.type(left_node), self.type(right_node)) if not is_dyn(t)}
         joined = add(left.bound, right.bound)
         if kinds and kinds <= set(_TEXT):
-            return Est(add(args, factor(joined, STRING_TRAVERSAL)), joined)
+            fn = factor(joined, STRING_TRAVERSAL)
+            return Est(add(args, fn if self.upstream else max(1, fn)), joined)
         if kinds and all(_is(t, "list") for t in kinds):
             # List concatenation is O(1) in cel-go (only its size is tracked); cel-python copies.
             fn = 1 if self.upstream else max(1, factor(joined, STRING_TRAVERSAL))

@@ -94,8 +94,10 @@ class CELMatchView(APIView):
         "byClusterAndProduct": serializers.ListField(child=serializers.DictField()),
         "truncated": serializers.BooleanField(required=False),
         "truncatedReason": serializers.CharField(required=False, allow_null=True),
-        "costUnits": serializers.IntegerField(required=False),
-        "costBudget": serializers.IntegerField(required=False)}), 422: PROBLEM})
+        "estimatedCost": serializers.IntegerField(required=False, allow_null=True),
+        "costUnits": serializers.IntegerField(required=False, help_text="cost units this request's evaluations used"),
+        "costBudget": serializers.IntegerField(required=False, help_text="cost units one request may use")}),
+        422: PROBLEM})
     def post(self, request):
         body = MatchRequest(data=request.data)
         body.is_valid(raise_exception=True)

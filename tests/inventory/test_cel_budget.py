@@ -35,8 +35,8 @@ def device_class(name, expression):
 @pytest.fixture
 def fleet(cluster_factory, real_slices):
     _, client = cluster_factory("east")
-    body = {"resourceSlices": real_slices, "nodes": [], "deviceClasses": [device_class("gpu.nvidia.com",
-                                                                                       'device.driver == "gpu.nvidia.com"')]}
+    nvidia = device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"')
+    body = {"resourceSlices": real_slices, "nodes": [], "deviceClasses": [nvidia]}
     resp = client.put("/api/v1/clusters/east/inventory", body, format="json")
     assert resp.status_code == 200, resp.content
     return client
@@ -152,5 +152,5 @@ def test_match_on_one_device_beyond_the_declared_sizes_is_stopped_by_the_count(a
     device = {"driver": "d.example.com", "attributes": {"s": {"string": "a" * 1_000_000}}}
     body = admin_client.post("/api/v1/cel/match", {"expression": expr, "device": device}, format="json").json()
     assert body["matches"] == 0
-    assert body["error"]["reason"] == f"operation cancelled: actual cost limit exceeded (more than {MAX_SELECTOR_COST} " \
-                                      "cost units)"
+    assert body["error"]["reason"] == ("operation cancelled: actual cost limit exceeded "
+                                       f"(more than {MAX_SELECTOR_COST} cost units)")
