@@ -31,36 +31,31 @@ class ComprehensionMixin:
         if isinstance(source, CELEvalError):
             return source
         if isinstance(source, celtypes.MapType):
-            pairs = list(source.items())
+            pairs = iter(source.items())
         elif isinstance(source, celtypes.ListType):
-            pairs = [(cel_int(i), v) for i, v in enumerate(source)]
+            pairs = ((cel_int(i), v) for i, v in enumerate(source))
         else:
             return error_at(f"expression of type '{type_name(source)}' cannot be the range of a comprehension",
                             range_tree)
-        is_map = isinstance(source, celtypes.MapType)
-        if len(variables) == 2:
-            scopes = [{variables[0]: k, variables[1]: v} for k, v in pairs]
-        else:
-            # One-variable comprehensions range over map keys and list values.
-            scopes = [{variables[0]: k if is_map else v} for k, v in pairs]
+        entries = _entries(pairs, variables, isinstance(source, celtypes.MapType))
         kind = {"exists_one": "existsOne"}.get(name, name)
         if kind in ("all", "exists"):
-            return self._quantifier(tree, kind, bodies[0], scopes)
+            return self._quantifier(tree, kind, bodies[0], entries, len(source))
         if kind == "existsOne":
-            return self._exists_one(tree, bodies[0], scopes)
+            return self._exists_one(tree, bodies[0], entries)
         if kind == "filter":
-            return self._filter(tree, bodies[0], scopes, [k if is_map else v for k, v in pairs])
-        return self._transform(tree, kind, bodies, scopes, [k for k, _ in pairs])
+            return self._filter(tree, bodies[0], entries)
+        return self._transform(tree, kind, bodies, entries)
 
-    def _quantifier(self, tree, kind, body, scopes):
+    def _quantifier(self, tree, kind, body, entries, size):
         decisive = kind == "exists"
         first_error = None
-        for i, scope in enumerate(scopes):
+        for i, (scope, _, _) in enumerate(entries):
             self.budget.charge(_STEP[kind], tree)
             value = self._scoped(body, scope)
             if isinstance(value, celtypes.BoolType):
                 if bool(value) is decisive:
-                    if i + 1 < len(scopes):
+                    if i + 1 < size:
                         self.budget.charge(_LOOP_CONDITION[kind], tree)  # the check that ends the loop
                     self.budget.charge(1, tree)
                     return value
@@ -69,9 +64,9 @@ class ComprehensionMixin:
         self.budget.charge(1, tree)  # the result: reading the accumulator
         return first_error if first_error is not None else celtypes.BoolType(not decisive)
 
-    def _exists_one(self, tree, body, scopes):
+    def _exists_one(self, tree, body, entries):
         count = 0
-        for scope in scopes:
+        for scope, _, _ in entries:
             self.budget.charge(1, tree)
             value = self._scoped(body, scope)
             if isinstance(value, CELEvalError):
@@ -84,10 +79,10 @@ class ComprehensionMixin:
         self.budget.charge(2, tree)
         return celtypes.BoolType(count == 1)
 
-    def _filter(self, tree, body, scopes, items):
+    def _filter(self, tree, body, entries):
         self.budget.charge(LIST_CREATE, tree)
         out = []
-        for scope, item in zip(scopes, items):
+        for scope, _, item in entries:
             self.budget.charge(1, tree)
             value = self._scoped(body, scope)
             if isinstance(value, CELEvalError):
@@ -100,13 +95,13 @@ class ComprehensionMixin:
         self.budget.charge(1, tree)
         return celtypes.ListType(out)
 
-    def _transform(self, tree, kind, bodies, scopes, keys):
+    def _transform(self, tree, kind, bodies, entries):
         """map / transformList / transformMap, optionally with a filter predicate first."""
         predicate, transform = (bodies[0], bodies[1]) if len(bodies) == 2 else (None, bodies[0])
         to_map = kind == "transformMap"
         self.budget.charge(MAP_CREATE if to_map else LIST_CREATE, tree)
         out_list, out_map = [], celtypes.MapType()
-        for scope, key in zip(scopes, keys):
+        for scope, key, _ in entries:
             if predicate is not None:
                 keep = self._scoped(predicate, scope)
                 if isinstance(keep, CELEvalError):
@@ -126,3 +121,18 @@ class ComprehensionMixin:
                 out_list.append(value)
         self.budget.charge(1, tree)
         return out_map if to_map else celtypes.ListType(out_list)
+
+
+def _entries(pairs, variables, is_map: bool):
+    """(scope, key, item) per element, lazily: a loop that stops early (or runs out of budget) never
+    builds the scopes of the elements it does not reach. One-variable comprehensions range over
+    map keys and list values."""
+    if len(variables) == 2:
+        first, second = variables
+        for k, v in pairs:
+            yield {first: k, second: v}, k, (k if is_map else v)
+    else:
+        name = variables[0]
+        for k, v in pairs:
+            item = k if is_map else v
+            yield {name: item}, k, item

@@ -441,7 +441,12 @@ def _int_literal(node) -> int | None:
 def estimate(tree: lark.Tree, types: dict, literals: dict, *, upstream: bool = False) -> int:
     """The worst-case cost of a checked expression in cel-go cost units (UNBOUNDED if unknown):
     this service's estimate, or with `upstream` exactly Kubernetes' (see the module docstring)."""
-    return _Estimator(types, literals, upstream).est(tree).cost
+    try:
+        return _Estimator(types, literals, upstream).est(tree).cost
+    except RecursionError:
+        # Only reachable if the caller is already deep in its own stack (the nesting limit keeps
+        # the walk shallow); an expression whose cost cannot be known is too expensive to store.
+        return UNBOUNDED
 
 
 __all__ = ["Est", "estimate"]
