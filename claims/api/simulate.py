@@ -29,6 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from claims.api.access import IsAuthenticatedPrincipal
+from dra.cel import REQUEST_COST_BUDGET, CostBudgetExhausted, CostMeter, check_selector_cost, metered
 from dra.engine import AllocationError, Features, FleetSnapshot, simulate
 from dra.engine.simulate import allocated_from_body, node_name_of, snapshot_from_body
 from dra.k8s import claims as k8s_claims
@@ -70,13 +71,14 @@ def parse_body(body: Any) -> dict:
     for i, obj in enumerate(claims_in):
         if isinstance(obj, dict) and not (obj.get("metadata") or {}).get("name"):
             obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "name": f"claim-{i}"}}
-        # CEL is compiled by the engine, which words compile errors the way the scheduler does.
-        claim, claim_errors = k8s_claims.normalize_claim(obj, check_cel=False) if isinstance(obj, dict) \
-            else (obj, [("", "must be a ResourceClaim object")])
+        # CEL is compiled by the engine, which words compile errors the way the scheduler does; a selector
+        # too expensive to store is refused here, with its field path, before anything runs.
+        claim, claim_errors = k8s_claims.normalize_claim(obj, check_cel=False, check_cost=True) \
+            if isinstance(obj, dict) else (obj, [("", "must be a ResourceClaim object")])
         errors.extend((f"claims[{i}].{p}" if p else f"claims[{i}]", r) for p, r in claim_errors)
         claims.append(claim)
     classes, errs = _normalized(body.get("deviceClasses") or [], "deviceClasses",
-                                lambda obj: k8s_slices.normalize_device_class(obj, None))
+                                lambda obj: k8s_slices.normalize_device_class(obj, check_selector_cost))
     errors += errs
     slices, errs = _normalized(body.get("resourceSlices") or [], "resourceSlices", k8s_slices.normalize_resource_slice)
     errors += errs
@@ -135,8 +137,13 @@ def run_simulation(body: Any) -> dict:
         allocated = allocated_from_body(body)
         allowed = None
     try:
-        outcome = simulate(snapshot, allocated, parsed["claims"], node=parsed["node"], features=parsed["features"],
-                           allowed_clusters=allowed)
+        # All CEL evaluations of the simulation share one budget (each also has its own, dra.cel's default).
+        with metered(CostMeter(REQUEST_COST_BUDGET)):
+            outcome = simulate(snapshot, allocated, parsed["claims"], node=parsed["node"],
+                               features=parsed["features"], allowed_clusters=allowed)
+    except CostBudgetExhausted as exc:
+        raise FieldError([("claims", exc.reason)], title="CEL budget exhausted",
+                         detail=f"the simulation was stopped: {exc.reason}") from exc
     except AllocationError as exc:
         raise FieldError([(_error_field(exc, parsed["claims"]), exc.message)], detail=exc.message,
                          title="Cannot simulate this input")

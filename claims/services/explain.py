@@ -32,11 +32,18 @@ def explain(claim: ResourceClaim, *, refresh: bool = False) -> dict:
 
 def dry_run(claim: ResourceClaim) -> dict:
     """The engine's answer for this claim alone, now, against the current fleet and devices in use."""
+    from dra.cel import REQUEST_COST_BUDGET, CostBudgetExhausted, CostMeter, metered
     from dra.engine import Engine
 
     view = fleet.current_view()
     engine = Engine(view.snapshot, list(fleet.rows_in_use().values()))
-    outcome = engine.allocate(allocation.engine_group(Group(claims=[claim]), view), raise_errors=False)
+    try:
+        # All CEL evaluations of the dry run share one budget (each also has its own, dra.cel's default).
+        with metered(CostMeter(REQUEST_COST_BUDGET)):
+            outcome = engine.allocate(allocation.engine_group(Group(claims=[claim]), view), raise_errors=False)
+    except CostBudgetExhausted as exc:
+        return {"allocatable": False, "reason": "cel_budget_exhausted", "message": f"the dry run was stopped: "
+                f"{exc.reason}", "cluster": None, "node": None, "diagnostics": None, "error": None}
     data = outcome.to_dict()
     return {"allocatable": outcome.allocated, "reason": data.get("reason"), "message": data.get("message"),
             "cluster": data.get("cluster"), "node": data.get("node"), "diagnostics": data.get("diagnostics"),

@@ -25,6 +25,7 @@ from .analysis import Footprint
 from .compiler import CompiledExpression, compile_expression
 from .device import CELDevice, DeviceView
 from .errors import CELRuntimeError
+from .meter import CostMeter, current_meter
 
 _MISSING = ("<missing>",)
 _fp_ids: dict[Footprint | None, int] = {}
@@ -157,7 +158,7 @@ class SelectorCache:
                 results = self._current.setdefault(expression, {})
         return results
 
-    def _lookup(self, entry: _Entry, expression: str, device: CELDevice):
+    def _lookup(self, entry: _Entry, expression: str, device: CELDevice, meter: CostMeter | None = None):
         """(result, was_cached) for one device, evaluating and memoising on a miss."""
         view = device._view or device.view()
         proj = view.projections.get(entry.fp_id)
@@ -174,7 +175,8 @@ class SelectorCache:
             self._store(expression, proj, result)
             return result, True
         try:
-            result = entry.compiled.evaluate_view(view)
+            # CostBudgetExhausted (the caller's shared budget ran out) propagates unmemoised.
+            result = entry.compiled.evaluate_view(view, meter=meter or current_meter())
         except CELRuntimeError as exc:
             result = exc
         with self._lock:
@@ -192,10 +194,11 @@ class SelectorCache:
                 self._current_size = 0
                 self._generations += 1
 
-    def evaluate(self, expression: str, device: CELDevice) -> bool:
+    def evaluate(self, expression: str, device: CELDevice, *, meter: CostMeter | None = None) -> bool:
         """Result of `expression` for `device`; raises CELCompileError, or the (cached)
-        CELRuntimeError."""
-        result, hit = self._lookup(self._entry(expression), expression, device)
+        CELRuntimeError. A `meter` bounds the cost of all evaluations charged to it (a cached
+        result costs nothing); CostBudgetExhausted when it runs out."""
+        result, hit = self._lookup(self._entry(expression), expression, device, meter)
         if hit:
             with self._lock:
                 self._hits += 1

@@ -43,6 +43,9 @@ class Checked:
 
     output_type: object
     warnings: list[Issue] = field(default_factory=list)
+    # id(node) -> type of every checked (unwrapped) node, for the cost estimator; the compiler
+    # drops it once the estimate is made.
+    types: dict = field(default_factory=dict)
 
 
 def _pos(node) -> int | None:
@@ -67,6 +70,7 @@ class _Checker:
         self.errors: list[Issue] = []
         self.warnings: list[Issue] = []
         self.scopes: list[dict] = [{"device": DEVICE}]
+        self.types: dict[int, object] = {}
 
     def error(self, message: str, node, hint: str | None = None, position: int | None = None):
         self.errors.append(Issue(message, _pos(node) if position is None else position, hint))
@@ -77,7 +81,9 @@ class _Checker:
         # Skip single-child wrapper nodes in a loop (see analysis.unwrap) to keep recursion
         # proportional to the CEL nesting, not to the grammar.
         node = analysis.unwrap(node)
-        return getattr(self, "t_" + node.data)(node)
+        t = getattr(self, "t_" + node.data)(node)
+        self.types[id(node)] = t
+        return t
 
     def _single(self, node):
         return self.check(node.children[0])
@@ -476,4 +482,4 @@ def check(expression: str, tree: lark.Tree, *, consumable_capacity: bool) -> Che
         exc.issues = checker.errors  # type: ignore[attr-defined]
         exc.warnings = checker.warnings  # type: ignore[attr-defined]
         raise exc
-    return Checked(output, checker.warnings)
+    return Checked(output, checker.warnings, checker.types)

@@ -11,11 +11,13 @@ from celpy import celtypes
 from celpy.celparser import CELParseError, CELParser
 from celpy.evaluation import Activation, CELEvalError, Evaluator, base_functions
 
-from . import analysis, library, library_ext
+from . import analysis, estimator, library, library_ext
 from .device import CELDevice, DeviceView
-from .errors import CELBudgetExceeded, CELCompileError, CELRuntimeError
+from .cost import COST_HINT, MAX_SELECTOR_COST, UPSTREAM_MAX_SELECTOR_COST, budget_reason
+from .errors import CELBudgetExceeded, CELCompileError, CELCostLimitExceeded, CELRuntimeError
 from .evaluator import DEFAULT_COST_LIMIT, DEFAULT_TIME_LIMIT_S, Budget, BudgetExceeded, DRAEvaluator
 from .hints import runtime_hint
+from .meter import CostMeter
 
 # Upstream limits a selector's length by the size of the API object; 10 KiB is ours.
 MAX_EXPRESSION_LENGTH = 10 * 1024
@@ -96,6 +98,12 @@ def _prepare(tree: lark.Tree) -> dict:
         if node.data == "literal":
             value = probe.literal(node)
             literals[id(node)] = value
+    for node in tree.iter_subtrees():  # children before parents: nested constant lists fold too
+        if node.data == "list_lit" and node.children and node.children[0] is not None:
+            items = [analysis.unwrap(c) for c in node.children[0].children]
+            if all(id(i) in literals for i in items):
+                # A list of constants is the same value on every evaluation: build it once.
+                literals[id(node)] = celtypes.ListType([literals[id(i)] for i in items])
     return literals
 
 
@@ -109,29 +117,50 @@ class CompiledExpression:
         self._literals = _prepare(tree)
         self.drivers: frozenset[str] | None = analysis.drivers(tree)
         self.footprint: analysis.Footprint | None = analysis.footprint(tree)
+        # Worst-case cost in cel-go units (estimator.py): ours, which bounds what an evaluation
+        # is charged, and Kubernetes' own number. Creation refuses more than MAX_SELECTOR_COST
+        # (compile_selector); compiling never does: upstream's table compiles its "expensive"
+        # case and expects it to fail at run time.
+        self.max_cost: int = estimator.estimate(tree, checked.types, self._literals)
+        self.upstream_max_cost: int = estimator.estimate(tree, checked.types, self._literals, upstream=True)
+        checked.types = {}
         self.checked = checked
 
     def __repr__(self) -> str:
         return f"CompiledExpression({self.expression!r})"
 
     def evaluate(self, device: CELDevice, *, cost_limit: int = DEFAULT_COST_LIMIT,
-                 time_limit: float = DEFAULT_TIME_LIMIT_S) -> bool:
-        """True if the device matches; raises CELRuntimeError (or CELBudgetExceeded)."""
-        return self.evaluate_view(device.view(), cost_limit=cost_limit, time_limit=time_limit)
+                 time_limit: float = DEFAULT_TIME_LIMIT_S, meter: CostMeter | None = None) -> bool:
+        """True if the device matches; raises CELRuntimeError (or CELBudgetExceeded), or
+        CostBudgetExhausted when `meter` (shared by many evaluations) runs out first."""
+        return self.evaluate_view(device.view(), cost_limit=cost_limit, time_limit=time_limit, meter=meter)
 
     def evaluate_view(self, view: DeviceView, *, cost_limit: int = DEFAULT_COST_LIMIT,
-                      time_limit: float = DEFAULT_TIME_LIMIT_S) -> bool:
+                      time_limit: float = DEFAULT_TIME_LIMIT_S, meter: CostMeter | None = None) -> bool:
         if view.error is not None:
             raise CELRuntimeError(self.expression, view.error)
-        evaluator = DRAEvaluator(self._tree, _activation(view), _ALL_FUNCTIONS, self._literals,
-                                 Budget(cost_limit, time_limit))
+        own = (cost_limit, time_limit)
+        if meter is not None:
+            cost_limit, time_limit, _ = meter.clamp(cost_limit, time_limit)
+        budget = Budget(cost_limit, time_limit)
+        evaluator = DRAEvaluator(self._tree, _activation(view), _ALL_FUNCTIONS, self._literals, budget)
         try:
             value = evaluator.visit(self._tree)
         except BudgetExceeded as exc:
+            if meter is not None:
+                meter.record(budget.used)
+                # The meter's limit, not this evaluation's own, is what stopped it.
+                if (exc.kind == "cost" and cost_limit < own[0]) or (exc.kind == "time" and time_limit < own[1]):
+                    raise meter.error() from None
             raise CELBudgetExceeded(self.expression, exc.reason, _tree_offset(exc.tree),
                                     "simplify the expression: nested comprehensions multiply their cost") from None
         except RecursionError:
             raise CELBudgetExceeded(self.expression, "expression nests too deeply to evaluate") from None
+        if meter is not None:
+            meter.record(budget.used)
+        return self._result(value)
+
+    def _result(self, value) -> bool:
         if isinstance(value, CELEvalError):
             raise _runtime_error(self.expression, value) from None
         if not isinstance(value, celtypes.BoolType):
@@ -219,3 +248,33 @@ def _syntax_reason(expression: str, position: int | None, cause: BaseException |
     if char == "=" and not before.endswith(("!", "<", ">", "=")):
         return "unexpected '='", "equality is written =="
     return f"unexpected {char!r}", None
+
+
+def compile_selector(expression: str, *, consumable_capacity: bool = True, cost_limit: int | None = None,
+                     upstream: bool = False) -> CompiledExpression:
+    """What storing a selector (in a claim or a DeviceClass) requires: it compiles, and its
+    estimated worst-case cost is within the budget (upstream's validateCELSelector). Raises
+    CELCompileError, or its subclass CELCostLimitExceeded with the estimate and the budget.
+
+    By default this service's estimate and budget (MAX_SELECTOR_COST). With `upstream`, exactly
+    the API server's test (its estimate against UPSTREAM_MAX_SELECTOR_COST): for objects a
+    cluster pushes, which its API server has already accepted and we must not refuse."""
+    compiled = compile_expression(expression, consumable_capacity=consumable_capacity)
+    estimate = compiled.upstream_max_cost if upstream else compiled.max_cost
+    if cost_limit is None:
+        cost_limit = UPSTREAM_MAX_SELECTOR_COST if upstream else MAX_SELECTOR_COST
+    if estimate > cost_limit:
+        raise CELCostLimitExceeded(expression, budget_reason(estimate, cost_limit), hint=COST_HINT,
+                                   estimated_cost=estimate, cost_limit=cost_limit)
+    return compiled
+
+
+def check_selector_cost(expression: str, *, consumable_capacity: bool = True) -> None:
+    """Only the cost part of compile_selector: for callers whose compile errors are reported
+    elsewhere (simulate leaves them to the engine, which words them as the scheduler does)."""
+    try:
+        compile_selector(expression, consumable_capacity=consumable_capacity)
+    except CELCostLimitExceeded:
+        raise
+    except CELCompileError:
+        return

@@ -57,6 +57,25 @@ class CELCompileError(CELError):
     kind = "invalid CEL expression"
 
 
+class CELCostLimitExceeded(CELCompileError):
+    """The expression compiles, but its estimated worst-case cost exceeds the budget, so it is
+    refused where selectors are stored (upstream: field.Forbidden "too complex, exceeds cost
+    limit"). Carries the estimate and the budget."""
+
+    kind = "CEL expression too expensive"
+    forbidden = True  # a field.Forbidden, not a field.Invalid, in API error lists
+
+    def __init__(self, expression: str, reason: str, position: int | None = None, hint: str | None = None,
+                 estimated_cost: int = 0, cost_limit: int = 0):
+        self.estimated_cost = estimated_cost
+        self.cost_limit = cost_limit
+        super().__init__(expression, reason, position, hint)
+
+    def __reduce__(self):
+        return (self.__class__, (self.expression, self.reason, self.position, self.hint, self.estimated_cost,
+                                 self.cost_limit))
+
+
 class CELRuntimeError(CELError):
     """Evaluation against one device failed (missing key, wrong type, non-bool result, budget)."""
 

@@ -1,9 +1,11 @@
 """cel-python's tree-walking Evaluator, extended for the DRA environment.
 
 What is added on top of `celpy.evaluation.Evaluator`:
-- a per-evaluation budget: every visited AST node and every element a comprehension touches
-  costs one unit, string and regex work costs by length, and the wall clock is checked every
-  few hundred units, so a runaway expression stops with CELBudgetExceeded instead of hanging;
+- a per-evaluation budget in cel-go's cost units (cost.py: reading a variable or field 1, a call
+  1 or by the length it traverses, a list 10, each comprehension step what cel-go's expansion of
+  the macro costs), charged before the work, so a runaway expression stops with
+  CELBudgetExceeded after the same amount of work on every run; the wall clock, checked every
+  few hundred units, is only a backstop;
 - `cel.bind`, the namespaced `sets.*` / `strings.quote` functions, the two-variable
   comprehensions, and comprehensions that short-circuit like cel-go (`all` stops at the
   first false, `exists` at the first true);
@@ -20,17 +22,19 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, Evaluator
 
-from . import operators
+from . import cost, operators
+from .comprehensions import ComprehensionMixin
 from .device import DomainMap, DomainsMap, MissingDomain
 from .library import no_overload, type_name
 
-# Upstream's CELSelectorExpressionMaxCost.
-DEFAULT_COST_LIMIT = 1_000_000
-# cel-python is roughly two orders of magnitude slower per step than cel-go, so upstream's
-# "about 0.1 s" cost limit would take seconds here. The wall-clock limit bounds the worst case;
-# real selectors finish in well under a millisecond, so 1 s leaves a wide margin for a loaded
-# worker while still freeing it quickly.
-DEFAULT_TIME_LIMIT_S = 1.0
+# The run-time limit of one evaluation: the same number as the creation-time limit on the
+# estimate (cost.py says why it is a tenth of upstream's), so a selector that was accepted is
+# never stopped when the device keeps to the declared sizes.
+DEFAULT_COST_LIMIT = cost.MAX_SELECTOR_COST
+# A backstop only: the count stops an evaluation after 0.2-0.5 s of work (every node visited is
+# charged, constants included), at the same point on every run. Real selectors take well under
+# a millisecond.
+DEFAULT_TIME_LIMIT_S = 5.0
 _CLOCK_CHECK_EVERY = 256
 
 # Type identifiers, for `type(x) == int`.
@@ -57,10 +61,11 @@ _NAMESPACED = {
 class BudgetExceeded(Exception):
     """Raised (never returned) so that `false && <runaway>` cannot swallow it."""
 
-    def __init__(self, reason: str, tree: lark.Tree | None):
+    def __init__(self, reason: str, tree: lark.Tree | None, kind: str = "cost"):
         super().__init__(reason)
         self.reason = reason
         self.tree = tree
+        self.kind = kind  # "cost" (the count, deterministic) or "time" (the wall-clock backstop)
 
 
 class Budget:
@@ -72,6 +77,9 @@ class Budget:
         self.time_limit = time_limit
         self.deadline = time.perf_counter() + time_limit
         self.next_clock_check = _CLOCK_CHECK_EVERY
+
+    def remaining(self) -> int:
+        return max(0, self.limit - self.used)
 
     def charge(self, units: int, tree: lark.Tree | None) -> None:
         self.used += units
@@ -85,7 +93,7 @@ class Budget:
                 raise BudgetExceeded(
                     "operation cancelled: actual cost limit exceeded "
                     f"(evaluation ran longer than {self.time_limit:g} s after {self.used} cost units)",
-                    tree,
+                    tree, "time",
                 )
 
 
@@ -110,6 +118,12 @@ def token_position(token) -> int | None:
     return getattr(token, "start_pos", None)
 
 
+def _is_literal(tree: Any) -> bool:
+    while isinstance(tree, lark.Tree) and tree.data in _PASS_THROUGH and len(tree.children) == 1:
+        tree = tree.children[0]
+    return isinstance(tree, lark.Tree) and tree.data == "literal"
+
+
 def _tree_ident(tree: Any) -> str | None:
     """The identifier if `tree` (a member/primary chain) is just a bare identifier."""
     while isinstance(tree, lark.Tree) and len(tree.children) == 1 and tree.data in (
@@ -122,7 +136,7 @@ def _tree_ident(tree: Any) -> str | None:
     return None
 
 
-class DRAEvaluator(Evaluator):
+class DRAEvaluator(ComprehensionMixin, Evaluator):
     """One evaluation of one expression (not shared between threads).
 
     Variables live in a plain dict per scope instead of cel-python's Activation/NameContainer:
@@ -147,7 +161,7 @@ class DRAEvaluator(Evaluator):
         while tree.data in _PASS_THROUGH and len(children) == 1:
             tree = children[0]
             children = tree.children
-        self.budget.charge(1, tree)
+        # Each handler charges its own cost (cost.py); parentheses, && / || and ?: themselves are free.
         return getattr(self, tree.data)(tree)
 
     visit = _visit_tree
@@ -166,6 +180,9 @@ class DRAEvaluator(Evaluator):
     def literal(self, tree):
         # Literal values are decoded once per compiled expression (string unescaping is
         # surprisingly expensive in cel-python) and shared; they are immutable scalars.
+        # cel-go charges nothing for a constant; visiting one is most of the work here, so it
+        # costs 1 (otherwise a loop over `true && true && ...` would be free).
+        self.budget.charge(1, tree)
         return self.literals[id(tree)]
 
     # --- logic -----------------------------------------------------------------------------
@@ -226,6 +243,7 @@ class DRAEvaluator(Evaluator):
         try:
             if op == "_in_":
                 return self._in(left, right, tree)
+            self.budget.charge(self._relation_cost(op, left, right), tree)
             if op == "_==_":
                 return celtypes.BoolType(operators.equals(left, right))
             if op == "_!=_":
@@ -238,6 +256,11 @@ class DRAEvaluator(Evaluator):
                 {"operator": op, "types": (type_name(left), type_name(right))},
                 operator_position(op_tree, _SYMBOLS[op]),
             )
+
+    def _relation_cost(self, op: str, left, right) -> int:
+        if op in ("_==_", "_!=_"):
+            return cost.equality_cost(left, right, self.budget.remaining())
+        return cost.ordering_cost(left, right)
 
     _ARITH = {"addition_add": "_+_", "addition_sub": "_-_", "multiplication_mul": "_*_",
               "multiplication_div": "_/_", "multiplication_mod": "_%_"}
@@ -252,6 +275,8 @@ class DRAEvaluator(Evaluator):
             if isinstance(v, CELEvalError):
                 return v
         op = self._ARITH[op_tree.data]
+        # Concatenation copies both operands: charged before it allocates anything.
+        self.budget.charge(cost.concat_cost(left, right) if op == "_+_" else 1, tree)
         try:
             result = operators.arithmetic(op, left, right)
         except operators.NoOverload:
@@ -261,9 +286,6 @@ class DRAEvaluator(Evaluator):
             )
         except operators.OperatorError as exc:
             return error_at(str(exc), tree, position=operator_position(op_tree, _SYMBOLS[op]))
-        if isinstance(result, (str, list)):
-            # Concatenation traverses its operands.
-            self.budget.charge(len(result) // 10 + 1, tree)
         return result
 
     addition = multiplication = _arithmetic
@@ -275,6 +297,9 @@ class DRAEvaluator(Evaluator):
         value = self.visit(operand_tree)
         if isinstance(value, CELEvalError):
             return value
+        # cel-go folds a negated literal into a constant (free); `!x` and `-x` are calls (1).
+        if not (op_tree.data == "unary_neg" and _is_literal(operand_tree)):
+            self.budget.charge(1, tree)
         if op_tree.data == "unary_not":
             if isinstance(value, celtypes.BoolType):
                 return celtypes.BoolType(not value)
@@ -287,11 +312,10 @@ class DRAEvaluator(Evaluator):
             return error_at(str(exc), tree)
 
     def _in(self, item, container, tree):
+        self.budget.charge(cost.in_cost(item, container, self.budget.remaining()), tree)
         if isinstance(container, celtypes.MapType):
-            self.budget.charge(1, tree)
             return celtypes.BoolType(item in container)
         if isinstance(container, celtypes.ListType):
-            self.budget.charge(len(container), tree)
             return celtypes.BoolType(any(operators.equals(item, c) for c in container))
         return no_overload("_in_", item, container)
 
@@ -301,6 +325,7 @@ class DRAEvaluator(Evaluator):
         member = self.visit(member_tree)
         if isinstance(member, CELEvalError):
             return member
+        self.budget.charge(1, tree)
         return self._lookup(member, str(name_token), tree, token_position(name_token))
 
     def member_index(self, tree):
@@ -309,6 +334,7 @@ class DRAEvaluator(Evaluator):
         for v in (member, index):
             if isinstance(v, CELEvalError):
                 return v
+        self.budget.charge(1, tree)
         if isinstance(member, celtypes.ListType):
             if not isinstance(index, celtypes.IntType) or isinstance(index, celtypes.BoolType):
                 return no_overload("_[_]", member, index)
@@ -341,6 +367,7 @@ class DRAEvaluator(Evaluator):
         operand = self.visit(node.children[0])
         if isinstance(operand, CELEvalError):
             return operand
+        self.budget.charge(1, node)  # a presence test costs 1 plus its operand
         name = str(node.children[1])
         if isinstance(operand, DomainsMap):
             # Upstream's map with a default: every domain "exists" (as an empty map).
@@ -353,13 +380,8 @@ class DRAEvaluator(Evaluator):
         for a in args:
             if isinstance(a, CELEvalError):
                 return a
-        # String and regex functions cost by the length they traverse, as in cel-go.
-        size = 0
-        for a in args:
-            if isinstance(a, str):
-                size += len(a)
-        if size > 10:
-            self.budget.charge(size // 10, tree)
+        # String, regex and list functions cost by the length they traverse, as in cel-go.
+        self.budget.charge(cost.call_cost(name, args), tree)
         try:
             fn = self.functions[name]
         except KeyError:
@@ -376,8 +398,6 @@ class DRAEvaluator(Evaluator):
             result.tree, result.line, result.column = tree, tree.meta.line, tree.meta.column
             if position is not None:
                 result.dra_position = position  # type: ignore[attr-defined]
-        if isinstance(result, celtypes.ListType):
-            self.budget.charge(len(result), tree)
         return result
 
     def ident_arg(self, tree):
@@ -387,11 +407,13 @@ class DRAEvaluator(Evaluator):
             return self.macro_has_eval(args_tree)
         args = self.visit_children(args_tree) if args_tree is not None else []
         if name == "dyn":
+            self.budget.charge(1, tree)
             return args[0]
         return self._call(name, args, tree, token_position(tree.children[0]))
 
     # Primary expressions are reached directly (the wrapper nodes are skipped).
     def ident(self, tree):
+        self.budget.charge(1, tree)
         name = str(tree.children[0])
         try:
             return self.variables[name]
@@ -404,14 +426,19 @@ class DRAEvaluator(Evaluator):
         return self.visit(tree.children[0])
 
     def list_lit(self, tree):
+        folded = self.literals.get(id(tree))
+        if folded is not None:  # a list of constants, built once at compile time
+            self.budget.charge(cost.LIST_CREATE, tree)
+            return folded
         values = self.visit_children(tree.children[0]) if tree.children else []
         for v in values:
             if isinstance(v, CELEvalError):
                 return v
-        self.budget.charge(len(values), tree)
+        self.budget.charge(cost.LIST_CREATE, tree)
         return celtypes.ListType(values)
 
     def map_lit(self, tree):
+        self.budget.charge(cost.MAP_CREATE, tree)
         result = celtypes.MapType()
         if not tree.children:
             return result
@@ -419,11 +446,15 @@ class DRAEvaluator(Evaluator):
         for v in items:
             if isinstance(v, CELEvalError):
                 return v
+        seen = set()
         for key, value in zip(items[0::2], items[1::2]):
-            if any(operators.equals(key, k) for k in result):
+            # Keys equal under CEL's heterogeneous equality (1 and 1u) are repeated keys; one
+            # set lookup each, not a comparison with every key so far.
+            normal = operators.map_key(key)
+            if normal in seen:
                 return error_at(f"Failed with repeated key: {key}", tree)
+            seen.add(normal)
             result[key] = value
-        self.budget.charge(len(result), tree)
         return result
 
     def dot_ident(self, tree):
@@ -439,6 +470,8 @@ class DRAEvaluator(Evaluator):
         args = tree.children[2].children if len(tree.children) > 2 and tree.children[2] is not None else []
         namespace = _tree_ident(member_tree)
         if namespace == "cel" and name_token == "bind":
+            # A comprehension over an empty list in cel-go: that list is built (10).
+            self.budget.charge(cost.LIST_CREATE, tree)
             var = _tree_ident(args[0])
             init = self.visit(args[1])
             return self._scoped(args[2], {var: init})
@@ -457,82 +490,3 @@ class DRAEvaluator(Evaluator):
         target = self.visit(member_tree)
         values = [self.visit(a) for a in args]
         return self._call(name_token, [target, *values], tree, token_position(tree.children[1]))
-
-    # --- comprehensions --------------------------------------------------------------------
-    def _comprehension(self, tree, name, range_tree, variables, bodies):
-        source = self.visit(range_tree)
-        if isinstance(source, CELEvalError):
-            return source
-        if isinstance(source, celtypes.MapType):
-            pairs = [(k, source[k]) for k in source.keys()]
-        elif isinstance(source, celtypes.ListType):
-            pairs = [(celtypes.IntType(i), v) for i, v in enumerate(source)]
-        else:
-            return error_at(f"expression of type '{type_name(source)}' cannot be the range of a comprehension", range_tree)
-        two = len(variables) == 2
-        is_map = isinstance(source, celtypes.MapType)
-
-        def bind(pair):
-            if two:
-                return {variables[0]: pair[0], variables[1]: pair[1]}
-            # One-variable comprehensions range over map keys and list values.
-            return {variables[0]: pair[0] if is_map else pair[1]}
-
-        kind = {"exists_one": "existsOne"}.get(name, name)
-        if kind in ("all", "exists"):
-            decisive = kind == "exists"
-            first_error = None
-            for pair in pairs:
-                self.budget.charge(1, tree)
-                value = self._scoped(bodies[0], bind(pair))
-                if isinstance(value, celtypes.BoolType):
-                    if bool(value) is decisive:
-                        return value
-                elif first_error is None:
-                    first_error = value if isinstance(value, CELEvalError) else no_overload(kind, value)
-            return first_error if first_error is not None else celtypes.BoolType(not decisive)
-        if kind == "existsOne":
-            count = 0
-            for pair in pairs:
-                self.budget.charge(1, tree)
-                value = self._scoped(bodies[0], bind(pair))
-                if isinstance(value, CELEvalError):
-                    return value
-                if not isinstance(value, celtypes.BoolType):
-                    return no_overload(kind, value)
-                count += bool(value)
-            return celtypes.BoolType(count == 1)
-        if kind == "filter":
-            out = []
-            for pair in pairs:
-                self.budget.charge(1, tree)
-                value = self._scoped(bodies[0], bind(pair))
-                if isinstance(value, CELEvalError):
-                    return value
-                if not isinstance(value, celtypes.BoolType):
-                    return no_overload(kind, value)
-                if value:
-                    out.append(pair[0] if is_map else pair[1])
-            return celtypes.ListType(out)
-        # map / transformList / transformMap, optionally with a filter predicate first.
-        predicate, transform = (bodies[0], bodies[1]) if len(bodies) == 2 else (None, bodies[0])
-        out_list, out_map = [], celtypes.MapType()
-        for pair in pairs:
-            self.budget.charge(1, tree)
-            scope = bind(pair)
-            if predicate is not None:
-                keep = self._scoped(predicate, scope)
-                if isinstance(keep, CELEvalError):
-                    return keep
-                if not isinstance(keep, celtypes.BoolType):
-                    return no_overload(kind, keep)
-                if not keep:
-                    continue
-            value = self._scoped(transform, scope)
-            if isinstance(value, CELEvalError):
-                return value
-            if kind == "transformMap":
-                out_map[pair[0]] = value
-            else:
-                out_list.append(value)
-        return out_map if kind == "transformMap" else celtypes.ListType(out_list)

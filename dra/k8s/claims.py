@@ -201,8 +201,15 @@ def _check_qualified_name(path, value, errors, *, require_domain=False):
                                             "[A-Za-z_][A-Za-z0-9_]*) of at most 32 characters"))
 
 
-def validate_claim(claim: dict, *, check_cel: bool = True) -> list[tuple[str, str]]:
-    """Field errors of a defaulted v1 ResourceClaim, in upstream wording, in field order."""
+def validate_claim(claim: dict, *, check_cel: bool = True, check_cost: bool | None = None,
+                   check_limits: bool | None = None) -> list[tuple[str, str]]:
+    """Field errors of a defaulted v1 ResourceClaim, in upstream wording, in field order.
+
+    ``check_cel`` compiles the selectors and checks their estimated cost; ``check_cost=True``
+    with ``check_cel=False`` checks only the cost (compile errors left to the engine).
+    ``check_limits`` (default: as ``check_cel``) refuses what the allocator could never satisfy
+    (``_validate_device_count``); a simulation leaves that to the engine, in the allocator's words."""
+    cel_mode = "all" if check_cel else ("cost" if check_cost else "")
     errors: list[tuple[str, str]] = []
     if not isinstance(claim, dict):
         return [("", "must be a JSON object")]
@@ -225,11 +232,13 @@ def validate_claim(claim: dict, *, check_cel: bool = True) -> list[tuple[str, st
         return errors
     if not isinstance(devices, dict):
         return errors + [_invalid("spec.devices", devices, "must be an object")]
-    _validate_devices(devices, "spec.devices", errors, check_cel)
+    _validate_devices(devices, "spec.devices", errors, cel_mode)
+    if check_cel if check_limits is None else check_limits:
+        _validate_device_count(devices, "spec.devices", errors)
     return errors
 
 
-def _validate_devices(devices: dict, path: str, errors: list, check_cel: bool) -> None:
+def _validate_devices(devices: dict, path: str, errors: list, check_cel: bool | str) -> None:
     requests = _bounded_list(devices.get("requests") or [], f"{path}.requests", DEVICE_REQUESTS_MAX, errors)
     request_names: dict[str, set[str]] = {}  # request name -> subrequest names
     for i, request in enumerate(requests):
@@ -321,6 +330,47 @@ def _validate_devices(devices: dict, path: str, errors: list, check_cel: bool) -
         _validate_opaque(config.get("opaque"), f"{cpath}.opaque", errors)
 
 
+def _exact_count(req) -> int:
+    """Devices an ``ExactCount`` request needs (0 when unknown here: ``All``, or invalid)."""
+    if not isinstance(req, dict) or req.get("allocationMode") != "ExactCount":
+        return 0
+    count = req.get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def _validate_device_count(devices: dict, path: str, errors: list) -> None:
+    """Refuse a claim that needs more devices than one allocation can hold.
+
+    Upstream validation accepts it: the allocator fails it at scheduling time ("number of
+    requested devices 64 exceeds the claim limit of 32"). We refuse it at creation because it can
+    never succeed, and a claim that can never succeed would only keep a worker busy. Counted as
+    the allocator counts: an ``exactly`` request's count, a ``firstAvailable`` request's smallest
+    alternative; ``All`` depends on the pool and counts 0 here.
+    """
+    requests = devices.get("requests")
+    if not isinstance(requests, list) or len(requests) > DEVICE_REQUESTS_MAX:
+        return  # "Too many" is already reported at the same path
+    total, reported = 0, False
+    for i, request in enumerate(requests):
+        if not isinstance(request, dict):
+            continue
+        first = request.get("firstAvailable")
+        if isinstance(first, list) and first:
+            counts = [_exact_count(sub) for sub in first]
+            need = min(counts)
+            where = f"{path}.requests[{i}].firstAvailable[{counts.index(need)}].count"
+        else:
+            need = _exact_count(request.get("exactly"))
+            where = f"{path}.requests[{i}].exactly.count"
+        if need > ALLOCATION_RESULTS_MAX:
+            errors.append(_invalid(where, need, f"{need} exceeds the claim limit of {ALLOCATION_RESULTS_MAX}"))
+            reported = True
+        total += need
+    if total > ALLOCATION_RESULTS_MAX and not reported:
+        errors.append(_invalid(f"{path}.requests", total, f"the requests need at least {total} devices in total, "
+                                                          f"which exceeds the claim limit of {ALLOCATION_RESULTS_MAX}"))
+
+
 def _request_ref_exists(ref: str, request_names: dict[str, set[str]]) -> bool:
     base, sep, sub = ref.partition("/")
     if base not in request_names:
@@ -345,7 +395,7 @@ def _validate_opaque(opaque, path, errors) -> None:
         errors.append((f"{path}.parameters", f"Too long: may not be more than {OPAQUE_PARAMETERS_MAX_LENGTH} bytes"))
 
 
-def _validate_exact(req: dict, path: str, errors: list, check_cel: bool, *, allow_admin: bool) -> None:
+def _validate_exact(req: dict, path: str, errors: list, check_cel: bool | str, *, allow_admin: bool) -> None:
     _check_dns_subdomain(f"{path}.deviceClassName", req.get("deviceClassName"), errors)
     selectors = _bounded_list(req.get("selectors") or [], f"{path}.selectors", DEVICE_SELECTORS_MAX, errors)
     for i, selector in enumerate(selectors):
@@ -375,7 +425,8 @@ def _validate_exact(req: dict, path: str, errors: list, check_cel: bool, *, allo
         _validate_capacity_requests(capacity, f"{path}.capacity", errors)
 
 
-def validate_selector(selector, path, errors, check_cel=True) -> None:
+def validate_selector(selector, path, errors, check_cel: bool | str = True) -> None:
+    """``check_cel``: True/"all" compiles and checks the cost, "cost" checks only the cost."""
     if not isinstance(selector, dict):
         errors.append(_invalid(path, selector, "must be an object"))
         return
@@ -392,10 +443,13 @@ def validate_selector(selector, path, errors, check_cel=True) -> None:
         errors.append((epath, f"Too long: may not be more than {CEL_EXPRESSION_MAX_LENGTH} bytes"))
         return
     if check_cel:
-        from dra.cel import CELCompileError, compile_expression  # the CEL library is only needed to validate
+        from dra.cel import CELCompileError, CELCostLimitExceeded, check_selector_cost, compile_selector
 
         try:
-            compile_expression(expr)
+            (check_selector_cost if check_cel == "cost" else compile_selector)(expr)
+        except CELCostLimitExceeded as exc:
+            # Upstream: field.Forbidden "too complex, exceeds cost limit"; ours adds the numbers.
+            errors.append(_forbidden(epath, exc.reason))
         except CELCompileError as exc:
             errors.append(_invalid(epath, expr, f"compilation failed: {exc}"))
 
@@ -460,14 +514,15 @@ def _validate_capacity_requests(capacity, path, errors) -> None:
             errors.append(_invalid(qpath, value, str(exc)))
 
 
-def normalize_claim(obj: dict, *, check_cel: bool = True) -> tuple[dict, list[tuple[str, str]]]:
+def normalize_claim(obj: dict, *, check_cel: bool = True,
+                    check_cost: bool | None = None) -> tuple[dict, list[tuple[str, str]]]:
     """Convert to v1, default, validate: what a create request goes through. Returns (claim, errors)."""
     try:
         claim = convert_claim_to_v1(obj)
     except ClaimConversionError as exc:
         return obj, exc.errors
     claim = default_claim(claim)
-    return claim, validate_claim(claim, check_cel=check_cel)
+    return claim, validate_claim(claim, check_cel=check_cel, check_cost=check_cost)
 
 
 __all__ = [

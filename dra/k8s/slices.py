@@ -415,7 +415,8 @@ def check_taint(value: Any, path: str, errs: Errors) -> dict:
 
 def normalize_device_class(obj: Any, compile_cel: Callable[[str], Any] | None = None) -> dict:
     """Any accepted version of a DeviceClass -> normalized v1. ``compile_cel(expression)`` raises on a bad
-    expression (its message becomes the reason at ``spec.selectors[i].cel.expression``)."""
+    expression, including one too expensive to store (``dra.cel.compile_selector``); its message becomes the
+    reason at ``spec.selectors[i].cel.expression``."""
     errs: Errors = []
     _, metadata, spec = _envelope(obj, "DeviceClass", ACCEPTED_VERSIONS, errs)
     metadata = _metadata(metadata, errs)
@@ -458,7 +459,9 @@ def check_cel_selector(value: Any, path: str, errs: Errors, compile_cel: Callabl
             position = getattr(exc, "position", None)
             where = f" (at character {position + 1})" if isinstance(position, int) else ""
             hint = f"; hint: {exc.hint}" if getattr(exc, "hint", None) else ""
-            errs.append((epath, f"Invalid value: {reason}{where}{hint}"))
+            # Too expensive is upstream's field.Forbidden ("too complex, exceeds cost limit").
+            kind = "Forbidden" if getattr(exc, "forbidden", False) else "Invalid value"
+            errs.append((epath, f"{kind}: {reason}{where}{hint}"))
 
 
 def check_opaque_config(value: Any, path: str, errs: Errors) -> None:

@@ -11,7 +11,8 @@ from inventory.services.sync import cel_compiler, taint_rule_columns
 from inventory.signals import send_after_commit
 
 KINDS = {
-    DeviceClass: (lambda obj: k8s.normalize_device_class(obj, cel_compiler()), lambda obj: {}, "deviceclass"),
+    DeviceClass: (lambda obj: k8s.normalize_device_class(obj, cel_compiler(pushed=False)), lambda obj: {},
+                  "deviceclass"),
     DeviceTaintRule: (k8s.normalize_device_taint_rule, taint_rule_columns, "devicetainterule"),
 }
 

@@ -5,6 +5,12 @@ and capacities of ``device`` it can read). Devices that agree on those values gi
 database groups devices by exactly those values (plus driver) and each distinct group is evaluated once.
 Typically that is a handful of groups (one per GPU model). When the footprint cannot be determined (the
 expression reads a whole attribute map), every device is evaluated, up to ``FULL_SCAN_LIMIT``.
+
+Bounded work per request: an expression whose estimated cost exceeds what a claim or DeviceClass may store
+is not evaluated at all (``valid`` is False, with the estimate and the budget); otherwise all evaluations of
+one request share ``REQUEST_COST_BUDGET`` cost units and ``TIME_BUDGET_S`` of wall clock (a ``CostMeter``),
+on both paths. When either runs out the answer covers the devices evaluated so far: ``truncated`` is True,
+``truncated_reason`` says which budget, and ``exhaustive`` is False.
 """
 from __future__ import annotations
 
@@ -14,7 +20,9 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from dra.cel import CELCompileError, CELDevice, CELError, compile_expression, validate_expression
+from dra.cel import (MAX_SELECTOR_COST, REQUEST_COST_BUDGET, CELCompileError, CELDevice, CELError,
+                     CostBudgetExhausted, CostMeter, compile_expression, validate_expression)
+from dra.cel.cost import COST_HINT, budget_reason
 from inventory.models import Cluster, Device, DeviceClass, Pool
 from inventory.sql import fetch_dicts, is_postgres, product_expr
 
@@ -44,6 +52,10 @@ class SelectorResult:
     issues: list[dict] = field(default_factory=list)  # validate_expression's errors and warnings, with a pointer
     breakdown: list[dict] = field(default_factory=list)  # {cluster, product, driver, count}
     exhaustive: bool = True
+    truncated: bool = False  # a budget of the request ran out: the counts cover the devices evaluated so far
+    truncated_reason: str = ""
+    estimated_cost: int | None = None  # the expression's worst-case cost per evaluation (dra.cel estimate)
+    cost_units: int = 0  # cost units the request's evaluations used
     method: str = ""
     elapsed_ms: int = 0
 
@@ -99,10 +111,11 @@ def _device_from_row(row: dict, paths: list) -> CELDevice:
     return CELDevice(row["driver"], attrs, caps, multi)
 
 
-def _evaluate_all(compiled_list, device: CELDevice) -> tuple[bool, str]:
+def _evaluate_all(compiled_list, device: CELDevice, meter: CostMeter | None = None) -> tuple[bool, str]:
+    """(matches, runtime error reason); raises CostBudgetExhausted when ``meter`` runs out."""
     for compiled in compiled_list:
         try:
-            if not compiled.evaluate(device):
+            if not compiled.evaluate(device, meter=meter):
                 return False, ""
         except CELError as exc:
             return False, exc.reason
@@ -169,15 +182,21 @@ def device_groups(compiled_list, where: str = "", params: list | None = None):
     return run_full(), state, "every device evaluated (an expression reads whole attribute maps)"
 
 
-def _count(compiled_list, result: SelectorResult, record_breakdown: bool) -> int:
-    """Devices (current pool generation) matching every expression; fills the breakdown when asked."""
+def _count(compiled_list, result: SelectorResult, record_breakdown: bool, meter: CostMeter | None = None) -> int:
+    """Devices (current pool generation) matching every expression; fills the breakdown when asked. Stops
+    early, marking ``result`` truncated, when ``meter`` runs out."""
     groups, state, method = device_groups(compiled_list)
     breakdown: dict[tuple, int] = {}
     cache: dict[tuple, tuple[bool, str]] = {}
     matched = errors = evaluated = 0
     for g in groups:
         if g.key not in cache:
-            cache[g.key] = _evaluate_all(compiled_list, g.device)
+            try:
+                cache[g.key] = _evaluate_all(compiled_list, g.device, meter)
+            except CostBudgetExhausted as exc:
+                result.truncated, result.truncated_reason = True, exc.reason
+                state["exhaustive"] = False
+                break
         ok, err = cache[g.key]
         evaluated += g.count
         if err:
@@ -217,8 +236,11 @@ def class_selectors(name: str) -> list[str] | None:
             if (s.get("cel") or {}).get("expression")]
 
 
-def try_selector(expression: str, *, device_class: str = "") -> SelectorResult:
+def try_selector(expression: str, *, device_class: str = "", meter: CostMeter | None = None) -> SelectorResult:
+    """Validate ``expression`` and count what it matches; ``meter`` bounds the request's evaluations
+    (default: ``REQUEST_COST_BUDGET`` units and ``TIME_BUDGET_S``)."""
     started = time.monotonic()
+    meter = meter or CostMeter(REQUEST_COST_BUDGET, TIME_BUDGET_S)
     result = SelectorResult(expression=expression, device_class=device_class)
     result.issues = [dict(i, pointer=_pointer(expression, i.get("position"))) for i in validate_expression(expression)]
     try:
@@ -229,6 +251,11 @@ def try_selector(expression: str, *, device_class: str = "") -> SelectorResult:
             result.issues.insert(0, {"severity": "error", "message": exc.reason, "position": exc.position,
                                      "hint": exc.hint, "pointer": _pointer(expression, exc.position)})
         return result
+    result.estimated_cost = compiled.max_cost
+    if compiled.max_cost > MAX_SELECTOR_COST:
+        # What no claim or DeviceClass may store is not worth running against the fleet.
+        result.valid, result.error, result.hint = False, budget_reason(compiled.max_cost), COST_HINT
+        return result
     compiled_list = [compiled]
     if device_class:
         selectors = class_selectors(device_class) or []
@@ -238,9 +265,15 @@ def try_selector(expression: str, *, device_class: str = "") -> SelectorResult:
         except CELCompileError as exc:  # a class that cannot compile matches nothing, as in the allocator
             result.error = f"the class's own selector does not compile: {exc.reason}"
             class_compiled = None
+        if class_compiled:
+            scratch = SelectorResult(expression)
+            result.class_matches = _count(class_compiled, scratch, False, meter)
+            result.truncated, result.truncated_reason = scratch.truncated, scratch.truncated_reason
+            result.exhaustive = not scratch.truncated
         if class_compiled is not None:
-            result.class_matches = _count(class_compiled, SelectorResult(expression), False) if class_compiled else None
             compiled_list = class_compiled + [compiled]
-    result.matches = _count(compiled_list, result, True)
+    if not result.truncated:
+        result.matches = _count(compiled_list, result, True, meter)
+    result.cost_units = meter.used
     result.elapsed_ms = int(1000 * (time.monotonic() - started))
     return result

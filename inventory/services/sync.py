@@ -8,6 +8,7 @@ devices go in with PostgreSQL COPY (bulk_create elsewhere), and nothing is writt
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
@@ -43,13 +44,18 @@ def content_hash(obj: dict) -> str:
     return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def cel_compiler():
-    """``dra.cel.compile_expression`` when the CEL library is installed in this tree, else None."""
+def cel_compiler(*, pushed: bool = True):
+    """``dra.cel.compile_selector`` (compiles, and refuses a selector whose estimated cost exceeds the
+    budget) when the CEL library is installed, else None.
+
+    A cluster's push (``pushed``) is held to the API server's own test, which that cluster has already
+    applied: refusing what it accepted would stop the cluster's inventory from syncing. Fleet-wide classes
+    created here are held to this service's tighter budget (``dra.cel.cost`` says why)."""
     try:
-        from dra.cel import compile_expression
+        from dra.cel import compile_selector
     except ImportError:
         return None
-    return compile_expression
+    return functools.partial(compile_selector, upstream=pushed)
 
 
 def normalize_node(obj, path: str = "") -> dict:

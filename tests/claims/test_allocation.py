@@ -251,3 +251,20 @@ def test_claims_of_another_allocator_are_left_alone(admin_client, small_fleet, m
     assert status(admin_client, "mine")["reason"] == "ManagedByAnotherAllocator"
     assert status(admin_client, "solo")["phase"] == "Allocated"
     assert DeviceAllocation.objects.count() == 1
+
+
+def test_explain_refresh_shares_one_cel_budget(admin_client, small_fleet, monkeypatch):
+    import dra.cel
+
+    uuid = 'device.attributes["gpu.nvidia.com"].uuid.startsWith("GPU-")'
+    claim = gpu_claim("pinned")
+    claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": uuid}}]
+    assert admin_client.post(f"{NS}/resourceclaims", claim, format="json").status_code == 201
+    monkeypatch.setattr(dra.cel, "REQUEST_COST_BUDGET", 20)  # a few devices' worth: each GPU has its own uuid
+    fresh = admin_client.get(f"{NS}/resourceclaims/pinned/explain?refresh=true").json()
+    assert fresh["refreshed"] is True
+    assert fresh["diagnostics"]["allocatable"] is False and fresh["diagnostics"]["reason"] == "cel_budget_exhausted"
+    assert "the request's CEL budget of 20 cost units is used up" in fresh["diagnostics"]["message"]
+    monkeypatch.undo()
+    fresh = admin_client.get(f"{NS}/resourceclaims/pinned/explain?refresh=true").json()
+    assert fresh["diagnostics"]["allocatable"] is True

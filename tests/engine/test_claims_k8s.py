@@ -130,3 +130,49 @@ def test_admin_access_only_on_exact_requests_and_toleration_rules():
     assert "operator must be Exists when `key` is empty" in \
         paths["spec.devices.requests[0].firstAvailable[0].tolerations[0].operator"]
     assert [p for p, _ in errs].count("spec.devices.requests[0].firstAvailable[0].tolerations[1].operator") == 1
+
+
+# --- what can be known at creation: limits the allocator would only hit later, and CEL cost -----------------
+
+@pytest.mark.parametrize("count", [33, 64, 1_000_000_000, 2**70])
+def test_a_request_over_the_claim_limit_is_refused_at_creation(count):
+    errs = errors_of(v1([exact(count=count)]))
+    assert errs == {"spec.devices.requests[0].exactly.count":
+                    f"Invalid value: {count}: {count} exceeds the claim limit of 32"}
+    assert errors_of(v1([exact(count=32)])) == {}
+
+
+def test_requests_that_together_exceed_the_claim_limit_are_refused():
+    errs = errors_of(v1([exact("a", count=20), exact("b", count=13)]))
+    assert errs == {"spec.devices.requests": "Invalid value: 33: the requests need at least 33 devices in total, "
+                                             "which exceeds the claim limit of 32"}
+    # firstAvailable needs only its smallest alternative; All depends on the pool and is not counted here.
+    ok = v1([exact("a", count=20), {"name": "f", "firstAvailable": [
+        {"name": "big", "deviceClassName": "gpu", "count": 64}, {"name": "small", "deviceClassName": "gpu",
+                                                                 "count": 12}]}, exact("all", allocationMode="All")])
+    assert errors_of(ok) == {}
+    none_fit = v1([{"name": "f", "firstAvailable": [{"name": "x", "deviceClassName": "gpu", "count": 40},
+                                                    {"name": "y", "deviceClassName": "gpu", "count": 33}]}])
+    assert errors_of(none_fit) == {"spec.devices.requests[0].firstAvailable[1].count":
+                                   "Invalid value: 33: 33 exceeds the claim limit of 32"}
+
+
+def test_simulation_leaves_the_claim_limit_to_the_allocator():
+    claim = v1([exact(count=64)])
+    assert normalize_claim(claim, check_cel=False)[1] == []
+
+
+def test_a_selector_too_expensive_to_store_is_forbidden_with_the_numbers():
+    ten = "[" + ",".join(str(i) for i in range(100)) + "]"
+    expensive = f"{ten}.all(x, {ten}.all(y, {ten}.all(z, x + y + z >= 0)))"
+    claim = v1([exact(selectors=[{"cel": {"expression": 'device.driver == "gpu"'}},
+                                 {"cel": {"expression": expensive}}])])
+    reason = errors_of(claim)["spec.devices.requests[0].exactly.selectors[1].cel.expression"]
+    assert reason.startswith("Forbidden: too complex, exceeds cost limit: estimated rule cost exceeds budget by "
+                             "factor of ")
+    assert "budget 100,000)" in reason
+    # Simulation leaves compile errors to the engine but still refuses what could never be stored.
+    claim_errors = normalize_claim(claim, check_cel=False, check_cost=True)[1]
+    assert [p for p, _ in claim_errors] == ["spec.devices.requests[0].exactly.selectors[1].cel.expression"]
+    broken = v1([exact(selectors=[{"cel": {"expression": "device.driver =="}}])])
+    assert normalize_claim(broken, check_cel=False, check_cost=True)[1] == []

@@ -163,3 +163,33 @@ def test_stored_fleet_when_the_body_has_no_slices(client):
     assert post(client, {"claims": [claim]}).json()["claims"] == data["claims"]
     too_big = fleet_helpers.gpu_claim("too-big", count=9)
     assert post(client, {"claims": [too_big]}).json()["allocated"] is False
+
+
+HOSTILE = ("[" + ",".join(str(i) for i in range(1000)) + "]" + ".all(x, " + "[" + ",".join(str(i) for i in range(1000))
+           + "]" + ".all(y, device.attributes['gpu.nvidia.com'].uuid.size() + x + y > 0))")
+
+
+def test_a_selector_too_expensive_to_store_is_refused_before_simulating(client):
+    body = body_of(CASES["simple"])
+    body["claims"][0]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": HOSTILE}}]
+    res = post(client, body)
+    assert res.status_code == 422, res.content
+    errors = res.json()["errors"]
+    assert errors[0]["field"] == "claims[0].spec.devices.requests[0].exactly.selectors[0].cel.expression"
+    assert errors[0]["reason"].startswith("Forbidden: too complex, exceeds cost limit")
+    body = body_of(CASES["simple"])
+    body["deviceClasses"][0]["spec"]["selectors"] = [{"cel": {"expression": HOSTILE}}]
+    res = post(client, body)
+    assert res.status_code == 422, res.content
+    assert res.json()["errors"][0]["field"] == "deviceClasses[0].spec.selectors[0].cel.expression"
+
+
+def test_all_evaluations_of_a_simulation_share_one_budget(client, monkeypatch):
+    from claims.api import simulate as simulate_api
+
+    monkeypatch.setattr(simulate_api, "REQUEST_COST_BUDGET", 2)  # the class selector alone costs 4
+    res = post(client, body_of(CASES["simple"]))
+    assert res.status_code == 422, res.content
+    problem = res.json()
+    assert problem["title"] == "CEL budget exhausted"
+    assert "the request's CEL budget of 2 cost units is used up" in problem["errors"][0]["reason"]
