@@ -39,7 +39,9 @@ from claims.services import commit, fleet
 from claims.services.engines import engines
 from claims.services import external
 from claims.services.grouping import Group, build_groups
-from dra.engine import ClaimGroup, GroupOutcome
+from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
+from dra.engine import AllocationError, ClaimGroup, GroupOutcome
+from dra.engine.plan import claim_ref
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,8 @@ DEFAULT_BATCH = 500
 
 # Engine input errors that are the claim's own fault: the claim fails for good. The others (a class not
 # known yet, a pool being updated) can heal when the fleet changes, so the claim stays pending.
-TERMINAL_ERRORS = {"cel_error", "limit_exceeded", "feature_disabled", "invalid_claim"}
+CEL_BUDGET = "cel_budget_exhausted"
+TERMINAL_ERRORS = {"cel_error", "limit_exceeded", "feature_disabled", "invalid_claim", CEL_BUDGET}
 REASONS = {
     "unsatisfiable": "Unsatisfiable",
     "search_budget_exceeded": "SearchBudgetExceeded",
@@ -60,7 +63,14 @@ REASONS = {
     "feature_disabled": "FeatureDisabled",
     "invalid_claim": "InvalidClaim",
     "engine_error": "EngineError",
+    CEL_BUDGET: "CELBudgetExceeded",
 }
+# CEL cost units one group's allocation may spend in all (dra.cel's units; one evaluation's own limit is
+# dra.cel.MAX_SELECTOR_COST). Deterministic, unlike a timer. Enough for any claim a person writes (a real
+# selector costs at most ~200 per evaluation, the memo shares evaluations between identical devices, and even
+# a per-device uuid selector over 40,000 GPUs costs about 160,000), and about 0.6 s of one worker at the worst
+# (two evaluations at the per-evaluation limit), so a hostile claim cannot hold up the claims behind it.
+GROUP_COST_BUDGET = 2 * MAX_SELECTOR_COST
 LOST_RACE = "LostRace"
 DEFERRED = "deferred"  # an outcome placeholder: not decided this round, retry at once
 # How long a worker holds the claims it took while it decides (``taken_until``). A worker that dies (SIGKILL)
@@ -250,7 +260,13 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
             outcomes.append(_same_failure(hit[1], hit[2], group.claims[0]))
             continue
         try:
-            outcome = engine.allocate(cg, raise_errors=False)
+            # Every CEL evaluation of this group's search shares one budget (each also has its own): a claim
+            # whose selector is cheap per device but read over thousands of devices is stopped too.
+            with metered(CostMeter(GROUP_COST_BUDGET)):
+                outcome = engine.allocate(cg, raise_errors=False)
+        except CostBudgetExhausted as exc:
+            outcome = _over_budget(cg, exc)
+            engines.poisoned = True  # stopped mid-search: its in-use state may hold tentative picks
         except Exception as exc:  # an engine bug must not wedge the queue: park this group, go on
             log.exception("engine failed on group %s", cg.key)
             outcome = GroupOutcome(allocated=False, key=cg.key, reason="engine_error",
@@ -262,6 +278,14 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
             failed[shape] = (successes, outcome, group.claims[0])
         outcomes.append(outcome)
     return outcomes
+
+
+def _over_budget(cg: ClaimGroup, exc: CostBudgetExhausted) -> GroupOutcome:
+    """The group's CEL work ran out of its budget: deterministic, so a final failure, not a retry."""
+    message = (f"allocation stopped: {exc.reason}; the selectors cost too much to evaluate over the fleet "
+               "(simplify them or narrow them with a cheaper first condition)")
+    error = AllocationError(CEL_BUDGET, message, claim=claim_ref(cg.claims[0]))
+    return GroupOutcome(allocated=False, key=cg.key, reason=CEL_BUDGET, message=message, error=error)
 
 
 def _shape(cg) -> str:

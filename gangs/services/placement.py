@@ -31,6 +31,7 @@ from claims.placement import clusters_matching
 from claims.services import allocation, commit, fleet
 from claims.services import claims as claim_services
 from claims.services.engines import engines
+from dra.cel import CostBudgetExhausted, CostMeter, metered
 from dra.gang import Gang as LibGang
 from dra.gang import GangMember as LibMember
 from dra.gang import GangSpecError, Topology
@@ -160,9 +161,15 @@ def _decide_and_commit(p: Prepared) -> str:
     placer = engines.placer_for(view, rows_seen)
     lib_gang = library_gang(gang, p.pending, view.cluster_labels, p.min_member)
     try:
-        outcome = placer.place(lib_gang, commit=True, within=p.within)
+        # All CEL work of this placement shares one budget, a claim round's per member (see allocation).
+        with metered(CostMeter(allocation.GROUP_COST_BUDGET * max(1, len(p.pending)))):
+            outcome = placer.place(lib_gang, commit=True, within=p.within)
     except GangSpecError as exc:  # the spec was validated at creation; only a changed validator gets here
         outcome = exc
+    except CostBudgetExhausted as exc:  # deterministic: the gang fails rather than retrying forever
+        engines.poisoned = True  # stopped mid-search: the engine may hold tentative picks
+        outcome = GangSpecError([("spec.members", f"placement stopped: {exc.reason}; the member claims' "
+                                                   "selectors cost too much to evaluate over the fleet")])
     try:
         with transaction.atomic():
             commit.begin()

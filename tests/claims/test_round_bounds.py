@@ -141,3 +141,24 @@ def test_null_spec_follows_upstream_defaulting_and_says_so(admin_client, small_f
     run_rounds()
     st = status(admin_client, "empty")
     assert st["phase"] == "Allocated" and "no devices" in st["message"]
+
+
+HOSTILE = ("[" + ",".join(str(i) for i in range(1000)) + "].all(x, [" + ",".join(str(i) for i in range(1000)) +
+           "].all(y, (has(device.attributes['gpu.nvidia.com'].uuid) ? device.attributes['gpu.nvidia.com'].uuid "
+           ": 'z').size() + x + y > 0))")
+
+
+def test_an_expensive_selector_is_refused_at_creation_and_bounded_when_already_stored(admin_client, small_fleet):
+    body = gpu_claim("hostile")
+    body["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": HOSTILE}}]
+    resp = admin_client.post(f"{NS}/resourceclaims", body, format="json")
+    assert resp.status_code == 422, resp.content
+    assert resp.json()["errors"][0]["field"] == "spec.devices.requests[0].exactly.selectors[0].cel.expression"
+    # Stored by an older release: the round stops it within its CEL budget and fails it once, for good.
+    hostile = _stored_claim("hostile", body["spec"])
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("canary"), format="json").status_code == 201
+    run_rounds()
+    hostile.refresh_from_db()
+    assert hostile.phase == "Failed" and hostile.attempts == 1, (hostile.reason, hostile.message)
+    assert hostile.reason in ("CELBudgetExceeded", "CELError")
+    assert status(admin_client, "canary")["phase"] == "Allocated"

@@ -139,3 +139,33 @@ def test_lease_expiry_frees_devices(admin_client, small_fleet, live_broker):
     assert wait_phase(admin_client, pending)["status"]["phase"] == "Allocated"
     events = [e["type"] for e in admin_client.get(f"{NS}/resourceclaims/leased/events").json()["items"]]
     assert events == ["Created", "Allocated", "LeaseExpired"]
+
+
+def test_canary_is_allocated_fast_beside_an_expensive_selector(admin_client, small_fleet, live_broker):
+    """A claim whose selector costs ~1 s per device (stored before creation-time checks existed) and a
+    cel/match with it must not hold up an unrelated claim: the canary is allocated within 2 s."""
+    from claims.models import Namespace
+    from tests.claims.test_round_bounds import HOSTILE
+
+    spec = gpu_claim("hostile")["spec"]
+    spec["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": HOSTILE}}]
+    ns, _ = Namespace.objects.get_or_create(name="ci")
+    ResourceClaim.objects.create(namespace=ns, name="hostile", spec=spec)
+    match = {}
+
+    def cel_match():
+        match["status"] = admin_client.post("/api/v1/cel/match", {"expression": HOSTILE}, format="json").status_code
+        connections.close_all()
+
+    t = threading.Thread(target=cel_match)
+    t.start()
+    start = time.monotonic()
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("canary"), format="json").status_code == 201
+    claim = wait_phase(admin_client, "canary")
+    elapsed = time.monotonic() - start
+    t.join(30)
+    assert claim["status"]["phase"] == "Allocated", claim["status"]
+    assert elapsed < 2.0, f"canary took {elapsed:.2f} s"
+    assert match["status"] == 422
+    hostile = wait_phase(admin_client, "hostile")
+    assert hostile["status"]["phase"] == "Failed" and hostile["status"]["attempts"] == 1
