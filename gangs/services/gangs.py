@@ -103,10 +103,7 @@ def _hold_member_claims(gang: Gang, consumers: list, now) -> list[ResourceClaim]
                                            "own (share devices through the claims API instead)"))
     if errors:
         raise FieldError(errors)
-    for c in claims:
-        hold.hold(c, gang.name, f"allocated together with gang {gang.name}", now)
-    ResourceClaim.objects.bulk_update(claims, ["annotations", "reason", "message", "conditions", "resource_version",
-                                               "updated_at"])
+    hold.hold(claims, gang.name, f"allocated together with gang {gang.name}", now)
     return claims
 
 

@@ -14,9 +14,8 @@ as lost.
 """
 from __future__ import annotations
 
-from claims.models import Phase, ResourceClaim
+from claims.models import ResourceClaim
 from claims.services import external
-from claims.services.conditions import set_allocated_condition
 
 GANG_ANNOTATION = "gangs.draservice.io/gang"
 GANG_LABEL = "gangs.draservice.io/gang"  # on the members' consumers
@@ -27,39 +26,16 @@ def register() -> None:
     external.register_external_allocator(GANG_ANNOTATION)
 
 
-def hold(claim: ResourceClaim, gang_name: str, message: str, now) -> None:
-    """Mark a locked (or unsaved) claim as a member claim of ``gang_name``; the caller saves it."""
-    claim.annotations = {**(claim.annotations or {}), GANG_ANNOTATION: gang_name}
-    set_waiting(claim, WAITING, message, now)
-
-
-def set_waiting(claim: ResourceClaim, reason: str, message: str, now) -> None:
-    claim.reason, claim.message = reason, message
-    claim.conditions = set_allocated_condition(claim.conditions, False, reason, message, now)
-    claim.resource_version += 1
-    claim.updated_at = now
+def hold(claims: list[ResourceClaim], gang_name: str, message: str, now) -> None:
+    """Mark locked member claims as ``gang_name``'s (saved by the claims app)."""
+    external.mark(claims, GANG_ANNOTATION, gang_name, WAITING, message, now)
 
 
 def reapply(claims: list[ResourceClaim] | None = None, gang_name: str | None = None) -> int:
     """Put the annotation back on pending member claims that lost it: ``claims`` (locked by the caller, of
-    ``gang_name``), or every gang's (each claim locked here, skipping rows someone else holds)."""
+    ``gang_name``), or every gang's (each claim locked there, skipping rows someone else holds)."""
     if claims is not None:
-        missing = [c for c in claims if (c.annotations or {}).get(GANG_ANNOTATION) != gang_name]
-        for c in missing:
-            c.annotations = {**(c.annotations or {}), GANG_ANNOTATION: gang_name}
-            c.resource_version += 1
-        ResourceClaim.objects.bulk_update(missing, ["annotations", "resource_version"])
-        return len(missing)
-    from django.db import transaction
-
-    rows = list(ResourceClaim.objects.filter(phase=Phase.PENDING, reservations__consumer__gang_member__isnull=False)
-                .exclude(annotations__has_key=GANG_ANNOTATION)
-                .values_list("id", "reservations__consumer__gang_member__gang__name")[:500])
-    done = 0
-    for claim_id, name in rows:
-        with transaction.atomic():
-            claim = (ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
-                     .filter(pk=claim_id, phase=Phase.PENDING).first())
-            if claim is not None:
-                done += reapply([claim], name)
-    return done
+        return external.remark(claims, GANG_ANNOTATION, gang_name or "")
+    return external.remark_pending(GANG_ANNOTATION, lambda qs: list(
+        qs.filter(reservations__consumer__gang_member__isnull=False)
+        .values_list("id", "reservations__consumer__gang_member__gang__name")[:500]))
