@@ -130,6 +130,9 @@ CELERY_BEAT_SCHEDULE: dict = {}  # filled by the apps' tasks modules (see claims
 STALE_CLUSTER_SECONDS = int(os.environ.get("STALE_CLUSTER_SECONDS", "300"))
 # The demo fleet loaded by `make run` (nodes in total, spread over several clusters).
 DEMO_FLEET_NODES = int(os.environ.get("DEMO_FLEET_NODES", "48"))
+# Keep the demo fleet's fake clusters fresh (a beat task heartbeats them). Off everywhere but where the demo was
+# asked for (`make run` -> `manage.py serve --demo`): in production it would let claims land on fake nodes.
+DEMO_FLEET = env_bool("DEMO_FLEET", False)
 # Largest request body accepted (a 5,000-node x 8-GPU push is ~40 MB of JSON).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATA_UPLOAD_MAX_MEMORY_SIZE", str(200 * 1024 * 1024)))
 
