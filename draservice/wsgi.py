@@ -26,7 +26,9 @@ DRAIN_LIMIT = 1024 * 1024
 def drain_request_body(app):
     def application(environ, start_response):
         result = app(environ, start_response)
-        stream = environ.get("wsgi.input")
+        # Only where the server promises that reading to EOF stops at the body's end (gunicorn, mod_wsgi):
+        # elsewhere (PEP 3333) reading past CONTENT_LENGTH could block on the connection.
+        stream = environ.get("wsgi.input") if environ.get("wsgi.input_terminated") else None
         try:
             left = DRAIN_LIMIT
             while stream is not None and left > 0:

@@ -73,6 +73,21 @@ def _expected_length(data: bytes) -> int:
     return len(data) if data.endswith(b"\r\n0\r\n\r\n") else len(data) + 1  # chunked: up to the last chunk
 
 
+def test_the_wsgi_application_drains_only_a_terminated_input():
+    import io
+
+    from draservice.wsgi import drain_request_body
+
+    def view(environ, start_response):  # answers without reading the body, as a 404 does
+        start_response("404 Not Found", [])
+        return [b""]
+
+    for terminated, left in ((True, b""), (False, b"body")):
+        stream = io.BytesIO(b"body")
+        drain_request_body(view)({"wsgi.input": stream, "wsgi.input_terminated": terminated}, lambda *a: None)
+        assert stream.read() == left
+
+
 def test_response_waits_for_the_unread_body_and_the_next_request_is_answered(server, token):
     body = bench.PATCH_BODY.encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
