@@ -311,6 +311,7 @@ def main() -> int:
                           (args.idle_fraction, args.idle_min, args.idle_max) if args.idle_fraction else None)
     finally:
         server.stop()
+        drop_database(db_url)
     print(result.summary())
     for when, method, path, error in sorted(result.errors)[:10]:
         print(f"  {when} {method} {path}: {error}")
