@@ -20,8 +20,7 @@ venv: $(VENV)/.installed
 ## run: the service with its demo fleet on the embedded default (SQLite, tasks in-process) at http://127.0.0.1:$(PORT)/
 run: venv
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py load_demo_fleet
-	$(PY) manage.py serve --port $(PORT)
+	$(PY) manage.py serve --demo --port $(PORT)
 
 ## test: the whole suite against the machine's real PostgreSQL and Redis (and Debian Chromium for browser tests)
 test: venv

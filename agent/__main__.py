@@ -23,6 +23,8 @@ def _env(name: str, default=None):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Numeric defaults stay strings: argparse converts them with `type`, so a bad value in the environment is
+    # a one-line usage error ("invalid float value"), not a traceback while the parser is being built.
     p = argparse.ArgumentParser(
         prog="draservice-agent",
         description="Sync a Kubernetes cluster's DRA inventory to draservice and write allocations back. "
@@ -38,17 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
                    help="kubeconfig path; in a pod the service account is used when unset [KUBECONFIG]")
     p.add_argument("--context", default=_env("DRASERVICE_KUBE_CONTEXT"), help="kubeconfig context")
-    p.add_argument("--resync-period", type=float, default=float(_env("DRASERVICE_RESYNC_PERIOD", 600)),
+    p.add_argument("--resync-period", type=float, default=_env("DRASERVICE_RESYNC_PERIOD", "600"),
                    help="seconds between full syncs [DRASERVICE_RESYNC_PERIOD, 600]")
-    p.add_argument("--heartbeat-interval", type=float, default=float(_env("DRASERVICE_HEARTBEAT_INTERVAL", 30)),
+    p.add_argument("--heartbeat-interval", type=float, default=_env("DRASERVICE_HEARTBEAT_INTERVAL", "30"),
                    help="seconds between heartbeats [DRASERVICE_HEARTBEAT_INTERVAL, 30]")
-    p.add_argument("--watch-timeout", type=int, default=int(_env("DRASERVICE_WATCH_TIMEOUT", 300)),
+    p.add_argument("--watch-timeout", type=int, default=_env("DRASERVICE_WATCH_TIMEOUT", "300"),
                    help="server-side watch timeout in seconds [DRASERVICE_WATCH_TIMEOUT, 300]")
-    p.add_argument("--claim-poll-interval", type=float, default=float(_env("DRASERVICE_CLAIM_POLL_INTERVAL", 2)),
+    p.add_argument("--claim-poll-interval", type=float, default=_env("DRASERVICE_CLAIM_POLL_INTERVAL", "2"),
                    help="seconds between checks of pending claims in the service [DRASERVICE_CLAIM_POLL_INTERVAL, 2]")
     p.add_argument("--no-claims", action="store_true", default=_env("DRASERVICE_NO_CLAIMS", "") in ("1", "true"),
                    help="inventory only: do not mirror ResourceClaims or write allocations [DRASERVICE_NO_CLAIMS]")
-    p.add_argument("--metrics-port", type=int, default=int(_env("DRASERVICE_METRICS_PORT", 0)),
+    p.add_argument("--metrics-port", type=int, default=_env("DRASERVICE_METRICS_PORT", "0"),
                    help="serve Prometheus metrics on this port; 0 = off [DRASERVICE_METRICS_PORT]")
     p.add_argument("--metrics-address", default=_env("DRASERVICE_METRICS_ADDRESS", "0.0.0.0"))
     p.add_argument("--log-level", default=_env("DRASERVICE_LOG_LEVEL", "INFO"), help="[DRASERVICE_LOG_LEVEL, INFO]")
@@ -85,20 +87,59 @@ def configure_logging(level: str, fmt: str) -> None:
         logging.getLogger(noisy).setLevel(max(logging.INFO, root.level))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
+class ConfigError(Exception):
+    """A configuration the agent cannot start with: reported as one line, exit status 2 (as argparse does)."""
+
+
+def _connect(args) -> tuple[ServiceClient, KubeClient]:
     missing = [flag for flag, value in (("--service-url", args.service_url), ("--cluster", args.cluster))
                if not value]
     token = _env("DRASERVICE_TOKEN")
     if not token and not args.token_file:
         missing.append("DRASERVICE_TOKEN or --token-file")
     if missing:
-        log.error("missing configuration: %s", ", ".join(missing))
-        return 2
+        raise ConfigError(f"missing configuration: {', '.join(missing)}")
+    # Files are checked now: later they would only show up as retried failures deep in the sync loop.
+    for flag, path in (("--token-file", args.token_file), ("--ca-file", args.ca_file)):
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{flag} {path}: no such file")
     service = ServiceClient(args.service_url, args.cluster, TokenSource(token=token, path=args.token_file),
                             ca_certs=args.ca_file, user_agent=f"draservice-agent/{__version__}")
-    kube = KubeClient.from_environment(args.kubeconfig, args.context)
+    return service, _kube_client(args)
+
+
+def _kube_client(args) -> KubeClient:
+    from kubernetes.config.config_exception import ConfigException
+    from yaml import YAMLError
+
+    if args.kubeconfig:
+        where = args.kubeconfig
+        # KUBECONFIG may list several files; the client library would call a missing one "no configuration".
+        for path in args.kubeconfig.split(os.pathsep):
+            if path and not os.path.isfile(os.path.expanduser(path)):
+                raise ConfigError(f"kubeconfig {path}: no such file (--kubeconfig / KUBECONFIG)")
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        where = "the pod's service account"
+    else:
+        where = "~/.kube/config (no --kubeconfig, no KUBECONFIG, not in a pod)"
+    try:
+        return KubeClient.from_environment(args.kubeconfig, args.context)
+    except (ConfigException, OSError, ValueError, TypeError, YAMLError) as exc:
+        reason = " ".join(str(exc).split())  # YAML errors span lines: keep the report to one
+        raise ConfigError(f"no usable Kubernetes credentials from {where}: {reason}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not isinstance(logging.getLevelName(args.log_level.upper()), int):
+        parser.error(f"--log-level: unknown level {args.log_level!r}")
+    configure_logging(args.log_level, args.log_format)
+    try:
+        service, kube = _connect(args)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
     settings = Settings(resync_period=args.resync_period, heartbeat_interval=args.heartbeat_interval,
                         watch_timeout=args.watch_timeout, claims=not args.no_claims,
                         claim_poll_interval=args.claim_poll_interval)

@@ -136,6 +136,9 @@ METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 # Prefix of every Redis key and pub/sub channel the service uses. Empty: derived from the database (host,
 # port, name), so deployments sharing a Redis do not wake or silence each other (claims.notify.key_prefix).
 REDIS_KEY_PREFIX = os.environ.get("REDIS_KEY_PREFIX", "")
+# Keep the demo fleet's fake clusters fresh (a beat task heartbeats them). Off everywhere but where the demo was
+# asked for (`make run` -> `manage.py serve --demo`): in production it would let claims land on fake nodes.
+DEMO_FLEET = env_bool("DEMO_FLEET", False)
 # Largest request body accepted (a 5,000-node x 8-GPU push is ~40 MB of JSON).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATA_UPLOAD_MAX_MEMORY_SIZE", str(200 * 1024 * 1024)))
 

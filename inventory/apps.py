@@ -8,8 +8,8 @@ class InventoryConfig(AppConfig):
     def ready(self):
         from django.conf import settings
 
-        from inventory.tasks import SCHEDULE
+        from inventory.tasks import beat_schedule
 
         # Celery reads settings lazily, so filling the dict here reaches beat.
-        for name, entry in SCHEDULE.items():
+        for name, entry in beat_schedule().items():
             settings.CELERY_BEAT_SCHEDULE.setdefault(name, entry)

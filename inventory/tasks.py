@@ -3,7 +3,9 @@
 The stale-cluster sweep (``inventory.services.clusters.sweep_stale_clusters``) is scheduled by the claims
 app, which re-runs allocation after it. ``refresh_demo_clusters`` stands in for the agents
 of the demo fleet (clusters labelled draservice.io/demo=true): without it the demo would go stale five
-minutes after ``make run``. It only heartbeats clusters that carry that label.
+minutes after ``make run``. It only heartbeats clusters that carry that label, and only where the demo fleet
+was asked for (``settings.DEMO_FLEET``, which ``manage.py serve --demo`` turns on): anywhere else it would
+keep fake clusters fresh, and real claims would be allocated on nodes that do not exist.
 """
 from datetime import timedelta
 
@@ -12,7 +14,7 @@ from django.conf import settings
 
 from inventory.demo import DEMO_LABEL
 
-SCHEDULE = {
+DEMO_SCHEDULE = {
     "inventory-refresh-demo-clusters": {
         "task": "inventory.tasks.refresh_demo_clusters",
         "schedule": timedelta(seconds=max(10.0, settings.STALE_CLUSTER_SECONDS / 3)),
@@ -20,11 +22,25 @@ SCHEDULE = {
 }
 
 
+def beat_schedule() -> dict:
+    """The inventory's entries for the beat schedule: none unless the demo fleet was asked for."""
+    return dict(DEMO_SCHEDULE) if settings.DEMO_FLEET else {}
+
+
+def enable_demo_fleet() -> None:
+    """``serve --demo``: keep the demo fleet fresh in this process (and the web workers forked from it)."""
+    settings.DEMO_FLEET = True
+    for name, entry in beat_schedule().items():
+        settings.CELERY_BEAT_SCHEDULE.setdefault(name, entry)
+
+
 @shared_task(name="inventory.tasks.refresh_demo_clusters", ignore_result=True)
 def refresh_demo_clusters() -> int:
     from inventory.models import Cluster
     from inventory.services.clusters import record_heartbeat
 
+    if not settings.DEMO_FLEET:
+        return 0  # a beat schedule persisted by an older version, or a hand-sent task: not in production
     demo_clusters = Cluster.objects.filter(labels__contains={DEMO_LABEL: "true"}) \
         if _json_contains_supported() else [c for c in Cluster.objects.all() if (c.labels or {}).get(DEMO_LABEL) == "true"]
     count = 0

@@ -33,8 +33,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-runner", action="store_true",
                             help="do not start the in-process allocation worker even without a broker")
         parser.add_argument("--access-log", action="store_true", help="log every request")
+        parser.add_argument("--demo", action="store_true",
+                            help="load the demo fleet and keep its fake clusters fresh (what `make run` does; "
+                                 "never in production: claims would land on nodes that do not exist)")
 
-    def handle(self, *args, host, port, workers, threads, no_runner, access_log, **opts):
+    def handle(self, *args, host, port, workers, threads, no_runner, access_log, demo, **opts):
         from gunicorn.app.base import BaseApplication
 
         broker = bool(settings.CELERY_BROKER_URL)
@@ -46,6 +49,8 @@ class Command(BaseCommand):
                                "(or configure CELERY_BROKER_URL and run Celery workers)")
         if threads < 1 or workers < 1:
             raise CommandError("--workers and --threads must be at least 1")
+        if demo:
+            self._start_demo()
 
         def post_worker_init(worker):
             if run_inline_worker:
@@ -86,3 +91,15 @@ class Command(BaseCommand):
                           f"allocation: {mode}")
         connections.close_all()  # never share a database connection across gunicorn's fork
         Application().run()
+
+    def _start_demo(self) -> None:
+        from django.core.management import call_command
+
+        from inventory.tasks import enable_demo_fleet
+
+        call_command("load_demo_fleet", stdout=self.stdout)
+        # Before the fork, so the in-process runner of the web worker inherits the demo heartbeat.
+        enable_demo_fleet()
+        if settings.CELERY_BROKER_URL:
+            self.stdout.write("demo fleet: with a broker its heartbeat runs in `celery beat`, "
+                              "started with DEMO_FLEET=true")

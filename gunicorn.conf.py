@@ -1,0 +1,52 @@
+"""gunicorn's configuration for every production-like start: the README's "Running for real", the Dockerfile's
+CMD and docker-compose.yml all run ``gunicorn -c gunicorn.conf.py draservice.wsgi:application --bind ...``.
+(``make run`` uses ``manage.py serve``, one process with the in-process worker, configured in that command.)
+
+The address stays on the command line (``--bind``) because it differs between a host and a container.
+WEB_WORKERS / WEB_THREADS size the server; everything else here is behaviour, with its reason.
+"""
+import os
+
+wsgi_app = "draservice.wsgi:application"
+
+# Threads, because a ``?wait=60s`` long poll holds one for up to two minutes; idle keep-alive connections
+# hold none (gthread parks them in its poller). Each thread may hold a PostgreSQL connection.
+worker_class = "gthread"
+workers = int(os.environ.get("WEB_WORKERS", "4"))
+threads = int(os.environ.get("WEB_THREADS", "8"))
+
+# Keep-alive longer than any client's or proxy's idle time. A server that closes an idle connection races
+# with a client sending on it: the request is lost with no response, and clients retry only idempotent
+# methods, so a POST or PATCH fails. With the server's timeout the longest in the chain, the other side
+# always closes first. 75 s > the 60 s idle timeout of common load balancers (AWS ALB, nginx upstreams);
+# raise it above any longer one in front of the service. gunicorn's default is 2 s.
+keepalive = 75
+
+# gthread's timeout only watches the worker's main loop (requests run in threads, so a long poll is not
+# "silent"). Generous, because killing a worker drops every connection it holds.
+timeout = 120
+
+# On SIGTERM (a deploy, `docker compose stop`) a worker stops accepting, answers what is in flight and
+# what arrives on its open connections with "Connection: close", and closes the rest after this long.
+# docker-compose.yml's stop_grace_period is longer, so Docker never SIGKILLs in the middle of it.
+graceful_timeout = 30
+
+# No max_requests: recycling a worker closes all its idle keep-alive connections when its grace period
+# ends, the very race keep-alive above avoids. Nothing in the service leaks enough to need it.
+max_requests = 0
+
+# The worker heartbeat file: on a container's overlay filesystem writes can stall for seconds; memory
+# does not (gunicorn's own advice for Docker).
+if os.path.isdir("/dev/shm"):
+    worker_tmp_dir = "/dev/shm"
+
+errorlog = "-"
+accesslog = "-" if os.environ.get("ACCESS_LOG", "").lower() in ("1", "true", "yes", "on") else None
+
+
+def post_worker_init(worker):
+    # As `manage.py serve` does with a broker: subscribe to claim changes before the first request, so a
+    # long poll is woken by Redis rather than by its next database re-check.
+    from claims import notify
+
+    notify.start_listener()
