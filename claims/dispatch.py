@@ -19,6 +19,10 @@ import threading
 from django.conf import settings
 
 from claims import notify
+from draservice.celery import app
+
+# Tasks are named, not imported: the task module imports the services that call us (no import cycle).
+ALLOCATE_TASK = "claims.tasks.allocate_pending"
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +57,14 @@ def request_allocation() -> None:
     else:
         if getattr(_inline, "active", False):
             return  # already inside an inline round: it loops until the queue is empty
-        from claims.tasks import allocate_pending
-
         _inline.active = True
         try:
-            allocate_pending.apply()
+            app.tasks[ALLOCATE_TASK].apply()
         finally:
             _inline.active = False
 
 
 def _enqueue() -> None:
-    from claims.tasks import allocate_pending
-
     client = notify.redis_client()
     if client is not None:
         try:
@@ -72,7 +72,7 @@ def _enqueue() -> None:
                 return  # a task is queued and has not started yet: it will see our claims
         except Exception as exc:  # Redis trouble: enqueue anyway, duplicates are harmless
             log.warning("allocation debounce unavailable: %s", exc)
-    allocate_pending.apply_async()
+    app.send_task(ALLOCATE_TASK)
 
 
 def task_started() -> None:

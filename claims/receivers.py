@@ -10,6 +10,7 @@ import logging
 from django.conf import settings
 
 from claims import notify
+from draservice.celery import app
 from claims.services import device_removed
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,15 @@ def mark_removed_devices(sender=None, cluster=None, reason=None, **kwargs) -> No
         log.exception("could not check cluster %s for removed devices", cluster)
 
 
+# Named, not imported: claims.tasks imports this module (no import cycle).
+CHECK_TASK = "claims.tasks.check_removed_devices"
+
+
 def check_key(cluster: str) -> str:
     return f"{notify.key_prefix()}:claims:device-check-queued:{cluster}"
 
 
 def _enqueue(cluster: str) -> None:
-    from claims.tasks import check_removed_devices  # here: claims.tasks imports this module (as in dispatch)
-
     client = notify.redis_client()
     if client is not None:
         try:
@@ -50,7 +53,7 @@ def _enqueue(cluster: str) -> None:
                 return  # a check of this cluster is queued and has not started: it will see this change
         except Exception as exc:  # Redis trouble: enqueue anyway, a duplicate check is harmless
             log.warning("device check debounce unavailable: %s", exc)
-    check_removed_devices.apply_async(args=[cluster])
+    app.send_task(CHECK_TASK, args=[cluster])
 
 
 def check_started(cluster: str) -> None:

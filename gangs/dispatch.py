@@ -13,6 +13,11 @@ import threading
 from django.conf import settings
 
 from claims import notify
+from draservice.celery import app
+
+# Tasks are named, not imported: the task module imports the services that call us (no import cycle).
+PLACE_GANGS_TASK = "gangs.tasks.place_gangs"
+PLACE_GANG_TASK = "gangs.tasks.place_gang"
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +27,6 @@ KICK_TTL_MS = 30_000
 def _kick_key() -> str:
     """One debounce key per deployment (``notify.key_prefix``) and task queue: deployments (and test runs)
     sharing a Redis do not silence each other."""
-    from draservice.celery import app
-
     return f"{notify.key_prefix()}:gangs:place-queued:{app.conf.task_default_queue or 'celery'}"
 
 
@@ -31,11 +34,9 @@ _inline = threading.local()
 
 
 def request_placement(gang_id: int | None = None) -> None:
-    from gangs import tasks
-
     if settings.CELERY_BROKER_URL:
         if gang_id is not None:
-            tasks.place_gang.apply_async(args=[gang_id])
+            app.send_task(PLACE_GANG_TASK, args=[gang_id])
             return
         client = notify.redis_client()
         if client is not None:
@@ -44,13 +45,16 @@ def request_placement(gang_id: int | None = None) -> None:
                     return  # a task is queued and has not started: it will see this work
             except Exception as exc:  # Redis trouble: enqueue anyway, a duplicate is harmless
                 log.warning("gang placement debounce unavailable: %s", exc)
-        tasks.place_gangs.apply_async()
+        app.send_task(PLACE_GANGS_TASK)
         return
     if getattr(_inline, "active", False):
         return  # already inside an inline placement loop, which runs until nothing is eligible
     _inline.active = True
     try:
-        (tasks.place_gang.apply(args=[gang_id]) if gang_id is not None else tasks.place_gangs.apply())
+        if gang_id is not None:
+            app.tasks[PLACE_GANG_TASK].apply(args=[gang_id])
+        else:
+            app.tasks[PLACE_GANGS_TASK].apply()
     finally:
         _inline.active = False
 

@@ -32,7 +32,7 @@ from django.db.models import F, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from claims import k8s
+from claims import k8s, notify
 from claims.models import FleetState, Phase, ResourceClaim
 from claims.placement import clusters_matching
 from claims.services import commit, fleet
@@ -142,7 +142,8 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
             commit.begin()
             _write(engine, view, rows, groups, outcomes, version, result, leased)
             changed = result.changed_ids
-            transaction.on_commit(lambda: _after_commit(changed, result.should_retry_soon))
+            # Waiters hear of the outcome; a follow-up round (lost races, deferred groups) is the task's to ask.
+            transaction.on_commit(lambda: notify.publish(changed))
     except IntegrityError as exc:
         # The unique index refused a row: something slipped past the checks. Nothing of the round was
         # written; its claims are untouched and eligible, so the next round decides them afresh.
@@ -204,14 +205,6 @@ def _unlease(ids) -> None:
         ResourceClaim.objects.filter(id__in=list(ids), taken_until__isnull=False).update(taken_until=None)
     except Exception:  # the connection is gone (the caller re-raises): the marks expire by themselves
         log.warning("could not clear taken_until of %d claims; it expires in %ss", len(ids), TAKE_SECONDS)
-
-
-def _after_commit(changed_ids: list[int], retry: bool) -> None:
-    from claims import dispatch, notify
-
-    notify.publish(changed_ids)
-    if retry:
-        dispatch.request_allocation()
 
 
 def claim_object(claim: ResourceClaim) -> dict:

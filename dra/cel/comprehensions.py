@@ -22,11 +22,11 @@ _LOOP_CONDITION = {"all": 2, "exists": 3}
 
 
 class ComprehensionMixin:
-    """Mixed into DRAEvaluator (which provides visit, _scoped, budget and error_at)."""
+    """Mixed into DRAEvaluator (which provides visit, _scoped, budget and error_at, the latter as a static
+    method so that this module need not import the evaluator back)."""
 
     def _comprehension(self, tree, name, range_tree, variables, bodies):
-        from .evaluator import error_at
-
+        error_at = self.error_at
         source = self.visit(range_tree)
         if isinstance(source, CELEvalError):
             return source

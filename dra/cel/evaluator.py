@@ -144,6 +144,8 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
     a DRA selector only ever sees `device` and comprehension/bind variables.
     """
 
+    error_at = staticmethod(error_at)  # for ComprehensionMixin (no import back into this module)
+
     def __init__(self, ast: lark.Tree, variables: dict, functions: dict, literals: dict, budget: Budget):
         self.ast = ast
         self.variables = variables

@@ -9,7 +9,6 @@ import pytest
 import redis
 
 from claims import dispatch, notify
-from claims.tasks import allocate_pending
 from gangs import dispatch as gang_dispatch
 
 pytestmark = pytest.mark.django_db
@@ -76,7 +75,7 @@ def test_allocation_kicks_are_debounced_per_deployment(settings, broker, monkeyp
     client = redis.Redis.from_url(broker)
     client.delete("test-a:claims:allocate-queued", "test-b:claims:allocate-queued")
     enqueued = []
-    monkeypatch.setattr(allocate_pending, "apply_async", lambda *a, **k: enqueued.append(notify.key_prefix()))
+    monkeypatch.setattr(dispatch.app, "send_task", lambda name, *a, **k: enqueued.append(notify.key_prefix()))
     deployment(settings, "test-a")
     dispatch.request_allocation()
     dispatch.request_allocation()  # a task of A is queued and not started: debounced
