@@ -13,7 +13,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -29,15 +28,12 @@ from claims.services import consumers as consumer_services
 from claims.services import explain as explain_service
 from claims.services import idempotency
 from draservice.pagination import CursorPagination
+from draservice.parsers import JSONParser, MergePatchParser
 from draservice.problems import FieldError
 from draservice.yaml import YAMLParser
 
 MAX_WAIT = 120.0
 _WAIT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
-
-
-class MergePatchParser(JSONParser):
-    media_type = "application/merge-patch+json"
 
 
 class KubeListPagination(CursorPagination):
@@ -184,6 +180,8 @@ class ClaimBatchView(ClaimsBase):
         items = body.get("items") if isinstance(body, dict) else body
         if not isinstance(items, list):
             raise FieldError([("items", "must be a list of ResourceClaim (or Consumer) objects")])
+        if not items:  # as `kubectl create` refuses an empty List ("no objects passed to create")
+            raise FieldError([("items", "Required value: at least one ResourceClaim or Consumer")])
         pins = {_body_pin(item) for item in items if isinstance(item, dict) and item.get("kind") != "Consumer"}
         check_write(request, namespace, pins.pop() if len(pins) == 1 else None)
 
@@ -191,7 +189,7 @@ class ClaimBatchView(ClaimsBase):
             claim_items = [(i, o) for i, o in enumerate(items) if not (isinstance(o, dict) and o.get("kind") == "Consumer")]
             consumer_items = [(i, o) for i, o in enumerate(items) if isinstance(o, dict) and o.get("kind") == "Consumer"]
             claims = claim_services.create_claims(namespace, [o for _, o in claim_items],
-                                                  paths=[f"items[{i}]" for i, _ in claim_items])
+                                                  paths=[f"items[{i}]" for i, _ in claim_items]) if claim_items else []
             consumers = [consumer_services.create_consumer(namespace, o, f"items[{i}]") for i, o in consumer_items]
             if consumers:  # consumers made in this batch reserve some of these claims: read them back
                 rendered = s.render_claims(s.claims_queryset(ResourceClaim.objects).filter(

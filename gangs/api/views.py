@@ -5,7 +5,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -14,6 +13,7 @@ from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write,
 from claims.api.views import KubeListPagination, parse_wait
 from claims.models import Reservation
 from claims.services import idempotency
+from draservice.parsers import JSONParser
 from draservice.yaml import YAMLParser
 from gangs import simulate
 from gangs.api import serializers as s
