@@ -147,7 +147,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_METADATA_CLASS": "draservice.metadata.Metadata",
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "draservice.filters.FilterBackend",
+        "draservice.filters.FieldSelectorFilter",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "draservice.pagination.CursorPagination",

@@ -314,3 +314,76 @@ def test_unhandled_exception_under_api_is_problem_json_500(admin_client, monkeyp
 def test_html_404_outside_the_api_stays_html():
     resp = Client().get("/no-such-page-at-all/")
     assert resp.status_code in (302, 404) and "problem" not in resp.get("Content-Type", "")
+
+
+# -------------------------------------------------------------------------------------- list parameters
+
+@pytest.mark.parametrize("path, param", [(CLAIMS, "continue"), ("/api/v1/clusters", "cursor"),
+                                         ("/api/v1/namespaces/team-a/gangs", "continue")])
+def test_malformed_continue_is_400(admin_client, path, param):
+    assert_problem(admin_client.get(path, {param: "%%%not-base64"}), 400, param)
+
+
+@pytest.mark.parametrize("path, param", [(CLAIMS, "continue"), ("/api/v1/clusters", "cursor")])
+def test_continue_whose_position_no_longer_fits_is_410(admin_client, path, param):
+    token = base64.b64encode(b"p=not-an-id").decode()
+    body = assert_problem(admin_client.get(path, {param: token}), 410, param)
+    assert body["title"] == "Gone" and "too old" in body["detail"]
+
+
+@pytest.mark.parametrize("path", [CLAIMS, "/api/v1/clusters", "/api/v1/gangs"])
+def test_limit_not_an_integer_is_400(admin_client, path):
+    assert_problem(admin_client.get(path, {"limit": "abc"}), 400, "limit")
+
+
+def test_limit_zero_or_negative_means_the_server_maximum(admin_client):
+    for i in range(3):
+        admin_client.post("/api/v1/clusters", {"name": f"c{i}"}, format="json")
+    for limit in ("0", "-5"):
+        resp = admin_client.get("/api/v1/clusters", {"limit": limit})
+        assert resp.status_code == 200 and len(resp.json()["results"]) == 3 and resp.json()["next"] is None
+
+
+def test_continue_pages_through_a_claim_list(admin_client, classes_loaded):
+    for i in range(3):
+        admin_client.post(CLAIMS, fleet_helpers.gpu_claim(f"c{i}"), format="json")
+    first = admin_client.get(CLAIMS, {"limit": "2"}).json()
+    token = first["metadata"]["continue"]
+    rest = admin_client.get(CLAIMS, {"limit": "2", "continue": token}).json()
+    assert [c["metadata"]["name"] for c in first["items"] + rest["items"]] == ["c0", "c1", "c2"]
+
+
+@pytest.mark.parametrize("path", [CLAIMS, "/api/v1/clusters", "/api/v1/devices", "/api/v1/namespaces/team-a/gangs",
+                                  "/api/v1/utilisation"])
+def test_unsupported_field_selector_is_400_naming_the_supported_ones(admin_client, path):
+    body = assert_problem(admin_client.get(path, {"fieldSelector": "spec.nodeName=n1"}), 400, "fieldSelector")
+    assert "field label not supported: spec.nodeName" in body["detail"]
+
+
+def test_field_selector_on_name_and_namespace(admin_client, classes_loaded):
+    for name in ("a", "b"):
+        admin_client.post(CLAIMS, fleet_helpers.gpu_claim(name), format="json")
+    names = lambda sel: [c["metadata"]["name"] for c in admin_client.get(CLAIMS, {"fieldSelector": sel}).json()["items"]]
+    assert names("metadata.name=a") == ["a"]
+    assert names("metadata.name!=a") == ["b"]
+    assert names("metadata.namespace==team-a,metadata.name=b") == ["b"]
+    assert names("metadata.namespace=team-b") == []
+    assert "can't understand" in assert_problem(admin_client.get(CLAIMS, {"fieldSelector": "x"}), 400)["detail"]
+    assert_problem(admin_client.get(CLAIMS, {"fieldSelector": "metadata.name"}), 400, "fieldSelector")
+    admin_client.post("/api/v1/clusters", {"name": "c9"}, format="json")
+    clusters = admin_client.get("/api/v1/clusters", {"fieldSelector": "metadata.name=c9"}).json()["results"]
+    assert [c["name"] for c in clusters] == ["c9"]
+
+
+@pytest.mark.parametrize("path", [CLAIMS, "/api/v1/resourceclaims", "/api/v1/namespaces/team-a/gangs",
+                                  "/api/v1/gangs"])
+def test_bad_phase_is_400_with_the_supported_values(admin_client, path):
+    body = assert_problem(admin_client.get(path, {"phase": "Bogus"}), 400, "phase")
+    assert body["title"] == "Invalid query parameter"
+    assert 'Unsupported value: "Bogus": supported values: ' in body["errors"][0]["reason"]
+
+
+def test_bad_filter_syntax_is_400_invalid_query_parameter(admin_client):
+    body = assert_problem(admin_client.get("/api/v1/devices", {"attribute": "no-equals-sign"}), 400, "attribute")
+    assert body["title"] == "Invalid query parameter"
+    assert_problem(admin_client.get("/api/v1/utilisation", {"since": "yesterday"}), 400, "since")
