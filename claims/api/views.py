@@ -49,6 +49,12 @@ class KubeListPagination(CursorPagination):
 
         return (parse_qs(urlparse(link).query).get(self.cursor_query_param) or [None])[0]
 
+    def get_paginated_response_schema(self, schema):
+        """The schema of what the views answer: a Kubernetes list (see ``serializers.render_list``)."""
+        return {"type": "object", "required": ["apiVersion", "kind", "metadata", "items"], "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+            "metadata": {"type": "object", "properties": {"continue": {"type": "string"}}}, "items": schema}}
+
 
 def parse_wait(value: str | None) -> float:
     if not value:
