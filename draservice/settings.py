@@ -45,6 +45,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "draservice.middleware.DrainRequestBodyMiddleware",  # first: it must see every response, see its docstring
     "django.middleware.security.SecurityMiddleware",
     "draservice.middleware.RejectNULMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
