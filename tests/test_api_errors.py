@@ -393,3 +393,12 @@ def test_date_time_filters_take_any_rfc3339_offset(admin_client):
     # PostgreSQL takes offsets up to 15:59 (schemathesis found the 500); RFC 3339 allows up to 23:59
     assert admin_client.get("/api/v1/utilisation", {"since": "0566-04-15T17:31:17.336-19:42"}).status_code == 200
     assert_problem(admin_client.get("/api/v1/utilisation", {"until": "0001-01-01T00:00:00+05:00"}), 400, "until")
+
+
+@pytest.mark.parametrize("ttl", [f"{2**63}s", f"{2**70}h", "99999999999999999999d"])
+def test_lease_ttl_past_any_duration_is_422(admin_client, classes_loaded, ttl):
+    claim = fleet_helpers.gpu_claim("leased", annotations={"draservice.io/lease-ttl": ttl})
+    assert_problem(admin_client.post(CLAIMS, claim, format="json"), 422,
+                   "metadata.annotations[draservice.io/lease-ttl]")
+    admin_client.post(CLAIMS, fleet_helpers.gpu_claim("plain"), format="json")
+    assert_problem(admin_client.post(f"{CLAIMS}/plain/renew", {"ttl": ttl}, format="json"), 422)
