@@ -363,7 +363,9 @@ def test_unsupported_field_selector_is_400_naming_the_supported_ones(admin_clien
 def test_field_selector_on_name_and_namespace(admin_client, classes_loaded):
     for name in ("a", "b"):
         admin_client.post(CLAIMS, fleet_helpers.gpu_claim(name), format="json")
-    names = lambda sel: [c["metadata"]["name"] for c in admin_client.get(CLAIMS, {"fieldSelector": sel}).json()["items"]]
+    def names(selector):
+        return [c["metadata"]["name"] for c in admin_client.get(CLAIMS, {"fieldSelector": selector}).json()["items"]]
+
     assert names("metadata.name=a") == ["a"]
     assert names("metadata.name!=a") == ["b"]
     assert names("metadata.namespace==team-a,metadata.name=b") == ["b"]
