@@ -3,6 +3,7 @@ import django_filters
 from django.db.models import Q
 
 from claims.models import ClaimEvent, Consumer, Phase, ResourceClaim, ResourceClaimTemplate, UtilisationSnapshot
+from draservice.filters import DateTimeFilter
 
 
 def _label_q(value: str) -> Q:
@@ -60,8 +61,8 @@ class UtilisationFilterSet(django_filters.FilterSet):
     cluster = django_filters.CharFilter()
     driver = django_filters.CharFilter()
     product = django_filters.CharFilter()
-    since = django_filters.IsoDateTimeFilter(field_name="taken_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="taken_at", lookup_expr="lt")
+    since = DateTimeFilter(field_name="taken_at", lookup_expr="gte")
+    until = DateTimeFilter(field_name="taken_at", lookup_expr="lt")
 
     class Meta:
         model = UtilisationSnapshot

@@ -31,7 +31,11 @@ def parse_duration(text: str, path: str) -> timedelta:
     match = _DURATION.match(str(text).strip())
     if not match:
         raise FieldError([(path, f"invalid duration {text!r}: use a number followed by s, m, h or d (e.g. 15m)")])
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    except OverflowError:  # past timedelta's ~2.7 million years (was a 500): out of any range we accept
+        raise FieldError([(path, f"Invalid value: {text!r}: must be between {int(MIN_LEASE.total_seconds())}s "
+                                 "and 7d")]) from None
 
 
 @dataclass

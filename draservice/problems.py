@@ -11,12 +11,17 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 log = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+class ProblemJSONRenderer(JSONRenderer):
+    media_type = PROBLEM_CONTENT_TYPE
 
 
 class FieldError(exceptions.APIException):
@@ -70,10 +75,17 @@ def flatten_errors(data: Any, prefix: str = "") -> list[dict]:
     return out
 
 
-def problem(status_code: int, title: str, detail: str, **extra) -> dict:
-    body = {"type": "about:blank", "title": title, "status": status_code, "detail": detail}
+def problem(status_code: int, title: str, detail: str, errors: list[dict] | None = None, **extra) -> dict:
+    """The body of every error. ``errors`` is always there (clients iterate it without checking): without
+    field errors it holds one entry for the whole request (field "") with the detail."""
+    body = {"type": "about:blank", "title": title, "status": status_code, "detail": detail,
+            "errors": errors if errors else [{"field": "", "reason": detail}]}
     body.update(extra)
     return body
+
+
+def _join_reasons(errors: list[dict]) -> str:
+    return "; ".join(f"{e['field']}: {e['reason']}" if e["field"] else e["reason"] for e in errors)
 
 
 def exception_handler(exc, context):
@@ -83,19 +95,25 @@ def exception_handler(exc, context):
         exc = exceptions.PermissionDenied(str(exc) or None)
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None  # unexpected: let Django log it and answer 500
+        return None  # unexpected: Django logs it and answers 500 (problem+json under /api, see api_handler500)
     title = response.status_text if hasattr(response, "status_text") else "Error"
     if isinstance(exc, FieldError):
         body = problem(response.status_code, exc.title or "Invalid object", str(exc.detail), errors=exc.errors)
     elif isinstance(exc, exceptions.ValidationError):
         errors = flatten_errors(exc.detail)
-        detail = "; ".join(f"{e['field']}: {e['reason']}" if e["field"] else e["reason"] for e in errors)
-        body = problem(response.status_code, "Invalid object", detail or "Invalid input.", errors=errors)
+        body = problem(response.status_code, "Invalid object", _join_reasons(errors) or "Invalid input.",
+                       errors=errors)
     else:
         detail = exc.detail if isinstance(getattr(exc, "detail", None), str) else str(getattr(exc, "detail", exc))
-        body = problem(response.status_code, title, detail)
+        body = problem(response.status_code, title, str(detail))
     response.data = body
     response.content_type = PROBLEM_CONTENT_TYPE
+    # Errors are problem+json whatever the request asked for (YAML, or something we cannot render: 406):
+    # one shape for every client, as the README promises. The view's response is finalized with the
+    # request's renderer, so that is the one to set.
+    request = context.get("request")
+    if request is not None:
+        request.accepted_renderer, request.accepted_media_type = ProblemJSONRenderer(), PROBLEM_CONTENT_TYPE
     return response
 
 
@@ -103,8 +121,47 @@ def problem_response(status_code: int, title: str, detail: str, **extra) -> Resp
     return Response(problem(status_code, title, detail, **extra), status=status_code, content_type=PROBLEM_CONTENT_TYPE)
 
 
-def json_problem(status_code: int, title: str, detail: str) -> JsonResponse:
-    """For plain Django views (404/500 handlers on API paths)."""
-    resp = JsonResponse(problem(status_code, title, detail), status=status_code)
-    resp["Content-Type"] = PROBLEM_CONTENT_TYPE
-    return resp
+def json_problem(status_code: int, title: str, detail: str, errors: list[dict] | None = None) -> JsonResponse:
+    """For plain Django views and middleware (the 400/403/404/500 handlers on API paths)."""
+    return JsonResponse(problem(status_code, title, detail, errors), status=status_code,
+                        content_type=PROBLEM_CONTENT_TYPE)
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith("/api/")
+
+
+# Django's own error views (a URL no route matches, an unhandled exception, a SuspiciousOperation such as
+# an oversized body, a CSRF failure) answer HTML; under /api/ they answer problem+json like the views do.
+
+def api_handler400(request, exception=None):
+    if is_api_path(request.path):
+        return json_problem(400, "Bad Request", str(exception) if exception else "Bad request.")
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception)
+
+
+def api_handler403(request, exception=None):
+    if is_api_path(request.path):
+        return json_problem(403, "Forbidden", str(exception) if exception else "Forbidden.")
+    from django.views.defaults import permission_denied
+
+    return permission_denied(request, exception)
+
+
+def api_handler404(request, exception=None):
+    if is_api_path(request.path):
+        return json_problem(404, "Not Found", f"The path {request.path} does not exist in this API.")
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+def api_handler500(request):
+    if is_api_path(request.path):
+        return json_problem(500, "Internal Server Error",
+                            "The server failed to answer this request; it has been logged.")
+    from django.views.defaults import server_error
+
+    return server_error(request)

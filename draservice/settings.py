@@ -45,7 +45,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "draservice.middleware.DrainRequestBodyMiddleware",  # first: it must see every response, see its docstring
     "django.middleware.security.SecurityMiddleware",
+    "draservice.middleware.RejectNULMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -150,11 +152,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "draservice.yaml.YAMLRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
-        "draservice.yaml.YAMLParser",
+        "draservice.parsers.JSONParser",
+        "draservice.parsers.YAMLParser",
     ],
+    "DEFAULT_METADATA_CLASS": "draservice.metadata.Metadata",
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "draservice.filters.FilterBackend",
+        "draservice.filters.FieldSelectorFilter",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "draservice.pagination.CursorPagination",

@@ -17,3 +17,9 @@ urlpatterns = [
     path("gangs/", include("gangs.urls")),
     path("", include("frontend.urls")),
 ]
+
+# Under /api/ Django's own 400/403/404/500 pages are problem+json too (draservice.problems).
+handler400 = "draservice.problems.api_handler400"
+handler403 = "draservice.problems.api_handler403"
+handler404 = "draservice.problems.api_handler404"
+handler500 = "draservice.problems.api_handler500"

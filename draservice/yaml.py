@@ -1,21 +1,11 @@
-"""YAML in and out, because Kubernetes users paste manifests."""
+"""YAML in and out, because Kubernetes users paste manifests. The parser lives with the JSON one in
+``draservice.parsers`` (both bound nesting and refuse NUL characters)."""
 import yaml
-from rest_framework.exceptions import ParseError
-from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
 
+from draservice.parsers import YAMLParser
 
-class YAMLParser(BaseParser):
-    media_type = "application/yaml"
-
-    def parse(self, stream, media_type=None, parser_context=None):
-        try:
-            docs = [d for d in yaml.safe_load_all(stream.read().decode("utf-8")) if d is not None]
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ParseError(f"YAML parse error: {exc}") from exc
-        if len(docs) == 1:
-            return docs[0]
-        return {"apiVersion": "v1", "kind": "List", "items": docs}
+__all__ = ["YAMLParser", "YAMLRenderer"]
 
 
 class YAMLRenderer(BaseRenderer):
@@ -30,11 +20,15 @@ class YAMLRenderer(BaseRenderer):
 
 
 def _plain(data):
-    # DRF's ReturnDict/ReturnList and OrderedDicts are not safe_dump-able as-is.
+    """Plain Python types only: safe_dump refuses subclasses, and DRF hands over ReturnDict/ReturnList,
+    OrderedDicts and ErrorDetail (a ``str`` subclass) among others."""
     if isinstance(data, dict):
         return {str(k): _plain(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return [_plain(v) for v in data]
-    if isinstance(data, (str, int, float, bool)) or data is None:
+    if data is None or isinstance(data, bool):
         return data
+    for plain in (str, int, float):  # bool is an int: handled above
+        if isinstance(data, plain):
+            return plain(data)
     return str(data)

@@ -148,7 +148,9 @@ class KubeObjectSerializer(serializers.Serializer):
     kind = serializers.CharField(required=False)
     metadata = serializers.DictField()
     spec = serializers.DictField()
-    status = serializers.DictField(read_only=True)
+    # Not read-only: a read-only field is required in the response schema, and templates have no status.
+    status = serializers.DictField(required=False, help_text="set by the server (claims, consumers); ignored "
+                                                             "on the way in")
 
 
 class KubeListSerializer(serializers.Serializer):

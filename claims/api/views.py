@@ -14,7 +14,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -31,15 +30,12 @@ from claims.services import events as ev
 from claims.services import explain as explain_service
 from claims.services import idempotency
 from draservice.pagination import CursorPagination
+from draservice.parsers import JSONParser, MergePatchParser
 from draservice.problems import FieldError
 from draservice.yaml import YAMLParser
 
 MAX_WAIT = 120.0
 _WAIT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
-
-
-class MergePatchParser(JSONParser):
-    media_type = "application/merge-patch+json"
 
 
 class KubeListPagination(CursorPagination):
@@ -54,6 +50,12 @@ class KubeListPagination(CursorPagination):
         from urllib.parse import parse_qs, urlparse
 
         return (parse_qs(urlparse(link).query).get(self.cursor_query_param) or [None])[0]
+
+    def get_paginated_response_schema(self, schema):
+        """The schema of what the views answer: a Kubernetes list (see ``serializers.render_list``)."""
+        return {"type": "object", "required": ["apiVersion", "kind", "metadata", "items"], "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+            "metadata": {"type": "object", "properties": {"continue": {"type": "string"}}}, "items": schema}}
 
 
 def parse_wait(value: str | None) -> float:
@@ -186,6 +188,8 @@ class ClaimBatchView(ClaimsBase):
         items = body.get("items") if isinstance(body, dict) else body
         if not isinstance(items, list):
             raise FieldError([("items", "must be a list of ResourceClaim (or Consumer) objects")])
+        if not items:  # as `kubectl create` refuses an empty List ("no objects passed to create")
+            raise FieldError([("items", "Required value: at least one ResourceClaim or Consumer")])
         pins = {_body_pin(item) for item in items if isinstance(item, dict) and item.get("kind") != "Consumer"}
         check_write(request, namespace, pins.pop() if len(pins) == 1 else None)
 
@@ -193,7 +197,7 @@ class ClaimBatchView(ClaimsBase):
             claim_items = [(i, o) for i, o in enumerate(items) if not (isinstance(o, dict) and o.get("kind") == "Consumer")]
             consumer_items = [(i, o) for i, o in enumerate(items) if isinstance(o, dict) and o.get("kind") == "Consumer"]
             claims = claim_services.create_claims(namespace, [o for _, o in claim_items],
-                                                  paths=[f"items[{i}]" for i, _ in claim_items])
+                                                  paths=[f"items[{i}]" for i, _ in claim_items]) if claim_items else []
             consumers = [consumer_services.create_consumer(namespace, o, f"items[{i}]") for i, o in consumer_items]
             if consumers:  # consumers made in this batch reserve some of these claims: read them back
                 rendered = s.render_claims(s.claims_queryset(ResourceClaim.objects).filter(

@@ -244,7 +244,10 @@ def _envelope(obj: Any, kind: str, versions: set[str], errs: Errors) -> tuple[st
         errs.append(("", f"must be a {kind} object"))
         return V1, {}, {}
     api_version = obj.get("apiVersion") or V1
-    if api_version not in versions:
+    if not isinstance(api_version, str):  # a list or an object is not hashable: check before the set lookup
+        errs.append(("apiVersion", f"Invalid value: {type(api_version).__name__}: must be a string"))
+        api_version = V1
+    elif api_version not in versions:
         errs.append(("apiVersion", f"Unsupported value: {api_version!r}: supported values: "
                                    + ", ".join(f'"{v}"' for v in sorted(versions))))
     if obj.get("kind", kind) != kind:

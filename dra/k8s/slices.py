@@ -122,17 +122,36 @@ def normalize_resource_slice(obj: Any, copy: bool = True) -> dict:
     return _finish("ResourceSlice", metadata, spec, errs)
 
 
+INT64_MAX = 2**63 - 1
+
+
+def _int64_reason(value: Any, minimum: int) -> str | None:
+    """Why ``value`` is not an int64 of at least ``minimum`` (both pool counters are int64 upstream and
+    bigint columns here), or None. Integers past 2**64 arrive as floats from the JSON parser."""
+    if value is None:
+        return "Required value"
+    shown = f"Invalid value: {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{shown}: must be an integer"
+    if value > INT64_MAX:
+        return f"{shown}: must be less than or equal to {INT64_MAX}"
+    if isinstance(value, float):
+        return f"{shown}: must be an integer"
+    if value < minimum:
+        return f"{shown}: must be greater than {'or equal to zero' if minimum == 0 else 'zero'}"
+    return None
+
+
 def _check_slice_spec(spec: dict, errs: Errors) -> None:
     _unknown(spec, SLICE_SPEC_FIELDS, "spec", errs)
     errs += check_driver_name(spec.get("driver"), "spec.driver")
     pool = _dict(spec.get("pool"), "spec.pool", errs, required=True)
     _unknown(pool, frozenset({"name", "generation", "resourceSliceCount"}), "spec.pool", errs)
     errs += check_pool_name(pool.get("name"), "spec.pool.name")
-    generation, count = pool.get("generation", 0), pool.get("resourceSliceCount")
-    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
-        errs.append(("spec.pool.generation", f"Invalid value: {generation!r}: must be greater than or equal to zero"))
-    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
-        errs.append(("spec.pool.resourceSliceCount", f"Invalid value: {count!r}: must be greater than zero"))
+    for field, minimum, default in (("generation", 0, 0), ("resourceSliceCount", 1, None)):
+        reason = _int64_reason(pool.get(field, default), minimum)
+        if reason:
+            errs.append((f"spec.pool.{field}", reason))
 
     set_fields = []
     if "nodeName" in spec:

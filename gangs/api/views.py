@@ -5,7 +5,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -14,9 +13,11 @@ from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write,
 from claims.api.views import KubeListPagination, parse_wait
 from claims.models import Reservation
 from claims.services import idempotency
+from draservice.parsers import JSONParser
 from draservice.yaml import YAMLParser
 from gangs import simulate
 from gangs.api import serializers as s
+from gangs.filtersets import GangFilterSet
 from gangs.models import Gang, GangEvent, GangPhase
 from gangs.services import gangs as gang_services
 from gangs.spec import API_VERSION
@@ -47,6 +48,7 @@ class GangsBase(generics.GenericAPIView):
     pagination_class = KubeListPagination
 
     def listed(self, queryset, kind="GangList"):
+        queryset = self.filter_queryset(queryset)  # phase (GangFilterSet), fieldSelector
         page = self.paginate_queryset(queryset)
         token = self.paginator.continue_token() if page is not None else None
         rows = page if page is not None else queryset
@@ -56,14 +58,13 @@ class GangsBase(generics.GenericAPIView):
 
 
 class GangListView(GangsBase):
-    @extend_schema(parameters=[OpenApiParameter("phase", str)], responses={200: OpenApiTypes.OBJECT},
-                   summary="List Gangs", operation_id="list_namespaced_gangs")
+    filterset_class = GangFilterSet
+    queryset = Gang.objects.none()  # for the schema; get() builds the real one
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List Gangs", operation_id="list_namespaced_gangs")
     def get(self, request, namespace):
         check_read(request, namespace)
-        qs = Gang.objects.select_related("namespace").filter(namespace__name=namespace)
-        if request.query_params.get("phase"):
-            qs = qs.filter(phase=request.query_params["phase"])
-        return self.listed(qs)
+        return self.listed(Gang.objects.select_related("namespace").filter(namespace__name=namespace))
 
     @extend_schema(request=s.GangSerializer, responses={201: s.GangSerializer},
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
@@ -137,14 +138,15 @@ class GangEventsView(GangsBase):
 
 
 class AllGangsView(GangsBase):
+    filterset_class = GangFilterSet
+    queryset = Gang.objects.none()  # for the schema; get() builds the real one
+
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List Gangs in all readable namespaces")
     def get(self, request):
         qs = Gang.objects.select_related("namespace")
         allowed = readable_namespaces(request)
         if allowed is not None:
             qs = qs.filter(namespace__name__in=allowed)
-        if request.query_params.get("phase"):
-            qs = qs.filter(phase=request.query_params["phase"])
         return self.listed(qs)
 
 

@@ -38,9 +38,10 @@ class LabelsSchemaField(LabelsField):
 class ClusterSerializer(serializers.ModelSerializer):
     labels = LabelsSchemaField(required=False, default=dict)
     stale = serializers.SerializerMethodField()
-    staleSince = serializers.DateTimeField(source="stale_since", read_only=True)
-    lastSyncAt = serializers.DateTimeField(source="last_sync_at", read_only=True)
-    lastHeartbeatAt = serializers.DateTimeField(source="last_heartbeat_at", read_only=True)
+    # null until the cluster first syncs / sends a heartbeat / goes stale (allow_null: the schema says so)
+    staleSince = serializers.DateTimeField(source="stale_since", read_only=True, allow_null=True)
+    lastSyncAt = serializers.DateTimeField(source="last_sync_at", read_only=True, allow_null=True)
+    lastHeartbeatAt = serializers.DateTimeField(source="last_heartbeat_at", read_only=True, allow_null=True)
     agentVersion = serializers.CharField(source="agent_version", read_only=True)
     agentStatus = serializers.JSONField(source="agent_status", read_only=True)
     inventoryVersion = serializers.IntegerField(source="inventory_version", read_only=True)
@@ -168,7 +169,7 @@ class DeviceSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="node_name")
     pool = serializers.CharField(source="pool_name")
     poolGeneration = serializers.IntegerField(source="pool_generation")
-    poolState = serializers.CharField(source="pool_state", read_only=True, default=None)
+    poolState = serializers.CharField(source="pool_state", read_only=True, default=None, allow_null=True)
     resourceSlice = serializers.CharField(source="resource_slice.name", read_only=True)
     consumesCounters = serializers.JSONField(source="consumes_counters")
     taints = TaintsField()
@@ -220,7 +221,8 @@ class DeviceSerializer(serializers.ModelSerializer):
 class KubeObjectRowSerializer(serializers.ModelSerializer):
     """DeviceClass / DeviceTaintRule rows: scope, cluster and the stored v1 object."""
 
-    cluster = serializers.CharField(source="cluster.name", read_only=True, default=None)
+    cluster = serializers.CharField(source="cluster.name", read_only=True, default=None, allow_null=True,
+                                    help_text="the cluster that pushed it; null for a fleet-wide object")
     scope = serializers.SerializerMethodField()
     resourceVersion = serializers.IntegerField(source="resource_version", read_only=True)
     object = serializers.JSONField(read_only=True)

@@ -82,8 +82,9 @@ class ClusterViewSet(InventoryViewMixin, viewsets.ModelViewSet):
     def perform_create(self, serializer):
         cluster, secret = cluster_services.create_cluster(name=serializer.validated_data["name"],
                                                           labels=serializer.validated_data.get("labels", {}))
-        cluster.token = secret
-        serializer.instance = cluster
+        # Read back through the list's queryset: the 201 carries nodeCount/deviceCount (0) like every read.
+        serializer.instance = self.get_queryset().get(pk=cluster.pk)
+        serializer.instance.token = secret
 
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
