@@ -36,32 +36,3 @@ def _nul_in_url(request) -> str | None:
         if NUL in key or any(NUL in v for v in values):
             return key.replace(NUL, "\\u0000")
     return None
-
-
-class DrainRequestBodyMiddleware:
-    """Read what is left of the request body before the response leaves (outermost middleware).
-
-    An answer given without reading the body (405, 401/403, 404 on an unknown ``?format=``, a 400 from a
-    check above) used to stall the client's next request on that keep-alive connection until it gave up:
-    gunicorn's threaded worker discards the unread body only after sending the response, by which time the
-    client may already have sent its next request; the read that takes the body's last bytes then takes the
-    start of the next request into the parser's buffer, and the connection goes back to a poller that waits
-    for bytes already read (gunicorn 24.1, workers/gthread.py). Reading the body here, before the response
-    is sent, means nothing of the next request can be on the wire yet, whatever server runs us.
-    """
-
-    CHUNK = 64 * 1024
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
-        response = self.get_response(request)
-        stream = getattr(request, "_stream", None)  # Django's LimitedStream over wsgi.input (Content-Length)
-        if stream is not None:
-            try:
-                while stream.read(self.CHUNK):
-                    pass
-            except OSError:  # the client went away: nothing to keep alive
-                pass
-        return response

@@ -45,7 +45,6 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "draservice.middleware.DrainRequestBodyMiddleware",  # first: it must see every response, see its docstring
     "django.middleware.security.SecurityMiddleware",
     "draservice.middleware.RejectNULMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
