@@ -169,3 +169,25 @@ def test_canary_is_allocated_fast_beside_an_expensive_selector(admin_client, sma
     assert match["status"] == 422
     hostile = wait_phase(admin_client, "hostile")
     assert hostile["status"]["phase"] == "Failed" and hostile["status"]["attempts"] == 1
+
+
+def test_a_pending_claim_is_tried_once_by_real_workers_while_the_fleet_is_stable(admin_client, small_fleet,
+                                                                                  live_broker):
+    """Kicks (beat's retry, other claims' commits) and heartbeats of an unchanged fleet do not re-try a claim
+    that cannot fit: only a change to the fleet or to the claim does."""
+    from claims import dispatch
+
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("no-fit", count=32), format="json").status_code == 201
+    until(lambda: ResourceClaim.objects.get(name="no-fit").attempts == 1)
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        dispatch.request_allocation()
+        admin_client.post("/api/v1/clusters/c1/heartbeat", {}, format="json")
+        time.sleep(0.5)
+    claim = ResourceClaim.objects.get(name="no-fit")
+    assert claim.phase == "Pending" and claim.attempts == 1
+    # A change to the fleet allows another attempt.
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("small"), format="json")
+    assert wait_phase(admin_client, "small")["status"]["phase"] == "Allocated"
+    admin_client.post(f"{NS}/resourceclaims/small/release")
+    until(lambda: ResourceClaim.objects.get(name="no-fit").attempts == 2)
