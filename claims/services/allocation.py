@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -170,6 +170,7 @@ def take(batch_size: int) -> tuple[list[ResourceClaim], int]:
     """
     current = Subquery(FleetState.objects.filter(pk=1).values("version")[:1])
     with transaction.atomic():
+        _no_flush_wait()
         # diagnostics (the largest column) is rewritten by every outcome and never read here.
         claims = list(eligible_pending(Coalesce(current, Value(1))).select_related("namespace")
                       .defer("diagnostics", "labels")
@@ -186,10 +187,19 @@ def take_members(ids: list[int]) -> set[int]:
     if not ids:
         return set()
     with transaction.atomic():
+        _no_flush_wait()
         got = list(ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
                    .filter(id__in=ids, phase=Phase.PENDING).filter(_not_taken()).values_list("id", flat=True))
         _lease(got)
     return set(got)
+
+
+def _no_flush_wait() -> None:
+    """A ``taken_until`` mark need not survive a crash (lost, the claim is simply not taken): do not wait for
+    the WAL flush. Halves the durable commits per round (a few hundred per second is all this disk does)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 def _not_taken() -> Q:
