@@ -32,9 +32,9 @@ CLASS_CACHE_SECONDS = 5.0
 
 def get_namespace_for_write(name: str) -> Namespace:
     """Namespaces come into being with their first object (a namespace token names them in advance)."""
-    err = k8s.dns_label_error(name)
-    if err:
-        raise FieldError([("metadata.namespace", err)])
+    errors = k8s.check_dns_label(name, "metadata.namespace")
+    if errors:
+        raise FieldError(errors)
     ns, _ = Namespace.objects.get_or_create(name=name)
     return ns
 
@@ -106,9 +106,9 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
 
 def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[ResourceClaim]:
     if connection.vendor == "postgresql":
-        err = k8s.dns_label_error(ns_name)
-        if err:
-            raise FieldError([("metadata.namespace", err)])
+        errors = k8s.check_dns_label(ns_name, "metadata.namespace")
+        if errors:
+            raise FieldError(errors)
         # The namespace row is looked up by the INSERT itself (one statement, see _insert_pg); a stand-in
         # carries the name until then.
         ns = Namespace(name=ns_name)

@@ -18,6 +18,7 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from dra.k8s import slices as k8s
+from dra.k8s.fields import check_dns_subdomain, check_label_name, check_label_value, check_unknown
 from draservice.problems import FieldError, PreconditionFailed
 from inventory.etag import check_if_match
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
@@ -67,16 +68,16 @@ def normalize_node(obj, path: str = "") -> dict:
         source, base = (obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}), "metadata."
     else:
         source, base = obj, ""
-        k8s._unknown(obj, frozenset({"name", "labels", "apiVersion", "kind"}), "", errs)
+        check_unknown(obj, frozenset({"name", "labels", "apiVersion", "kind"}), "", errs)
     if obj.get("kind", "Node") != "Node":
         errs.append(("kind", f"Invalid value: {obj.get('kind')!r}: expected 'Node'"))
-    errs += k8s.check_dns_subdomain(source.get("name"), f"{base}name")
+    errs += check_dns_subdomain(source.get("name"), f"{base}name")
     labels = source.get("labels") or {}
     if not isinstance(labels, dict):
         errs.append((f"{base}labels", "must be an object"))
         labels = {}
     for key, value in labels.items():
-        errs += k8s.check_label_name(key, f"{base}labels[{key}]") + k8s.check_label_value(value, f"{base}labels[{key}]")
+        errs += check_label_name(key, f"{base}labels[{key}]") + check_label_value(value, f"{base}labels[{key}]")
     if errs:
         raise k8s.ObjectInvalid(errs).prefixed(path)
     return {"name": source["name"], "labels": dict(labels)}
