@@ -139,6 +139,14 @@ def is_label_name_part(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 63 and bool(_LABEL_NAME.match(value))
 
 
+def is_label_key(value: Any, prefix_limit: int = 253) -> bool:
+    """A label key: an optional DNS-subdomain prefix and '/', then a name part."""
+    if not isinstance(value, str):
+        return False
+    prefix, sep, name = value.rpartition("/")
+    return is_label_name_part(name) and (not sep or is_dns_subdomain(prefix, prefix_limit))
+
+
 def is_label_value(value: Any) -> bool:
     return value == "" or is_label_name_part(value)
 
