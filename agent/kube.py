@@ -28,6 +28,8 @@ from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("agent.kube")
 
+# dra.k8s.fields.GROUP, spelled out: the agent's image ships the agent package alone (deploy/agent/Dockerfile),
+# so it cannot import dra; tests/agent/test_kube_side.py holds the two equal.
 RESOURCE_GROUP = "resource.k8s.io"
 # Newest first. For each resource the agent uses the newest version the cluster serves: v1 from
 # Kubernetes 1.34, v1beta2 in 1.33, v1beta1 in 1.32; DeviceTaintRules exist only in v1alpha3 so far.

@@ -1,55 +1,40 @@
-"""Kubernetes object handling for the claims API: parse, convert to v1, default and validate.
+"""The claims API's side of ``dra.k8s``: its errors as ``FieldError``, and what only the API needs.
 
-The canonical implementation of claim defaulting/validation/conversion is ``dra.k8s.claims`` (owned by the
-engine, so that the simulate endpoint, the worker and this API agree). This module adapts its errors to
-``FieldError`` (field path + reason) and adds what only the API needs: object metadata (names,
-generateName, labels, annotations) and templates.
+Conversion, defaulting and validation of claims are ``dra.k8s.claims`` (owned by the engine, so that the
+simulate endpoint, the worker and this API agree), in the vocabulary of ``dra.k8s.fields``. Here: object
+metadata as the claims API takes it (names or generateName, the URL's namespace, labels, annotations),
+apiVersion/kind of the claims API's objects, templates, and the rebasing of error paths onto the request body.
 """
 from __future__ import annotations
 
-import re
 import secrets
 from typing import Any
 
+from dra.k8s import claims as k8s_claims
+from dra.k8s.fields import DNS_LABEL, DNS_SUBDOMAIN, V1, Errors, is_label_name_part, is_label_value, name_reason
 from draservice.problems import FieldError
 
-from dra.k8s import claims as k8s_claims
+__all__ = ["API_VERSIONS", "V1", "check_dns_label", "check_dns_subdomain", "check_kind", "check_string_map",
+           "claim_spec_to_v1", "device_class_names", "parse_metadata", "random_suffix", "template_spec_to_v1"]
 
-GROUP = "resource.k8s.io"
-API_VERSIONS = (f"{GROUP}/v1", f"{GROUP}/v1beta2", f"{GROUP}/v1beta1")
-V1 = f"{GROUP}/v1"
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+API_VERSIONS = k8s_claims.API_VERSIONS
 _RANDOM_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet (no vowels, no 0/1/3)
 
 
-def dns_subdomain_error(value: Any) -> str | None:
-    if not isinstance(value, str) or not value:
-        return "must be a non-empty string"
-    if len(value) > 253:
-        return "must be no more than 253 characters"
-    if not _DNS_SUBDOMAIN.match(value):
-        return ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                "and must start and end with an alphanumeric character")
-    return None
+def check_dns_label(value: Any, path: str) -> Errors:
+    """A DNS label in the claims API's own objects (namespaces, consumers, gangs), with its first reason."""
+    reason = name_reason(value, DNS_LABEL)
+    return [(path, reason)] if reason else []
 
 
-def dns_label_error(value: Any) -> str | None:
-    if not isinstance(value, str) or not value:
-        return "must be a non-empty string"
-    if len(value) > 63:
-        return "must be no more than 63 characters"
-    if not _DNS_LABEL.match(value):
-        return ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-                "start and end with an alphanumeric character")
-    return None
+def check_dns_subdomain(value: Any, path: str) -> Errors:
+    reason = name_reason(value, DNS_SUBDOMAIN)
+    return [(path, reason)] if reason else []
 
 
-def _validate_string_map(value: Any, path: str, *, labels: bool) -> list[tuple[str, str]]:
-    errors: list[tuple[str, str]] = []
+def check_string_map(value: Any, path: str, *, labels: bool) -> Errors:
+    """Labels (``labels=True``) or annotations of a claims API object."""
+    errors: Errors = []
     if value is None:
         return errors
     if not isinstance(value, dict):
@@ -61,16 +46,17 @@ def _validate_string_map(value: Any, path: str, *, labels: bool) -> list[tuple[s
             errors.append((kpath, "key must be a non-empty string"))
             continue
         prefix, _, name = key.rpartition("/")
-        if prefix and dns_subdomain_error(prefix):
-            errors.append((kpath, f"prefix part {dns_subdomain_error(prefix)}"))
-        if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        prefix_reason = name_reason(prefix, DNS_SUBDOMAIN) if prefix else None
+        if prefix_reason:
+            errors.append((kpath, f"prefix part {prefix_reason}"))
+        if not is_label_name_part(name):
             errors.append((kpath, "name part must consist of alphanumeric characters, '-', '_' or '.', start and "
                                   "end with an alphanumeric character, and be at most 63 characters"))
         if not isinstance(val, str):
             errors.append((kpath, "value must be a string"))
             continue
         total += len(key) + len(val)
-        if labels and (len(val) > 63 or not _LABEL_VALUE.match(val)):
+        if labels and not is_label_value(val):
             errors.append((kpath, "a valid label value must be 63 characters or less and consist of "
                                   "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"))
     if not labels and total > 256 * 1024:
@@ -90,24 +76,24 @@ def parse_metadata(obj: dict, path: str = "metadata", *, namespace: str,
         meta = {}
     if not isinstance(meta, dict):
         raise FieldError([(path, "must be an object")])
-    errors: list[tuple[str, str]] = []
+    errors: Errors = []
     name = meta.get("name")
     generate = meta.get("generateName")
     if not name and generate:
-        if not isinstance(generate, str) or dns_subdomain_error(generate.rstrip("-") or "x"):
+        if not isinstance(generate, str) or name_reason(generate.rstrip("-") or "x", DNS_SUBDOMAIN):
             errors.append((f"{path}.generateName", "must be a valid name prefix"))
         else:
             name = generate[:253 - 5] + random_suffix()
     if not name:
         if require_name:
             errors.append((f"{path}.name", "name or generateName is required"))
-    elif dns_subdomain_error(name):
-        errors.append((f"{path}.name", dns_subdomain_error(name)))
+    else:
+        errors += check_dns_subdomain(name, f"{path}.name")
     ns = meta.get("namespace")
     if ns not in (None, "", namespace):
         errors.append((f"{path}.namespace", f"does not match the namespace in the URL ({namespace!r})"))
-    errors += _validate_string_map(meta.get("labels"), f"{path}.labels", labels=True)
-    errors += _validate_string_map(meta.get("annotations"), f"{path}.annotations", labels=False)
+    errors += check_string_map(meta.get("labels"), f"{path}.labels", labels=True)
+    errors += check_string_map(meta.get("annotations"), f"{path}.annotations", labels=False)
     if errors:
         raise FieldError(errors)
     return {"name": name, "labels": dict(meta.get("labels") or {}),
@@ -162,8 +148,8 @@ def template_spec_to_v1(spec: Any, api_version: str, path: str) -> dict:
     meta = spec.get("metadata") or {}
     if not isinstance(meta, dict):
         raise FieldError([(f"{path}.metadata", "must be an object")])
-    errors = _validate_string_map(meta.get("labels"), f"{path}.metadata.labels", labels=True)
-    errors += _validate_string_map(meta.get("annotations"), f"{path}.metadata.annotations", labels=False)
+    errors = check_string_map(meta.get("labels"), f"{path}.metadata.labels", labels=True)
+    errors += check_string_map(meta.get("annotations"), f"{path}.metadata.annotations", labels=False)
     if errors:
         raise FieldError(errors)
     claim_spec = claim_spec_to_v1(spec.get("spec"), api_version, f"{path}.spec")
@@ -180,4 +166,3 @@ def device_class_names(spec: dict) -> list[tuple[str, str]]:
         for j, sub in enumerate(req.get("firstAvailable") or []):
             out.append((f"devices.requests[{i}].firstAvailable[{j}].deviceClassName", sub.get("deviceClassName")))
     return out
-

@@ -13,6 +13,8 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from dra.k8s.fields import V1
+
 
 class Namespace(models.Model):
     """A tenant: a team or a pipeline. Tokens are scoped to namespace names."""
@@ -51,7 +53,7 @@ class ResourceClaim(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
     spec = models.JSONField()  # normalized v1 ResourceClaimSpec
-    source_api_version = models.CharField(max_length=64, default="resource.k8s.io/v1")
+    source_api_version = models.CharField(max_length=64, default=V1)
     # Set when the claim was made from a template for one consumer; deleting the consumer deletes the claim.
     template = models.ForeignKey("ResourceClaimTemplate", on_delete=models.SET_NULL, null=True, blank=True,
                                  related_name="claims")
@@ -121,7 +123,7 @@ class ResourceClaimTemplate(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
     spec = models.JSONField()  # ResourceClaimTemplateSpec: {"metadata": {...}, "spec": <v1 claim spec>}
-    source_api_version = models.CharField(max_length=64, default="resource.k8s.io/v1")
+    source_api_version = models.CharField(max_length=64, default=V1)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -29,6 +29,7 @@ from typing import Any
 
 from claims import k8s
 from dra.gang import Topology
+from dra.k8s.fields import is_dns_label
 from draservice.problems import FieldError
 
 KIND = "Gang"
@@ -46,8 +47,7 @@ def parse_gang(obj: Any, namespace: str) -> tuple[dict, dict]:
     if obj.get("kind") not in (None, "", KIND) or obj.get("apiVersion") not in (None, "", API_VERSION):
         errors.append(("kind", f"must be {KIND} ({API_VERSION})"))
     meta = k8s.parse_metadata(obj, namespace=namespace)
-    if k8s.dns_label_error(meta["name"]):  # member consumers are named <gang>-<member>
-        errors.append(("metadata.name", k8s.dns_label_error(meta["name"])))
+    errors += k8s.check_dns_label(meta["name"], "metadata.name")  # member consumers are named <gang>-<member>
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         raise FieldError(errors + [("spec", "Required value: must be an object")])
@@ -108,8 +108,9 @@ def _members(spec: dict, errors: list) -> list[dict]:
             errors.append((path, "must be an object"))
             continue
         name = m.get("name")
-        if k8s.dns_label_error(name):
-            errors.append((f"{path}.name", k8s.dns_label_error(name)))
+        name_errors = k8s.check_dns_label(name, f"{path}.name")
+        if name_errors:
+            errors += name_errors
         elif name in seen:
             errors.append((f"{path}.name", f'Duplicate value: "{name}"'))
         seen.add(name)
@@ -157,7 +158,7 @@ def _placement(data, errors: list) -> dict:
             out["clusterSelector"] = dict(selector)
     preferred = data.get("preferredCluster")
     if preferred is not None:
-        if not isinstance(preferred, str) or k8s.dns_label_error(preferred):
+        if not is_dns_label(preferred):
             errors.append(("spec.placement.preferredCluster", "must be a cluster name"))
         else:
             out["preferredCluster"] = preferred

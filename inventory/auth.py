@@ -13,8 +13,8 @@ import time
 from datetime import timedelta
 
 from django.db.models.signals import post_delete, post_save
-
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
@@ -127,15 +127,12 @@ class BearerTokenAuthentication(BaseAuthentication):
         return self.keyword
 
 
-try:  # document the scheme in /api/schema/ (drf-spectacular finds extensions by import)
-    from drf_spectacular.extensions import OpenApiAuthenticationExtension
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """Documents the scheme in /api/schema/ (drf-spectacular finds extensions by import)."""
 
-    class BearerTokenScheme(OpenApiAuthenticationExtension):
-        target_class = "inventory.auth.BearerTokenAuthentication"
-        name = "bearerToken"
+    target_class = "inventory.auth.BearerTokenAuthentication"
+    name = "bearerToken"
 
-        def get_security_definition(self, auto_schema):
-            return {"type": "http", "scheme": "bearer", "bearerFormat": "dra_<prefix>_<secret>",
-                    "description": "An API token (python manage.py create_token, or a cluster's token)."}
-except ImportError:  # pragma: no cover - drf-spectacular is a dependency
-    pass
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "dra_<prefix>_<secret>",
+                "description": "An API token (python manage.py create_token, or a cluster's token)."}

@@ -1,30 +1,90 @@
-"""Suite-wide fixtures. The tests use the machine's real PostgreSQL (DATABASE_URL, set by `make test`)."""
+"""Suite-wide fixtures. The Django suites use the machine's real PostgreSQL (DATABASE_URL, set by `make test`);
+the pure library's suites (tests/cel, tests/engine) need no service at all.
+
+Shared material (upstream's conformance vectors, real slices and selectors) is read through one place:
+``shared_path()``, which the ``shared_dir`` fixture returns and ``pytest_generate_tests`` uses to parametrize
+tests marked ``@pytest.mark.vectors(file, ...)`` (parametrization needs the data at collection, before fixtures).
+"""
+import json
 import os
 
 import pytest
 from django.conf import settings
 
-SHARED_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+SHARED_LOCATION = os.path.join(os.path.dirname(__file__), "..", "..", "shared")
 
 
 def pytest_configure(config):
-    engine = settings.DATABASES["default"]["ENGINE"]
-    if "postgresql" not in engine and not os.environ.get("ALLOW_NON_POSTGRES_TESTS"):
-        raise pytest.UsageError(
-            f"The tests run against PostgreSQL (DATABASE_URL); got {engine}. Use `make test`."
-        )
     # One test database per pytest process: several suites running at once on one machine (developers,
-    # helpers, CI) must not drop each other's database mid-run.
+    # helpers, CI) must not drop each other's database mid-run. (Settings only: nothing connects here.)
     default = settings.DATABASES["default"]
     name = os.environ.get("TEST_DATABASE_NAME") or f"test_{default['NAME']}_{os.getpid()}"
     default.setdefault("TEST", {})["NAME"] = name
 
 
 @pytest.fixture(scope="session")
+def _require_postgresql():
+    """The gate of the Django suites: they run against PostgreSQL, as production does."""
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if "postgresql" not in engine and not os.environ.get("ALLOW_NON_POSTGRES_TESTS"):
+        pytest.fail(f"The tests that use the database run against PostgreSQL (DATABASE_URL); got {engine}. "
+                    "Use `make test`.", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(_require_postgresql, django_db_setup):
+    """pytest-django's test database, behind the PostgreSQL gate (only tests that use the database get here)."""
+    yield
+
+
+# ------------------------------------------------------------------------------------------ shared material
+
+def shared_path(*parts: str) -> str:
+    """A path inside the shared material (``../shared`` beside the repository)."""
+    root = os.path.abspath(SHARED_LOCATION)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"shared material not found at {root}")
+    return os.path.join(root, *parts)
+
+
+def load_json(*parts: str):
+    with open(os.path.join(*parts), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@pytest.fixture(scope="session")
 def shared_dir():
-    if not os.path.isdir(SHARED_DIR):
-        pytest.fail(f"shared material not found at {SHARED_DIR}")
-    return SHARED_DIR
+    try:
+        return shared_path()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def cel_cases(shared_dir):
+    """Upstream's CEL table (cel/compile_test.go, Kubernetes 1.35)."""
+    return load_json(shared_dir, "conformance", "k8s-cel-cases.json")
+
+
+@pytest.fixture(scope="session")
+def allocator_cases(shared_dir):
+    """Upstream's structured allocator table (Kubernetes 1.35)."""
+    return load_json(shared_dir, "conformance", "k8s-allocator-cases.json")
+
+
+def pytest_generate_tests(metafunc):
+    """``@pytest.mark.vectors("conformance/k8s-cel-cases.json", select=..., xfail={name: reason})``: one test
+    per vector (id: its name) in the argument ``case``, those ``select`` keeps, strict xfail where listed."""
+    marker = metafunc.definition.get_closest_marker("vectors")
+    if marker is None:
+        return
+    select = marker.kwargs.get("select") or (lambda case: True)
+    xfail = marker.kwargs.get("xfail") or {}
+    params = [pytest.param(case, id=case["name"],
+                           marks=[pytest.mark.xfail(reason=xfail[case["name"]], strict=True)]
+                           if case["name"] in xfail else [])
+              for case in load_json(shared_path(), *marker.args[0].split("/")) if select(case)]
+    metafunc.parametrize(marker.kwargs.get("argname", "case"), params)
 
 
 # ------------------------------------------------------------------------------------- API clients (all suites)

@@ -5,7 +5,7 @@ send their parameters through psycopg's client-side binding, which quotes every 
 in Python: for a 500-claim round with JSON columns that costs most of a second. On PostgreSQL these
 helpers send ONE statement per table with one array parameter per column (``unnest``), bound on the
 server, so nothing is quoted in Python. Elsewhere (SQLite, the embedded default) they fall back to
-``executemany`` / ``bulk_create``.
+``executemany`` / ``bulk_create``. The statements run through ``draservice.bulk.pg_execute``.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from datetime import datetime
 
 from django.db import connection, models
 from django.utils import timezone
+
+from draservice.bulk import pg_execute
 
 # PostgreSQL array types by field class (first match wins); JSON travels as text and is cast back.
 _PG_TYPES = [
@@ -46,21 +48,6 @@ def _column_values(field, objs) -> list:
     return values
 
 
-def _pg_execute(sql: str, params: list):
-    """Run on Django's connection (inside its transaction) with server-side binding.
-
-    The statements use ``%b`` placeholders: binary parameters, so arrays go over the wire as they are, with
-    no text escaping of every element.
-    """
-    import psycopg
-
-    connection.ensure_connection()
-    cursor = psycopg.Cursor(connection.connection)
-    with connection.wrap_database_errors:  # psycopg errors as django.db ones (IntegrityError, ...)
-        cursor.execute(sql, params)
-    return cursor
-
-
 def update_rows(objs: list, fields: list[str]) -> None:
     """``UPDATE`` each object's row with its own values of ``fields``."""
     if not objs:
@@ -76,7 +63,7 @@ def update_rows(objs: list, fields: list[str]) -> None:
             selects.append(f"unnest(%b::{array}) AS c{i}")
             sets.append(f"{qn(f.column)} = v.c{i}" + (f"::{cast}" if cast else ""))
             params.append(_column_values(f, objs))
-        _pg_execute(f"UPDATE {table} AS t SET {', '.join(sets)} FROM (SELECT unnest(%b::bigint[]) AS id, "
+        pg_execute(f"UPDATE {table} AS t SET {', '.join(sets)} FROM (SELECT unnest(%b::bigint[]) AS id, "
                     f"{', '.join(selects)}) AS v WHERE t.{pk} = v.id", params).close()
         return
     sql = f"UPDATE {table} SET " + ", ".join(f"{qn(f.column)} = %s" for f in model_fields) + f" WHERE {pk} = %s"
@@ -151,7 +138,7 @@ def insert_rows(objs: list, returning: tuple[str, ...] = (), skip_conflicts: boo
         sql += " ON CONFLICT DO NOTHING"
     if returning:
         sql += " RETURNING " + ", ".join(qn(model._meta.get_field(n).column) for n in returning)
-    cursor = _pg_execute(sql, params)
+    cursor = pg_execute(sql, params)
     try:
         return cursor.fetchall() if returning else []
     finally:

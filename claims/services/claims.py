@@ -20,6 +20,7 @@ from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
 from claims.services import external
 from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
+from draservice.bulk import mark_saved, pg_execute
 from draservice.problems import Conflict, FieldError, PreconditionFailed
 
 MAX_BATCH = 1000
@@ -32,9 +33,9 @@ CLASS_CACHE_SECONDS = 5.0
 
 def get_namespace_for_write(name: str) -> Namespace:
     """Namespaces come into being with their first object (a namespace token names them in advance)."""
-    err = k8s.dns_label_error(name)
-    if err:
-        raise FieldError([("metadata.namespace", err)])
+    errors = k8s.check_dns_label(name, "metadata.namespace")
+    if errors:
+        raise FieldError(errors)
     ns, _ = Namespace.objects.get_or_create(name=name)
     return ns
 
@@ -106,9 +107,9 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
 
 def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[ResourceClaim]:
     if connection.vendor == "postgresql":
-        err = k8s.dns_label_error(ns_name)
-        if err:
-            raise FieldError([("metadata.namespace", err)])
+        errors = k8s.check_dns_label(ns_name, "metadata.namespace")
+        if errors:
+            raise FieldError(errors)
         # The namespace row is looked up by the INSERT itself (one statement, see _insert_pg); a stand-in
         # carries the name until then.
         ns = Namespace(name=ns_name)
@@ -137,8 +138,7 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
                 ids, ns_row = _insert_pg(ns_name, claims, events)
             if ns_row is None:
                 raise Conflict(f'namespace "{ns_name}" was deleted concurrently')
-        ns.pk, ns.labels, ns.created_at = ns_row.pk, ns_row.labels, ns_row.created_at
-        ns._state.adding, ns._state.db = False, ns_row._state.db
+        ns = ns_row
         if len(ids) != len(claims):
             taken = [(n, p) for n, p in names if n not in ids]
             _check_names_free(ns, taken)  # raises 409 naming them
@@ -154,7 +154,7 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
             raise Conflict("a claim with one of these names was created concurrently")
     for c in claims:
         c.pk = c.id = ids[c.name]
-        c._state.adding = False
+    mark_saved(claims)
     if connection.vendor != "postgresql":
         ev.record(_created_events(claims))
     transaction.on_commit(dispatch.request_allocation)
@@ -202,7 +202,7 @@ def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple
            f"e AS (INSERT INTO {qn(ClaimEvent._meta.db_table)} ({', '.join(e_cols)}) "
            f"SELECT {e_out} FROM (SELECT {e_values}) AS v JOIN c ON c.uid = v.{e_names[claim_uid]}) "
            f"SELECT ns.id, ns.labels, ns.created_at, c.id, c.name FROM ns LEFT JOIN c ON true")
-    cursor = bulk._pg_execute(sql, [ns_name, *c_params, *e_params])
+    cursor = pg_execute(sql, [ns_name, *c_params, *e_params])
     try:
         rows = cursor.fetchall()
     finally:
@@ -210,8 +210,8 @@ def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple
     if not rows:
         return {}, None
     ns_id, labels, created_at = rows[0][:3]
-    ns_row = Namespace(id=ns_id, name=ns_name, labels=json.loads(labels) if labels else {}, created_at=created_at)
-    ns_row._state.adding, ns_row._state.db = False, connection.alias
+    ns_row = Namespace.from_db(connection.alias, ["id", "name", "labels", "created_at"],
+                               [ns_id, ns_name, json.loads(labels) if labels else {}, created_at])
     return {name: pk for *_, pk, name in rows if pk is not None}, ns_row
 
 

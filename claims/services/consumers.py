@@ -39,8 +39,9 @@ def _parse_entries(spec, path: str) -> list[dict]:
             errors.append((epath, "must be an object"))
             continue
         name = entry.get("name")
-        if k8s.dns_label_error(name):
-            errors.append((f"{epath}.name", k8s.dns_label_error(name)))
+        name_errors = k8s.check_dns_label(name, f"{epath}.name")
+        if name_errors:
+            errors += name_errors
         elif name in names:
             errors.append((f"{epath}.name", f'Duplicate value: "{name}"'))
         names.add(name)
@@ -48,10 +49,8 @@ def _parse_entries(spec, path: str) -> list[dict]:
         if bool(claim) == bool(template):
             errors.append((epath, "must specify exactly one of resourceClaimName or resourceClaimTemplateName"))
             continue
-        ref = claim or template
-        if k8s.dns_subdomain_error(ref):
-            errors.append((f"{epath}.{'resourceClaimName' if claim else 'resourceClaimTemplateName'}",
-                           k8s.dns_subdomain_error(ref)))
+        field = "resourceClaimName" if claim else "resourceClaimTemplateName"
+        errors += k8s.check_dns_subdomain(claim or template, f"{epath}.{field}")
         out.append({"name": name, **({"resourceClaimName": claim} if claim else
                                      {"resourceClaimTemplateName": template})})
     if errors:

@@ -16,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from claims.models import DeviceAllocation
+from inventory.snapshot import build_fleet_snapshot
 
 # A backstop: even with an unchanged fingerprint, rebuild now and then (e.g. a class edited in place by
 # someone who forgot to bump anything).
@@ -74,47 +75,12 @@ def current_view() -> FleetView:
         cached = _cache
     if cached is not None and cached.key == key and time.monotonic() - cached.built_at < SNAPSHOT_MAX_AGE_SECONDS:
         return cached
-    snapshot = build_snapshot()
+    snapshot = build_fleet_snapshot()
     view = FleetView(key=key, snapshot=snapshot, cluster_versions=versions, cluster_labels=labels,
                      counter_pools=_counter_pools(snapshot), built_at=time.monotonic())
     with _cache_lock:
         _cache = view
     return view
-
-
-def build_snapshot():
-    """``inventory.snapshot.build_fleet_snapshot`` when the inventory provides it, else our own reading."""
-    try:
-        from inventory.snapshot import build_fleet_snapshot
-    except ImportError:
-        return _snapshot_from_models()
-    return build_fleet_snapshot()
-
-
-def _snapshot_from_models():
-    """The FleetSnapshot read straight from the inventory models (adapter until inventory.snapshot exists)."""
-    from dra.engine import ClusterInventory, FleetSnapshot
-    from inventory.models import Cluster, DeviceClass, DeviceTaintRule, Node, ResourceSlice
-
-    now = timezone.now()
-    clusters = {}
-    for c in Cluster.objects.order_by("name"):
-        clusters[c.id] = ClusterInventory(name=c.name, labels=c.labels or {},
-                                          stale=c.is_stale(now) or c.stale_since is not None)
-    for cluster_id, name, labels in Node.objects.order_by("cluster_id", "name").values_list("cluster_id", "name",
-                                                                                          "labels"):
-        clusters[cluster_id].nodes.append({"name": name, "labels": labels or {}})
-    for cluster_id, obj in ResourceSlice.objects.order_by("cluster_id", "name").values_list("cluster_id", "object"):
-        clusters[cluster_id].resource_slices.append(obj)
-    fleet_rules = []
-    for cluster_id, obj in DeviceTaintRule.objects.order_by("name").values_list("cluster_id", "object"):
-        (clusters[cluster_id].device_taint_rules if cluster_id else fleet_rules).append(obj)
-    fleet_classes = []
-    for cluster_id, obj in DeviceClass.objects.order_by("name").values_list("cluster_id", "object"):
-        (clusters[cluster_id].device_classes if cluster_id else fleet_classes).append(obj)
-    for inv in clusters.values():  # fleet-wide taint rules apply to every cluster
-        inv.device_taint_rules = fleet_rules + inv.device_taint_rules
-    return FleetSnapshot(clusters=list(clusters.values()), device_classes=fleet_classes)
 
 
 def invalidate() -> None:

@@ -47,26 +47,54 @@ def build_groups(claims: list[ResourceClaim],
     res = list(Reservation.objects.filter(claim_id__in=list(by_id)).values_list("claim_id", "consumer_id"))
     if not res:
         return [Group(claims=[c]) for c in claims], []
+    links = _closure(by_id, res, take)
+    groups: list[Group] = []
+    left_out: list[ResourceClaim] = []
+    for members in _components(links.claims_of, by_id):
+        mine = [by_id[i] if i in by_id else links.others[i] for i in sorted(members)
+                if i in by_id or i in links.others]
+        pending = [c for c in mine if c.phase == Phase.PENDING]
+        if not any(i in by_id for i in members):
+            continue
+        if any(i in links.busy for i in members):
+            left_out.extend(c for c in pending if c.id in by_id)
+            continue
+        group = Group(claims=pending,
+                      consumers=sorted({cons for i in members for cons in links.consumers_of.get(i, ())}))
+        _apply_rules(group, mine)
+        if group.claims:
+            groups.append(group)
+    return groups, left_out
 
-    consumers_of: dict[int, set[int]] = defaultdict(set)
-    claims_of: dict[int, set[int]] = defaultdict(set)
 
-    def link(rows) -> None:
+# ------------------------------------------------------------------------------ database: the linked claims
+
+@dataclass
+class _Links:
+    consumers_of: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
+    claims_of: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
+    others: dict[int, ResourceClaim] = field(default_factory=dict)  # members outside the batch we may use
+    busy: set[int] = field(default_factory=set)  # pending members locked by another worker (or deleted)
+
+    def link(self, rows) -> None:
         for claim_id, consumer_id in rows:
-            consumers_of[claim_id].add(consumer_id)
-            claims_of[consumer_id].add(claim_id)
+            self.consumers_of[claim_id].add(consumer_id)
+            self.claims_of[consumer_id].add(claim_id)
 
-    link(res)
+
+def _closure(by_id: dict[int, ResourceClaim], res: list[tuple[int, int]],
+             take: Callable[[list[int]], set[int]]) -> _Links:
+    """Every claim linked to the batch through consumers, transitively; pending ones outside it are taken."""
+    links = _Links()
+    links.link(res)
     known = set(by_id)
-    others: dict[int, ResourceClaim] = {}  # members outside the batch that are not pending, or locked by us
-    busy: set[int] = set()  # pending members locked by another worker (or deleted meanwhile)
     seen_consumers: set[int] = set()
     frontier = {consumer for _, consumer in res}
     # Transitive closure over consumers; one or two iterations in practice (shared claims are few).
     while frontier:
         seen_consumers |= frontier
         rows = list(Reservation.objects.filter(consumer_id__in=list(frontier)).values_list("claim_id", "consumer_id"))
-        link(rows)
+        links.link(rows)
         new_claims = {claim_id for claim_id, _ in rows} - known
         known |= new_claims
         frontier = set()
@@ -78,14 +106,19 @@ def build_groups(claims: list[ResourceClaim],
         for claim_id in new_claims:
             claim = members.get(claim_id)
             if claim is None or (claim.phase == Phase.PENDING and claim_id not in locked):
-                busy.add(claim_id)
+                links.busy.add(claim_id)
             else:
-                others[claim_id] = claim
+                links.others[claim_id] = claim
         more = list(Reservation.objects.filter(claim_id__in=list(new_claims)).values_list("claim_id", "consumer_id"))
-        link(more)
+        links.link(more)
         frontier = {consumer for _, consumer in more} - seen_consumers
+    return links
 
-    # Union-find over claims linked by a consumer.
+
+# ------------------------------------------------------------------------------ pure: connected components
+
+def _components(claims_of: dict[int, set[int]], ids) -> list[list[int]]:
+    """Claims linked by a consumer, as lists of claim ids (union-find); every id of ``ids`` is in one."""
     parent: dict[int, int] = {}
 
     def find(x: int) -> int:
@@ -99,49 +132,40 @@ def build_groups(claims: list[ResourceClaim],
         members = list(members)
         for other in members[1:]:
             parent[find(other)] = find(members[0])
-    for cid in by_id:
+    for cid in ids:
         find(cid)
 
     components: dict[int, list[int]] = defaultdict(list)
     for cid in list(parent):
         components[find(cid)].append(cid)
+    return list(components.values())
 
-    groups: list[Group] = []
-    left_out: list[ResourceClaim] = []
-    for members in components.values():
-        mine = [by_id[i] if i in by_id else others[i] for i in sorted(members) if i in by_id or i in others]
-        pending = [c for c in mine if c.phase == Phase.PENDING]
-        if not any(i in by_id for i in members):
-            continue
-        if any(i in busy for i in members):
-            left_out.extend(c for c in pending if c.id in by_id)
-            continue
-        group = Group(claims=pending, consumers=sorted({cons for i in members for cons in consumers_of.get(i, ())}))
-        pins = {(c.cluster, c.node) for c in mine if c.phase == Phase.ALLOCATED}
-        failed = [c for c in mine if c.phase == Phase.FAILED]
-        foreign = [(c, managed_elsewhere(c)) for c in mine if managed_elsewhere(c)]
-        if foreign:
-            # A consumer outside e.g. a gang reserved one of the gang's claims: placing the group here would
-            # take that claim out of its all-or-nothing placement.
-            group.claims = [c for c in group.claims if not managed_elsewhere(c)]
-            group.blocked = BLOCK_MANAGED_ELSEWHERE
-            group.blocked_message = (f"claim {foreign[0][0].name} is placed by another allocator ({foreign[0][1]}); "
-                                     "its consumers' other claims wait for it")
-        elif failed:
-            group.blocked = BLOCK_MEMBER_FAILED
-            group.blocked_message = (f"claim {failed[0].name} used by the same consumer failed; a consumer's claims "
-                                     "are allocated together or not at all")
-        elif pins:
-            clusters = {p[0] for p in pins}
-            nodes = {p[1] for p in pins if p[1]}
-            if len(clusters) > 1 or len(nodes) > 1:
-                group.blocked = BLOCK_DIFFERENT_NODES
-                group.blocked_message = ("claims used by the same consumer are already allocated on different "
-                                         f"nodes: {', '.join(sorted(f'{c}/{n}' for c, n in pins))}")
-            else:
-                group.pin_cluster = clusters.pop()
-                group.pin_node = nodes.pop() if nodes else None
-        if group.claims:
-            groups.append(group)
-    return groups, left_out
 
+# ------------------------------------------------------------------------------ blocking rules
+
+def _apply_rules(group: Group, mine: list[ResourceClaim]) -> None:
+    """Block the group, or pin it to where its allocated members are, from what its members are."""
+    pins = {(c.cluster, c.node) for c in mine if c.phase == Phase.ALLOCATED}
+    failed = [c for c in mine if c.phase == Phase.FAILED]
+    foreign = [(c, managed_elsewhere(c)) for c in mine if managed_elsewhere(c)]
+    if foreign:
+        # A consumer outside e.g. a gang reserved one of the gang's claims: placing the group here would
+        # take that claim out of its all-or-nothing placement.
+        group.claims = [c for c in group.claims if not managed_elsewhere(c)]
+        group.blocked = BLOCK_MANAGED_ELSEWHERE
+        group.blocked_message = (f"claim {foreign[0][0].name} is placed by another allocator ({foreign[0][1]}); "
+                                 "its consumers' other claims wait for it")
+    elif failed:
+        group.blocked = BLOCK_MEMBER_FAILED
+        group.blocked_message = (f"claim {failed[0].name} used by the same consumer failed; a consumer's claims "
+                                 "are allocated together or not at all")
+    elif pins:
+        clusters = {p[0] for p in pins}
+        nodes = {p[1] for p in pins if p[1]}
+        if len(clusters) > 1 or len(nodes) > 1:
+            group.blocked = BLOCK_DIFFERENT_NODES
+            group.blocked_message = ("claims used by the same consumer are already allocated on different "
+                                     f"nodes: {', '.join(sorted(f'{c}/{n}' for c, n in pins))}")
+        else:
+            group.pin_cluster = clusters.pop()
+            group.pin_node = nodes.pop() if nodes else None

@@ -341,7 +341,7 @@ class Engine:
                     searched += 1
                     if searched > self.budget.max_nodes:
                         raise SearchBudgetExceeded()
-                    if search._claim(0) is True:
+                    if search.solve():
                         return self._success(group, plan, cluster, node, search.results, search.selected, budget)
                     failed_shapes.add(shape or self._node_shape(cluster, node))
                     self._node_failures[fail_key] = version

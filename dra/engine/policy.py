@@ -68,7 +68,7 @@ def order_candidates(search, alt, cands: list[Device], need: int) -> list[Device
         for pos, d in enumerate(cands):
             key = d.locality
             first_seen.setdefault(key, pos)
-            if search._free(d, alt):
+            if search.is_available(d, alt):
                 free_by_group[key] = free_by_group.get(key, 0) + 1
         groups = sorted(first_seen, key=lambda g: (
             0 if free_by_group.get(g, 0) >= need else 1,

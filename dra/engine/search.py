@@ -94,14 +94,14 @@ class NodeSearch:
     def candidates(self, alt: Alt) -> list[Device]:
         return self.e.node_selector_candidates(self.cluster, self.node, alt.sel)
 
-    def _free(self, d: Device, alt: Alt) -> bool:
+    def is_available(self, d: Device, alt: Alt) -> bool:
         """Could ``alt`` get ``d`` as far as the device alone tells (in use, counters, capacity left)?"""
         return alt.admin or self.e.avail[d.idx]
 
     def _raise_selector_failure(self, alt: Alt, devices) -> None:
         for d in devices:
             st = alt.sel.evaluate(d)
-            if isinstance(st, SelectorFailure) and self._free(d, alt):
+            if isinstance(st, SelectorFailure) and self.is_available(d, alt):
                 raise NodeError(AllocationError(ErrorCode.CEL, st.message(d, self.plan.claims[alt.claim_idx].ref)))
 
     # ------------------------------------------------------------------------------------------ preflight
@@ -140,7 +140,7 @@ class NodeSearch:
                     alt = rp.alts[0]
                     self.failure = {"reason": "not_enough_devices", "claim": cp.ref, "request": rp.name,
                                     "need": self._need(alt),
-                                    "free": sum(1 for d in self.candidates(alt) if self._free(d, alt))}
+                                    "free": sum(1 for d in self.candidates(alt) if self.is_available(d, alt))}
                     return False
             for c in cp.constraints:
                 if isinstance(c, MatchAttribute) and not self._match_bound(cp, c):
@@ -238,7 +238,11 @@ class NodeSearch:
     def run(self):
         if not self.preflight():
             return None
-        return self.results if self._claim(0) is True else None
+        return self.results if self.solve() else None
+
+    def solve(self) -> bool:
+        """The search proper, after ``preflight``: True when every claim got its devices (``self.results``)."""
+        return self._claim(0) is True
 
     def _claim(self, ci: int):
         if ci == len(self.plan.claims):

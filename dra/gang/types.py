@@ -7,16 +7,14 @@ with a required and a preferred level) and Kubernetes DRA (claims, devices, node
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra.engine import AllocatedDevice, AllocationError, GroupOutcome
+from dra.k8s.fields import is_label_key
 
 MAX_LEVELS = 8
-# A label key as Kubernetes allows it: an optional DNS-subdomain prefix and a name of up to 63 characters.
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+MAX_LEVEL_LENGTH = 316  # a level is a node label key; this bound (not the prefix's own 253) has always applied
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,8 @@ class Topology:
             out.append((f"{path}.levels", f"Too many: {len(self.levels)}: must have at most {MAX_LEVELS} items"))
         seen: set[str] = set()
         for i, level in enumerate(self.levels):
-            if not isinstance(level, str) or not _LABEL_KEY.match(level) or len(level) > 316:
+            if not isinstance(level, str) or len(level) > MAX_LEVEL_LENGTH \
+                    or not is_label_key(level, prefix_limit=MAX_LEVEL_LENGTH):
                 out.append((f"{path}.levels[{i}]", f"Invalid value: {level!r}: must be a node label key"))
             elif level in seen:
                 out.append((f"{path}.levels[{i}]", f'Duplicate value: "{level}"'))

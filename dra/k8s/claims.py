@@ -13,8 +13,28 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from typing import Any
+
+from dra.cel import CELCompileError, CELCostLimitExceeded, check_selector_cost, compile_selector
+from dra.engine.quantity import QuantityError, parse_quantity
+from dra.k8s.fields import (
+    DNS_LABEL,
+    GROUP,
+    Errors,
+    ObjectInvalid,
+    check_name,
+    duplicate,
+    forbidden,
+    invalid,
+    is_c_identifier,
+    is_dns_subdomain,
+    is_label_name_part,
+    is_label_value,
+    required,
+    too_long,
+    too_many,
+    unsupported,
+)
 
 # Limits from k8s.io/api/resource/v1/types.go.
 DEVICE_REQUESTS_MAX = 32
@@ -28,14 +48,8 @@ CEL_EXPRESSION_MAX_LENGTH = 10 * 1024
 OPAQUE_PARAMETERS_MAX_LENGTH = 10 * 1024
 CAPACITY_REQUESTS_MAX = 32
 
-API_GROUP = "resource.k8s.io"
 SUPPORTED_VERSIONS = ("v1", "v1beta2", "v1beta1")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN_PART = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+API_VERSIONS = tuple(f"{GROUP}/{v}" for v in SUPPORTED_VERSIONS)
 
 ALLOCATION_MODES = ("All", "ExactCount")
 TOLERATION_OPERATORS = ("Equal", "Exists")
@@ -46,20 +60,18 @@ _V1BETA1_EXACT_FIELDS = ("deviceClassName", "selectors", "allocationMode", "coun
                          "capacity")
 
 
-class ClaimConversionError(ValueError):
-    def __init__(self, errors: list[tuple[str, str]]):
-        super().__init__("; ".join(f"{p}: {r}" if p else r for p, r in errors))
-        self.errors = errors
+class ClaimConversionError(ObjectInvalid):
+    """The object is not a ResourceClaim of a version we convert (``errors`` as for every ObjectInvalid)."""
 
 
 # ---------------------------------------------------------------------------------------------- conversion
 
 def api_version_of(obj: dict) -> str:
-    api_version = obj.get("apiVersion") or f"{API_GROUP}/v1"
+    api_version = obj.get("apiVersion") or f"{GROUP}/v1"
     group, _, version = api_version.rpartition("/")
-    if group != API_GROUP or version not in SUPPORTED_VERSIONS:
+    if group != GROUP or version not in SUPPORTED_VERSIONS:
         raise ClaimConversionError([("apiVersion", f'Unsupported value: "{api_version}": supported values: '
-                                     + ", ".join(f'"{API_GROUP}/{v}"' for v in SUPPORTED_VERSIONS))])
+                                     + ", ".join(f'"{GROUP}/{v}"' for v in SUPPORTED_VERSIONS))])
     return version
 
 
@@ -70,7 +82,7 @@ def convert_claim_to_v1(obj: dict) -> dict:
         raise ClaimConversionError([("kind", f'Unsupported value: "{obj.get("kind")}": supported values: '
                                              '"ResourceClaim"')])
     out = copy.deepcopy(obj)
-    out["apiVersion"] = f"{API_GROUP}/v1"
+    out["apiVersion"] = f"{GROUP}/v1"
     out["kind"] = "ResourceClaim"
     if version == "v1beta1":
         devices = (out.get("spec") or {}).get("devices")
@@ -127,82 +139,53 @@ def _default_exact(req: dict) -> None:
 
 # ---------------------------------------------------------------------------------------------- validation
 
-def _required(path):
-    return (path, "Required value")
-
-
-def _invalid(path, value, detail):
-    return (path, f"Invalid value: {json.dumps(value)}: {detail}")
-
-
-def _too_many(path, actual, limit):
-    return (path, f"Too many: {actual}: must have at most {limit} items")
-
-
-def _bounded_list(value, path: str, limit: int, errors: list) -> list:
+def _bounded_list(value: Any, path: str, limit: int, errors: Errors) -> list:
     """A list field with an upstream item limit: reports a non-list or too many items, returns what to walk."""
     if not isinstance(value, list):
-        errors.append(_invalid(path, value, "must be a list"))
+        errors.append(invalid(path, value, "must be a list"))
         return []
     if len(value) > limit:
-        errors.append(_too_many(path, len(value), limit))
+        errors.append(too_many(path, len(value), limit))
     return value
 
 
-def _dup(path, value):
-    return (path, f"Duplicate value: {json.dumps(value)}")
-
-
-def _unsupported(path, value, supported):
-    return (path, f"Unsupported value: {json.dumps(value)}: supported values: "
-                  + ", ".join(json.dumps(s) for s in supported))
-
-
-def _forbidden(path, detail):
-    return (path, f"Forbidden: {detail}")
-
-
-def _check_dns_label(path, value, errors):
+def check_attribute_name(value: Any, path: str, *, require_domain: bool = False) -> Errors:
+    """Attribute and capacity names a claim refers to: ``[domain/]C-identifier`` (``resourceapi.QualifiedName``;
+    ``require_domain``: ``FullyQualifiedName``)."""
     if not isinstance(value, str) or not value:
-        errors.append(_required(path))
-    elif len(value) > 63 or not _DNS_LABEL.match(value):
-        errors.append(_invalid(path, value, "a lowercase RFC 1123 label must consist of lower case alphanumeric "
-                                            "characters or '-', and must start and end with an alphanumeric "
-                                            "character"))
-
-
-def _check_dns_subdomain(path, value, errors):
-    if not isinstance(value, str) or not value:
-        errors.append(_required(path))
-    elif len(value) > 253 or not _DNS_SUBDOMAIN_PART.match(value):
-        errors.append(_invalid(path, value, "a lowercase RFC 1123 subdomain must consist of lower case "
-                                            "alphanumeric characters, '-' or '.', and must start and end with an "
-                                            "alphanumeric character"))
-
-
-def _check_qualified_name(path, value, errors, *, require_domain=False):
-    """Attribute and capacity names: ``[domain/]C-identifier`` (``resourceapi.QualifiedName``)."""
-    if not isinstance(value, str) or not value:
-        errors.append(_required(path))
-        return
+        return [required(path)]
     domain, sep, name = value.rpartition("/")
     if require_domain and not sep:
-        errors.append(_invalid(path, value, "must include a domain"))
-        return
+        return [invalid(path, value, "must include a domain")]
+    errors: Errors = []
     if sep:
         if not domain:
-            errors.append(_invalid(path, value, "the domain must not be empty"))
-        elif len(domain) > 63 or not _DNS_SUBDOMAIN_PART.match(domain):
-            errors.append(_invalid(path, value, "the domain must be a DNS subdomain of at most 63 characters"))
+            errors.append(invalid(path, value, "the domain must not be empty"))
+        elif not is_dns_subdomain(domain, 63):
+            errors.append(invalid(path, value, "the domain must be a DNS subdomain of at most 63 characters"))
     if not name:
-        errors.append(_invalid(path, value, "the name must not be empty"))
-    elif len(name) > 32 or not _C_IDENTIFIER.match(name):
-        errors.append(_invalid(path, value, "the name must be a C identifier (matching regex "
-                                            "[A-Za-z_][A-Za-z0-9_]*) of at most 32 characters"))
+        errors.append(invalid(path, value, "the name must not be empty"))
+    elif not is_c_identifier(name):
+        errors.append(invalid(path, value, "the name must be a C identifier (matching regex "
+                                           "[A-Za-z_][A-Za-z0-9_]*) of at most 32 characters"))
+    return errors
+
+
+def check_toleration_key(value: str, path: str) -> Errors:
+    """A toleration's key: a label key (optional DNS-subdomain prefix, '/', a name part)."""
+    prefix, sep, name = value.rpartition("/")
+    errors: Errors = []
+    if sep and not is_dns_subdomain(prefix):
+        errors.append(invalid(path, value, "prefix part a lowercase RFC 1123 subdomain must consist of lower case "
+                                           "alphanumeric characters, '-' or '.'"))
+    if not is_label_name_part(name):
+        errors.append(invalid(path, value, "name part must consist of alphanumeric characters, '-', '_' or '.', "
+                                           "and must start and end with an alphanumeric character"))
+    return errors
 
 
 def validate_claim(claim: dict, *, check_cel: bool = True, check_cost: bool | None = None,
-                   check_limits: bool | None = None) -> list[tuple[str, str]]:
+                   check_limits: bool | None = None) -> Errors:
     """Field errors of a defaulted v1 ResourceClaim, in upstream wording, in field order.
 
     ``check_cel`` compiles the selectors and checks their estimated cost; ``check_cost=True``
@@ -210,124 +193,139 @@ def validate_claim(claim: dict, *, check_cel: bool = True, check_cost: bool | No
     ``check_limits`` (default: as ``check_cel``) refuses what the allocator could never satisfy
     (``_validate_device_count``); a simulation leaves that to the engine, in the allocator's words."""
     cel_mode = "all" if check_cel else ("cost" if check_cost else "")
-    errors: list[tuple[str, str]] = []
+    errors: Errors = []
     if not isinstance(claim, dict):
         return [("", "must be a JSON object")]
     meta = claim.get("metadata")
     if not isinstance(meta, dict):
-        errors.append(_required("metadata"))
+        errors.append(required("metadata"))
     else:
         name = meta.get("name")
         if not name and not meta.get("generateName"):
-            errors.append(_required("metadata.name"))
+            errors.append(required("metadata.name"))
         elif name:
-            _check_dns_subdomain("metadata.name", name, errors)
+            errors += check_name(name, "metadata.name")
     spec = claim.get("spec")
     if spec is None:
         return errors
     if not isinstance(spec, dict):
-        return errors + [_invalid("spec", spec, "must be an object")]
+        return errors + [invalid("spec", spec, "must be an object")]
     devices = spec.get("devices")
     if devices is None:
         return errors
     if not isinstance(devices, dict):
-        return errors + [_invalid("spec.devices", devices, "must be an object")]
+        return errors + [invalid("spec.devices", devices, "must be an object")]
     _validate_devices(devices, "spec.devices", errors, cel_mode)
     if check_cel if check_limits is None else check_limits:
         _validate_device_count(devices, "spec.devices", errors)
     return errors
 
 
-def _validate_devices(devices: dict, path: str, errors: list, check_cel: bool | str) -> None:
+def _validate_devices(devices: dict, path: str, errors: Errors, check_cel: bool | str) -> None:
     requests = _bounded_list(devices.get("requests") or [], f"{path}.requests", DEVICE_REQUESTS_MAX, errors)
     request_names: dict[str, set[str]] = {}  # request name -> subrequest names
     for i, request in enumerate(requests):
-        rpath = f"{path}.requests[{i}]"
-        if not isinstance(request, dict):
-            errors.append(_invalid(rpath, request, "must be an object"))
-            continue
-        name = request.get("name")
-        _check_dns_label(f"{rpath}.name", name, errors)
-        if isinstance(name, str) and name:
-            if name in request_names:
-                errors.append(_dup(f"{rpath}.name", name))
-            request_names.setdefault(name, set())
-        exact = request.get("exactly")
-        first = request.get("firstAvailable")
-        if exact is not None and first:
-            errors.append(_forbidden(rpath, "exactly one of `exactly` or `firstAvailable` is required, but multiple "
-                                            "fields are set"))
-        elif exact is None and not first:
-            errors.append((rpath, "Required value: exactly one of `exactly` or `firstAvailable` is required"))
-        if isinstance(exact, dict):
-            _validate_exact(exact, f"{rpath}.exactly", errors, check_cel, allow_admin=True)
-        elif exact is not None:
-            errors.append(_invalid(f"{rpath}.exactly", exact, "must be an object"))
-        if first:
-            if not isinstance(first, list):
-                errors.append(_invalid(f"{rpath}.firstAvailable", first, "must be a list"))
-                continue
-            if len(first) > FIRST_AVAILABLE_MAX:
-                errors.append(_too_many(f"{rpath}.firstAvailable", len(first), FIRST_AVAILABLE_MAX))
-            subnames: set[str] = set()
-            for j, sub in enumerate(first):
-                spath = f"{rpath}.firstAvailable[{j}]"
-                if not isinstance(sub, dict):
-                    errors.append(_invalid(spath, sub, "must be an object"))
-                    continue
-                sname = sub.get("name")
-                _check_dns_label(f"{spath}.name", sname, errors)
-                if isinstance(sname, str) and sname:
-                    if sname in subnames:
-                        errors.append(_dup(f"{spath}.name", sname))
-                    subnames.add(sname)
-                _validate_exact(sub, spath, errors, check_cel, allow_admin=False)
-            if isinstance(name, str):
-                request_names[name] = subnames
-
-    def check_refs(refs, rpath):
-        if not isinstance(refs, list):
-            errors.append(_invalid(rpath, refs, "must be a list"))
-            return
-        if len(refs) > DEVICE_REQUESTS_MAX:
-            errors.append(_too_many(rpath, len(refs), DEVICE_REQUESTS_MAX))
-        seen = set()
-        for k, ref in enumerate(refs):
-            if ref in seen:
-                errors.append(_dup(f"{rpath}[{k}]", ref))
-            seen.add(ref)
-            if not isinstance(ref, str) or not _request_ref_exists(ref, request_names):
-                errors.append(_invalid(f"{rpath}[{k}]", ref, "must be the name of a request in the claim or the "
-                                                            "name of a request and a subrequest separated by '/'"))
-
+        _validate_request(request, f"{path}.requests[{i}]", errors, check_cel, request_names)
     constraints = _bounded_list(devices.get("constraints") or [], f"{path}.constraints", DEVICE_CONSTRAINTS_MAX,
                                 errors)
     for i, constraint in enumerate(constraints):
-        cpath = f"{path}.constraints[{i}]"
-        if not isinstance(constraint, dict):
-            errors.append(_invalid(cpath, constraint, "must be an object"))
-            continue
-        check_refs(constraint.get("requests") or [], f"{cpath}.requests")
-        match, distinct = constraint.get("matchAttribute"), constraint.get("distinctAttribute")
-        if match is not None and distinct is not None:
-            errors.append(_forbidden(cpath, "exactly one of `matchAttribute` or `distinctAttribute` is required, "
-                                            "but multiple fields are set"))
-        elif match is None and distinct is None:
-            errors.append((cpath, "Required value: exactly one of `matchAttribute` or `distinctAttribute` is "
-                                  "required"))
-        if match is not None:
-            _check_qualified_name(f"{cpath}.matchAttribute", match, errors, require_domain=True)
-        if distinct is not None:
-            _check_qualified_name(f"{cpath}.distinctAttribute", distinct, errors, require_domain=True)
-
+        _validate_constraint(constraint, f"{path}.constraints[{i}]", errors, request_names)
     configs = _bounded_list(devices.get("config") or [], f"{path}.config", DEVICE_CONFIG_MAX, errors)
     for i, config in enumerate(configs):
         cpath = f"{path}.config[{i}]"
         if not isinstance(config, dict):
-            errors.append(_invalid(cpath, config, "must be an object"))
+            errors.append(invalid(cpath, config, "must be an object"))
             continue
-        check_refs(config.get("requests") or [], f"{cpath}.requests")
+        errors += _check_refs(config.get("requests") or [], f"{cpath}.requests", request_names)
         _validate_opaque(config.get("opaque"), f"{cpath}.opaque", errors)
+
+
+def _validate_request(request: Any, rpath: str, errors: Errors, check_cel: bool | str,
+                      request_names: dict[str, set[str]]) -> None:
+    """One device request; records its name (and its subrequests' names) in ``request_names``."""
+    if not isinstance(request, dict):
+        errors.append(invalid(rpath, request, "must be an object"))
+        return
+    name = request.get("name")
+    errors += check_name(name, f"{rpath}.name", DNS_LABEL)
+    if isinstance(name, str) and name:
+        if name in request_names:
+            errors.append(duplicate(f"{rpath}.name", name))
+        request_names.setdefault(name, set())
+    exact = request.get("exactly")
+    first = request.get("firstAvailable")
+    if exact is not None and first:
+        errors.append(forbidden(rpath, "exactly one of `exactly` or `firstAvailable` is required, but multiple "
+                                       "fields are set"))
+    elif exact is None and not first:
+        errors.append(required(rpath, "exactly one of `exactly` or `firstAvailable` is required"))
+    if isinstance(exact, dict):
+        _validate_exact(exact, f"{rpath}.exactly", errors, check_cel, allow_admin=True)
+    elif exact is not None:
+        errors.append(invalid(f"{rpath}.exactly", exact, "must be an object"))
+    if not first:
+        return
+    if not isinstance(first, list):
+        errors.append(invalid(f"{rpath}.firstAvailable", first, "must be a list"))
+        return
+    subnames = _validate_subrequests(first, f"{rpath}.firstAvailable", errors, check_cel)
+    if isinstance(name, str):
+        request_names[name] = subnames
+
+
+def _validate_subrequests(first: list, path: str, errors: Errors, check_cel: bool | str) -> set[str]:
+    """The alternatives of a ``firstAvailable`` request; returns their names."""
+    if len(first) > FIRST_AVAILABLE_MAX:
+        errors.append(too_many(path, len(first), FIRST_AVAILABLE_MAX))
+    subnames: set[str] = set()
+    for j, sub in enumerate(first):
+        spath = f"{path}[{j}]"
+        if not isinstance(sub, dict):
+            errors.append(invalid(spath, sub, "must be an object"))
+            continue
+        sname = sub.get("name")
+        errors += check_name(sname, f"{spath}.name", DNS_LABEL)
+        if isinstance(sname, str) and sname:
+            if sname in subnames:
+                errors.append(duplicate(f"{spath}.name", sname))
+            subnames.add(sname)
+        _validate_exact(sub, spath, errors, check_cel, allow_admin=False)
+    return subnames
+
+
+def _check_refs(refs: Any, path: str, request_names: dict[str, set[str]]) -> Errors:
+    """The ``requests`` of a constraint or a config: names of requests (or ``request/subrequest``) here."""
+    if not isinstance(refs, list):
+        return [invalid(path, refs, "must be a list")]
+    errors: Errors = []
+    if len(refs) > DEVICE_REQUESTS_MAX:
+        errors.append(too_many(path, len(refs), DEVICE_REQUESTS_MAX))
+    seen = set()
+    for k, ref in enumerate(refs):
+        if ref in seen:
+            errors.append(duplicate(f"{path}[{k}]", ref))
+        seen.add(ref)
+        if not isinstance(ref, str) or not _request_ref_exists(ref, request_names):
+            errors.append(invalid(f"{path}[{k}]", ref, "must be the name of a request in the claim or the name of "
+                                                       "a request and a subrequest separated by '/'"))
+    return errors
+
+
+def _validate_constraint(constraint: Any, cpath: str, errors: Errors, request_names: dict[str, set[str]]) -> None:
+    if not isinstance(constraint, dict):
+        errors.append(invalid(cpath, constraint, "must be an object"))
+        return
+    errors += _check_refs(constraint.get("requests") or [], f"{cpath}.requests", request_names)
+    match, distinct = constraint.get("matchAttribute"), constraint.get("distinctAttribute")
+    if match is not None and distinct is not None:
+        errors.append(forbidden(cpath, "exactly one of `matchAttribute` or `distinctAttribute` is required, but "
+                                       "multiple fields are set"))
+    elif match is None and distinct is None:
+        errors.append(required(cpath, "exactly one of `matchAttribute` or `distinctAttribute` is required"))
+    if match is not None:
+        errors += check_attribute_name(match, f"{cpath}.matchAttribute", require_domain=True)
+    if distinct is not None:
+        errors += check_attribute_name(distinct, f"{cpath}.distinctAttribute", require_domain=True)
 
 
 def _exact_count(req) -> int:
@@ -338,7 +336,7 @@ def _exact_count(req) -> int:
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
-def _validate_device_count(devices: dict, path: str, errors: list) -> None:
+def _validate_device_count(devices: dict, path: str, errors: Errors) -> None:
     """Refuse a claim that needs more devices than one allocation can hold.
 
     Upstream validation accepts it: the allocator fails it at scheduling time ("number of
@@ -363,12 +361,12 @@ def _validate_device_count(devices: dict, path: str, errors: list) -> None:
             need = _exact_count(request.get("exactly"))
             where = f"{path}.requests[{i}].exactly.count"
         if need > ALLOCATION_RESULTS_MAX:
-            errors.append(_invalid(where, need, f"{need} exceeds the claim limit of {ALLOCATION_RESULTS_MAX}"))
+            errors.append(invalid(where, need, f"{need} exceeds the claim limit of {ALLOCATION_RESULTS_MAX}"))
             reported = True
         total += need
     if total > ALLOCATION_RESULTS_MAX and not reported:
-        errors.append(_invalid(f"{path}.requests", total, f"the requests need at least {total} devices in total, "
-                                                          f"which exceeds the claim limit of {ALLOCATION_RESULTS_MAX}"))
+        errors.append(invalid(f"{path}.requests", total, f"the requests need at least {total} devices in total, "
+                                                         f"which exceeds the claim limit of {ALLOCATION_RESULTS_MAX}"))
 
 
 def _request_ref_exists(ref: str, request_names: dict[str, set[str]]) -> bool:
@@ -378,25 +376,25 @@ def _request_ref_exists(ref: str, request_names: dict[str, set[str]]) -> bool:
     return not sep or sub in request_names[base]
 
 
-def _validate_opaque(opaque, path, errors) -> None:
+def _validate_opaque(opaque: Any, path: str, errors: Errors) -> None:
     if opaque is None:
-        errors.append(_required(path))
+        errors.append(required(path))
         return
     if not isinstance(opaque, dict):
-        errors.append(_invalid(path, opaque, "must be an object"))
+        errors.append(invalid(path, opaque, "must be an object"))
         return
-    _check_dns_subdomain(f"{path}.driver", opaque.get("driver"), errors)
+    errors += check_name(opaque.get("driver"), f"{path}.driver")
     params = opaque.get("parameters")
     if params is None:
-        errors.append(_required(f"{path}.parameters"))
+        errors.append(required(f"{path}.parameters"))
     elif not isinstance(params, dict):
-        errors.append(_invalid(f"{path}.parameters", "<value omitted>", "parameters must be a valid JSON object"))
+        errors.append(invalid(f"{path}.parameters", "<value omitted>", "parameters must be a valid JSON object"))
     elif len(json.dumps(params, separators=(",", ":"))) > OPAQUE_PARAMETERS_MAX_LENGTH:
-        errors.append((f"{path}.parameters", f"Too long: may not be more than {OPAQUE_PARAMETERS_MAX_LENGTH} bytes"))
+        errors.append(too_long(f"{path}.parameters", OPAQUE_PARAMETERS_MAX_LENGTH))
 
 
-def _validate_exact(req: dict, path: str, errors: list, check_cel: bool | str, *, allow_admin: bool) -> None:
-    _check_dns_subdomain(f"{path}.deviceClassName", req.get("deviceClassName"), errors)
+def _validate_exact(req: dict, path: str, errors: Errors, check_cel: bool | str, *, allow_admin: bool) -> None:
+    errors += check_name(req.get("deviceClassName"), f"{path}.deviceClassName")
     selectors = _bounded_list(req.get("selectors") or [], f"{path}.selectors", DEVICE_SELECTORS_MAX, errors)
     for i, selector in enumerate(selectors):
         validate_selector(selector, f"{path}.selectors[{i}]", errors, check_cel)
@@ -404,19 +402,19 @@ def _validate_exact(req: dict, path: str, errors: list, check_cel: bool | str, *
     count = req.get("count")
     if mode == "ExactCount":
         if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
-            errors.append(_invalid(f"{path}.count", count, "must be greater than zero"))
+            errors.append(invalid(f"{path}.count", count, "must be greater than zero"))
     elif mode == "All":
         if count not in (None, 0):
-            errors.append(_invalid(f"{path}.count", count, "must not be specified when allocationMode is 'All'"))
+            errors.append(invalid(f"{path}.count", count, "must not be specified when allocationMode is 'All'"))
     elif not mode:
-        errors.append(_required(f"{path}.allocationMode"))
+        errors.append(required(f"{path}.allocationMode"))
     else:
-        errors.append(_unsupported(f"{path}.allocationMode", mode, ALLOCATION_MODES))
+        errors.append(unsupported(f"{path}.allocationMode", mode, ALLOCATION_MODES))
     if "adminAccess" in req and req["adminAccess"] is not None:
         if not allow_admin:
-            errors.append((f"{path}.adminAccess", "Forbidden: not supported for subrequests"))
+            errors.append(forbidden(f"{path}.adminAccess", "not supported for subrequests"))
         elif not isinstance(req["adminAccess"], bool):
-            errors.append(_invalid(f"{path}.adminAccess", req["adminAccess"], "must be a boolean"))
+            errors.append(invalid(f"{path}.adminAccess", req["adminAccess"], "must be a boolean"))
     tolerations = _bounded_list(req.get("tolerations") or [], f"{path}.tolerations", DEVICE_TOLERATIONS_MAX, errors)
     for i, tol in enumerate(tolerations):
         validate_toleration(tol, f"{path}.tolerations[{i}]", errors)
@@ -425,97 +423,83 @@ def _validate_exact(req: dict, path: str, errors: list, check_cel: bool | str, *
         _validate_capacity_requests(capacity, f"{path}.capacity", errors)
 
 
-def validate_selector(selector, path, errors, check_cel: bool | str = True) -> None:
+def validate_selector(selector: Any, path: str, errors: Errors, check_cel: bool | str = True) -> None:
     """``check_cel``: True/"all" compiles and checks the cost, "cost" checks only the cost."""
     if not isinstance(selector, dict):
-        errors.append(_invalid(path, selector, "must be an object"))
+        errors.append(invalid(path, selector, "must be an object"))
         return
     cel = selector.get("cel")
     if cel is None:
-        errors.append(_required(f"{path}.cel"))
+        errors.append(required(f"{path}.cel"))
         return
     expr = cel.get("expression") if isinstance(cel, dict) else None
     epath = f"{path}.cel.expression"
     if not isinstance(expr, str) or not expr:
-        errors.append(_required(epath))
+        errors.append(required(epath))
         return
     if len(expr) > CEL_EXPRESSION_MAX_LENGTH:
-        errors.append((epath, f"Too long: may not be more than {CEL_EXPRESSION_MAX_LENGTH} bytes"))
+        errors.append(too_long(epath, CEL_EXPRESSION_MAX_LENGTH))
         return
     if check_cel:
-        from dra.cel import CELCompileError, CELCostLimitExceeded, check_selector_cost, compile_selector
-
         try:
             (check_selector_cost if check_cel == "cost" else compile_selector)(expr)
         except CELCostLimitExceeded as exc:
             # Upstream: field.Forbidden "too complex, exceeds cost limit"; ours adds the numbers.
-            errors.append(_forbidden(epath, exc.reason))
+            errors.append(forbidden(epath, exc.reason))
         except CELCompileError as exc:
-            errors.append(_invalid(epath, expr, f"compilation failed: {exc}"))
+            errors.append(invalid(epath, expr, f"compilation failed: {exc}"))
 
 
-def validate_toleration(tol, path, errors) -> None:
+def validate_toleration(tol: Any, path: str, errors: Errors) -> None:
     if not isinstance(tol, dict):
-        errors.append(_invalid(path, tol, "must be an object"))
+        errors.append(invalid(path, tol, "must be an object"))
         return
     key = tol.get("key")
     if key:
-        _check_label_key(f"{path}.key", key, errors)
+        errors += check_toleration_key(key, f"{path}.key")
     op = tol.get("operator") or "Equal"
     if op not in TOLERATION_OPERATORS:
-        errors.append(_unsupported(f"{path}.operator", op, TOLERATION_OPERATORS))
+        errors.append(unsupported(f"{path}.operator", op, TOLERATION_OPERATORS))
     value = tol.get("value")
     if op == "Exists" and value:
-        errors.append(_invalid(f"{path}.operator", op, "value must be empty when `operator` is 'Exists'"))
-    elif value and (not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value)):
-        errors.append(_invalid(f"{path}.value", value, "a valid label must be an empty string or consist of "
-                                                       "alphanumeric characters, '-', '_' or '.'"))
+        errors.append(invalid(f"{path}.operator", op, "value must be empty when `operator` is 'Exists'"))
+    elif value and not is_label_value(value):
+        errors.append(invalid(f"{path}.value", value, "a valid label must be an empty string or consist of "
+                                                      "alphanumeric characters, '-', '_' or '.'"))
     if not key and op != "Exists":
-        errors.append(_invalid(f"{path}.operator", op, "operator must be Exists when `key` is empty, which means "
-                                                       "\"match all values and all keys\""))
+        errors.append(invalid(f"{path}.operator", op, "operator must be Exists when `key` is empty, which means "
+                                                      "\"match all values and all keys\""))
     effect = tol.get("effect")
     if effect and effect not in TAINT_EFFECTS:
-        errors.append(_unsupported(f"{path}.effect", effect, TAINT_EFFECTS))
+        errors.append(unsupported(f"{path}.effect", effect, TAINT_EFFECTS))
     seconds = tol.get("tolerationSeconds")
     if seconds is not None and effect != "NoExecute":
-        errors.append(_invalid(f"{path}.effect", effect, "effect must be 'NoExecute' when `tolerationSeconds` is "
-                                                         "set"))
+        errors.append(invalid(f"{path}.effect", effect, "effect must be 'NoExecute' when `tolerationSeconds` is "
+                                                        "set"))
 
 
-def _check_label_key(path, key, errors) -> None:
-    prefix, sep, name = key.rpartition("/")
-    if sep and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN_PART.match(prefix)):
-        errors.append(_invalid(path, key, "prefix part a lowercase RFC 1123 subdomain must consist of lower case "
-                                          "alphanumeric characters, '-' or '.'"))
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        errors.append(_invalid(path, key, "name part must consist of alphanumeric characters, '-', '_' or '.', "
-                                          "and must start and end with an alphanumeric character"))
-
-
-def _validate_capacity_requests(capacity, path, errors) -> None:
-    from dra.engine.quantity import QuantityError, parse_quantity
-
+def _validate_capacity_requests(capacity: Any, path: str, errors: Errors) -> None:
     if not isinstance(capacity, dict):
-        errors.append(_invalid(path, capacity, "must be an object"))
+        errors.append(invalid(path, capacity, "must be an object"))
         return
     requests = capacity.get("requests") or {}
     if not isinstance(requests, dict):
-        errors.append(_invalid(f"{path}.requests", requests, "must be an object"))
+        errors.append(invalid(f"{path}.requests", requests, "must be an object"))
         return
     if len(requests) > CAPACITY_REQUESTS_MAX:
-        errors.append(_too_many(f"{path}.requests", len(requests), CAPACITY_REQUESTS_MAX))
+        errors.append(too_many(f"{path}.requests", len(requests), CAPACITY_REQUESTS_MAX))
     for name, value in requests.items():
         qpath = f"{path}.requests[{name}]"
-        _check_qualified_name(qpath, name, errors)
+        errors += check_attribute_name(name, qpath)
         try:
             if parse_quantity(value) < 0:
-                errors.append(_invalid(qpath, value, "must be greater than or equal to 0"))
+                errors.append(invalid(qpath, value, "must be greater than or equal to 0"))
         except QuantityError as exc:
-            errors.append(_invalid(qpath, value, str(exc)))
+            errors.append(invalid(qpath, value, str(exc)))
 
 
 def normalize_claim(obj: dict, *, check_cel: bool = True,
-                    check_cost: bool | None = None) -> tuple[dict, list[tuple[str, str]]]:
+                    check_cost: bool | None = None) -> tuple[dict, Errors]:
     """Convert to v1, default, validate: what a create request goes through. Returns (claim, errors)."""
     try:
         claim = convert_claim_to_v1(obj)

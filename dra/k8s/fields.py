@@ -1,12 +1,28 @@
-"""Field-level validation shared by the resource.k8s.io objects: names, labels, quantities, node selectors,
-and the error type. Pure functions, no Django; messages follow upstream's apimachinery validation.
+"""The validation vocabulary of every resource.k8s.io object (and of the service's own API objects).
+
+One shape throughout ``dra.k8s``: a check takes the value first and its field path second. A check of one
+field returns its problems, ``check_x(value, path) -> Errors`` (a list of ``(field path, reason)``, upstream's
+``field.ErrorList``); a walker of a structure that also normalizes it in place takes the caller's error list
+last and returns the normalized value, ``check_x(value, path, errs) -> value``. Pure functions, no Django.
+
+Each kind of name (DNS label, DNS subdomain, C identifier, label key and value) has its pattern, limit and
+upstream reason here, once. Three families of objects report a bad name in the words their clients have
+always seen, and those are kept (they are part of the API):
+
+* ResourceSlices, DeviceClasses, DeviceTaintRules, Nodes (``check_dns_label`` ...): each problem separately,
+  the value quoted Python-style;
+* ResourceClaim specs (``check_name``): ``Required value`` or one ``Invalid value`` with the value quoted as
+  the API server quotes it (``required``, ``invalid`` ... build upstream's ``field.Error`` types);
+* the claims API's own metadata (``name_reason``): the first reason, bare, as upstream's ``IsDNS1123Label``
+  returns it.
 """
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, NamedTuple
 
 GROUP = "resource.k8s.io"
 V1 = f"{GROUP}/v1"
@@ -17,6 +33,7 @@ NODE_SELECTOR_OPERATORS = ("DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A qualified name's name part; a non-empty label value has the same form.
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -46,11 +63,12 @@ class ObjectInvalid(ValueError):
         self.errors = errors
         super().__init__("; ".join(f"{p}: {r}" if p else r for p, r in errors))
 
-    def prefixed(self, prefix: str) -> "ObjectInvalid":
-        return ObjectInvalid([(_join(prefix, p), r) for p, r in self.errors])
+    def prefixed(self, prefix: str) -> ObjectInvalid:
+        return ObjectInvalid([(join_path(prefix, p), r) for p, r in self.errors])
 
 
-def _join(prefix: str, path: str) -> str:
+def join_path(prefix: str, path: str) -> str:
+    """``spec`` + ``devices[0]`` -> ``spec.devices[0]``; ``items[3]`` + ``[name]`` -> ``items[3][name]``."""
     if not prefix:
         return path
     if not path:
@@ -58,14 +76,105 @@ def _join(prefix: str, path: str) -> str:
     return prefix + path if path.startswith("[") else f"{prefix}.{path}"
 
 
-# --- names -------------------------------------------------------------------------------------------------
+# --- upstream's field.Error types (value quoted as the API server quotes it) ---------------------------------
+
+def required(path: str, detail: str = "") -> tuple[str, str]:
+    return (path, f"Required value: {detail}" if detail else "Required value")
+
+
+def invalid(path: str, value: Any, detail: str) -> tuple[str, str]:
+    return (path, f"Invalid value: {json.dumps(value)}: {detail}")
+
+
+def forbidden(path: str, detail: str) -> tuple[str, str]:
+    return (path, f"Forbidden: {detail}")
+
+
+def too_many(path: str, actual: int, limit: int) -> tuple[str, str]:
+    return (path, f"Too many: {actual}: must have at most {limit} items")
+
+
+def too_long(path: str, limit: int) -> tuple[str, str]:
+    return (path, f"Too long: may not be more than {limit} bytes")
+
+
+def duplicate(path: str, value: Any) -> tuple[str, str]:
+    return (path, f"Duplicate value: {json.dumps(value)}")
+
+
+def unsupported(path: str, value: Any, supported) -> tuple[str, str]:
+    return (path, f"Unsupported value: {json.dumps(value)}: supported values: "
+                  + ", ".join(json.dumps(s) for s in supported))
+
+
+# --- names: one rule per kind, three ways of reporting it -------------------------------------------------
+
+class NameRule(NamedTuple):
+    pattern: re.Pattern
+    limit: int
+    message: str
+
+    def valid(self, value: Any) -> bool:
+        return isinstance(value, str) and len(value) <= self.limit and bool(self.pattern.match(value))
+
+
+DNS_LABEL = NameRule(_DNS_LABEL, 63, DNS_LABEL_MSG)
+DNS_SUBDOMAIN = NameRule(_DNS_SUBDOMAIN, 253, DNS_SUBDOMAIN_MSG)
+
 
 def is_dns_label(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
+    return DNS_LABEL.valid(value)
 
 
-def is_dns_subdomain(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
+def is_dns_subdomain(value: Any, limit: int = 253) -> bool:
+    return isinstance(value, str) and len(value) <= limit and bool(_DNS_SUBDOMAIN.match(value))
+
+
+def is_c_identifier(value: Any, limit: int = MAX_ID_LENGTH) -> bool:
+    return isinstance(value, str) and len(value) <= limit and bool(_C_IDENTIFIER.match(value))
+
+
+def is_label_name_part(value: Any) -> bool:
+    """The name part of a label key, taint key or condition type (after an optional ``prefix/``)."""
+    return isinstance(value, str) and 0 < len(value) <= 63 and bool(_LABEL_NAME.match(value))
+
+
+def is_label_key(value: Any, prefix_limit: int = 253) -> bool:
+    """A label key: an optional DNS-subdomain prefix and '/', then a name part."""
+    if not isinstance(value, str):
+        return False
+    prefix, sep, name = value.rpartition("/")
+    return is_label_name_part(name) and (not sep or is_dns_subdomain(prefix, prefix_limit))
+
+
+def is_label_value(value: Any) -> bool:
+    return value == "" or is_label_name_part(value)
+
+
+def check_name(value: Any, path: str, rule: NameRule = DNS_SUBDOMAIN) -> Errors:
+    """A required name in a claim spec: ``Required value``, or one ``Invalid value`` whatever is wrong."""
+    if not isinstance(value, str) or not value:
+        return [required(path)]
+    return [] if rule.valid(value) else [invalid(path, value, rule.message)]
+
+
+def name_reason(value: Any, rule: NameRule) -> str | None:
+    """Why the claims API refuses a name in its metadata (None: it does not), upstream's first reason."""
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty string"
+    if len(value) > rule.limit:
+        return f"must be no more than {rule.limit} characters"
+    return None if rule.pattern.match(value) else rule.message
+
+
+def _check_each(value: Any, path: str, rule: NameRule, limit: int, fold_case: bool = False) -> Errors:
+    """ResourceSlice family: a missing name, then its length and its form as separate problems."""
+    if not isinstance(value, str) or value == "":
+        return [required(path)]
+    errs = [] if len(value) <= limit else [(path, _too_long(limit))]
+    if not rule.pattern.match(value.lower() if fold_case else value):
+        errs.append((path, f"Invalid value: {value!r}: {rule.message}"))
+    return errs
 
 
 def _too_long(limit: int) -> str:
@@ -73,36 +182,21 @@ def _too_long(limit: int) -> str:
 
 
 def check_dns_label(value: Any, path: str) -> Errors:
-    if not isinstance(value, str) or value == "":
-        return [(path, "Required value")]
-    errs = [] if len(value) <= 63 else [(path, _too_long(63))]
-    if not _DNS_LABEL.match(value):
-        errs.append((path, f"Invalid value: {value!r}: {DNS_LABEL_MSG}"))
-    return errs
+    return _check_each(value, path, DNS_LABEL, DNS_LABEL.limit)
 
 
 def check_dns_subdomain(value: Any, path: str, limit: int = 253) -> Errors:
-    if not isinstance(value, str) or value == "":
-        return [(path, "Required value")]
-    errs = [] if len(value) <= limit else [(path, _too_long(limit))]
-    if not _DNS_SUBDOMAIN.match(value):
-        errs.append((path, f"Invalid value: {value!r}: {DNS_SUBDOMAIN_MSG}"))
-    return errs
+    return _check_each(value, path, DNS_SUBDOMAIN, limit)
 
 
 def check_driver_name(value: Any, path: str) -> Errors:
     """Upstream reuses CSI driver name validation: at most 63 characters, a DNS subdomain (case-insensitive)."""
-    if not isinstance(value, str) or value == "":
-        return [(path, "Required value")]
-    errs = [] if len(value) <= 63 else [(path, _too_long(63))]
-    if not _DNS_SUBDOMAIN.match(value.lower()):
-        errs.append((path, f"Invalid value: {value!r}: {DNS_SUBDOMAIN_MSG}"))
-    return errs
+    return _check_each(value, path, DNS_SUBDOMAIN, 63, fold_case=True)
 
 
 def check_pool_name(value: Any, path: str) -> Errors:
     if not isinstance(value, str) or value == "":
-        return [(path, "Required value")]
+        return [required(path)]
     errs = [] if len(value) <= MAX_POOL_NAME_LENGTH else [(path, _too_long(MAX_POOL_NAME_LENGTH))]
     for part in value.split("/"):
         errs += check_dns_subdomain(part, path)
@@ -118,38 +212,35 @@ def check_c_identifier(value: str, path: str) -> Errors:
 
 def check_qualified_name(value: str, path: str) -> Errors:
     """An attribute/capacity name: a C identifier, or a driver-style domain, '/', and a C identifier."""
-    return [(path, reason) for reason in _qualified_name_reasons(value)]
+    return [(path, reason) for reason in qualified_name_reasons(value)]
 
 
 @lru_cache(maxsize=4096)
-def _qualified_name_reasons(value: str) -> tuple[str, ...]:
-    # The same few attribute names appear on every device of a fleet: check each once.
-    return tuple(reason for _, reason in _check_qualified_name(value, ""))
-
-
-def _check_qualified_name(value: str, path: str) -> Errors:
+def qualified_name_reasons(value: str) -> tuple[str, ...]:
+    """``check_qualified_name``'s reasons, cached: the same few attribute names appear on every device of a
+    fleet, and a push checks each device's names on its hot path."""
     parts = value.split("/")
     if len(parts) == 1:
-        return check_c_identifier(value, path)
-    if len(parts) > 2:
-        return [(path, f"Invalid value: {value!r}: must not contain more than one slash")]
-    errs: Errors = []
-    errs += [(path, "the domain must not be empty")] if not parts[0] else check_driver_name(parts[0], path)
-    errs += [(path, "the name must not be empty")] if not parts[1] else check_c_identifier(parts[1], path)
-    return errs
+        errs = check_c_identifier(value, "")
+    elif len(parts) > 2:
+        errs = [("", f"Invalid value: {value!r}: must not contain more than one slash")]
+    else:
+        errs = [("", "the domain must not be empty")] if not parts[0] else check_driver_name(parts[0], "")
+        errs += [("", "the name must not be empty")] if not parts[1] else check_c_identifier(parts[1], "")
+    return tuple(reason for _, reason in errs)
 
 
 def check_label_name(value: Any, path: str) -> Errors:
     """A label key / taint key / condition type: optional DNS-subdomain prefix and a name of at most 63."""
     if not isinstance(value, str) or value == "":
-        return [(path, "Required value")]
+        return [required(path)]
     prefix, _, name = value.rpartition("/")
     errs: Errors = []
     if "/" in value and not prefix:
         errs.append((path, "prefix part must be non-empty"))
     elif prefix:
         errs += [(path, f"prefix part {m}") for _, m in check_dns_subdomain(prefix, path)]
-    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+    if not is_label_name_part(name):
         errs.append((path, f"Invalid value: {value!r}: {LABEL_MSG} (at most 63 characters)"))
     return errs
 
@@ -157,12 +248,14 @@ def check_label_name(value: Any, path: str) -> Errors:
 def check_label_value(value: Any, path: str) -> Errors:
     if not isinstance(value, str):
         return [(path, "must be a string")]
-    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+    if not is_label_value(value):
         return [(path, f"Invalid value: {value!r}: a valid label value must be an empty string or consist of "
                        "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
                        "character (at most 63 characters)")]
     return []
 
+
+# --- quantities and versions -------------------------------------------------------------------------------
 
 def is_quantity(value: Any) -> bool:
     return isinstance(value, str) and _is_quantity_text(value)
@@ -173,7 +266,13 @@ def _is_quantity_text(value: str) -> bool:
     return bool(_QUANTITY.match(value))
 
 
-def _quantity(value: Any, path: str, errs: Errors) -> Any:
+@lru_cache(maxsize=65536)
+def is_semver(value: str) -> bool:
+    """A version string as semver.org 2.0.0 defines it (a device attribute's ``version``)."""
+    return bool(_SEMVER.match(value))
+
+
+def normalize_quantity(value: Any, path: str, errs: Errors) -> Any:
     """Quantities arrive as strings or JSON numbers (both valid for Kubernetes); store the string form."""
     if isinstance(value, bool):
         errs.append((path, "must be a quantity"))
@@ -188,9 +287,10 @@ def _quantity(value: Any, path: str, errs: Errors) -> Any:
     return value
 
 
-# --- small type helpers ------------------------------------------------------------------------------------
+# --- shapes ------------------------------------------------------------------------------------------------
 
-def _dict(value: Any, path: str, errs: Errors, required: bool = False) -> dict:
+def as_dict(value: Any, path: str, errs: Errors, required: bool = False) -> dict:
+    """``value`` if it is an object, else {} and a problem (None is a problem only when ``required``)."""
     if value is None:
         if required:
             errs.append((path, "Required value"))
@@ -201,7 +301,7 @@ def _dict(value: Any, path: str, errs: Errors, required: bool = False) -> dict:
     return value
 
 
-def _list(value: Any, path: str, errs: Errors) -> list:
+def as_list(value: Any, path: str, errs: Errors) -> list:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -210,21 +310,24 @@ def _list(value: Any, path: str, errs: Errors) -> list:
     return value
 
 
-def _copy(value: Any) -> Any:
+def json_copy(value: Any) -> Any:
     """A deep copy of JSON data; the C JSON codec is several times faster than copy.deepcopy here."""
     return json.loads(json.dumps(value))
 
 
-def _unknown(obj: dict, known: frozenset, path: str, errs: Errors) -> None:
+def check_unknown(obj: dict, known: frozenset, path: str, errs: Errors) -> None:
+    """Every key of ``obj`` outside ``known`` is an ``unknown field`` (upstream's strict decoding)."""
     for key in obj:
         if key not in known:
-            errs.append((_join(path, str(key)), "unknown field"))
+            errs.append((join_path(path, str(key)), "unknown field"))
 
 
-def _string_list(value: Any, path: str, errs: Errors, limit: int, check: Callable[[Any, str], Errors]) -> list:
-    items = _list(value, path, errs)
+def check_string_list(value: Any, path: str, errs: Errors, limit: int,
+                      check: Callable[[Any, str], Errors]) -> list:
+    """A list of at most ``limit`` distinct strings, each checked by ``check``."""
+    items = as_list(value, path, errs)
     if len(items) > limit:
-        errs.append((path, f"Too many: {len(items)}: must have at most {limit} items"))
+        errs.append(too_many(path, len(items), limit))
         return items
     seen = set()
     for i, item in enumerate(items):
@@ -238,7 +341,7 @@ def _string_list(value: Any, path: str, errs: Errors, limit: int, check: Callabl
 
 # --- envelope ----------------------------------------------------------------------------------------------
 
-def _envelope(obj: Any, kind: str, versions: set[str], errs: Errors) -> tuple[str, dict, dict]:
+def check_envelope(obj: Any, kind: str, versions: set[str], errs: Errors) -> tuple[str, dict, dict]:
     """Check apiVersion/kind; return (apiVersion, metadata, spec). Missing apiVersion means v1."""
     if not isinstance(obj, dict):
         errs.append(("", f"must be a {kind} object"))
@@ -252,16 +355,16 @@ def _envelope(obj: Any, kind: str, versions: set[str], errs: Errors) -> tuple[st
                                    + ", ".join(f'"{v}"' for v in sorted(versions))))
     if obj.get("kind", kind) != kind:
         errs.append(("kind", f"Invalid value: {obj.get('kind')!r}: expected {kind!r}"))
-    metadata = _dict(obj.get("metadata"), "metadata", errs, required=True)
-    return api_version, metadata, _dict(obj.get("spec"), "spec", errs, required=True)
+    metadata = as_dict(obj.get("metadata"), "metadata", errs, required=True)
+    return api_version, metadata, as_dict(obj.get("spec"), "spec", errs, required=True)
 
 
-def _metadata(metadata: dict, errs: Errors) -> dict:
+def normalize_metadata(metadata: dict, errs: Errors) -> dict:
     """Keep what identifies and describes the object; drop server-side bookkeeping (uid, resourceVersion...)."""
     errs += check_dns_subdomain(metadata.get("name"), "metadata.name")
     out: dict = {"name": metadata.get("name")}
     for key in ("labels", "annotations"):
-        values = _dict(metadata.get(key), f"metadata.{key}", errs)
+        values = as_dict(metadata.get(key), f"metadata.{key}", errs)
         for k, v in values.items():
             errs += check_label_name(k, f"metadata.{key}[{k}]")
             if key == "labels":
@@ -273,7 +376,8 @@ def _metadata(metadata: dict, errs: Errors) -> dict:
     return out
 
 
-def _finish(kind: str, metadata: dict, spec: dict, errs: Errors) -> dict:
+def finish_object(kind: str, metadata: dict, spec: dict, errs: Errors) -> dict:
+    """The normalized v1 object, or ObjectInvalid with every problem found."""
     if errs:
         raise ObjectInvalid(errs)
     return {"apiVersion": V1, "kind": kind, "metadata": metadata, "spec": spec}
@@ -282,36 +386,38 @@ def _finish(kind: str, metadata: dict, spec: dict, errs: Errors) -> dict:
 # --- node selectors ----------------------------------------------------------------------------------------
 
 def check_node_selector(value: Any, path: str, errs: Errors) -> dict:
-    selector = _dict(value, path, errs)
-    _unknown(selector, frozenset({"nodeSelectorTerms"}), path, errs)
-    terms = _list(selector.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms", errs)
+    selector = as_dict(value, path, errs)
+    check_unknown(selector, frozenset({"nodeSelectorTerms"}), path, errs)
+    terms = as_list(selector.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms", errs)
     if len(terms) != 1:
         errs.append((f"{path}.nodeSelectorTerms", "must have exactly one node selector term"))
     for t, term in enumerate(terms):
         tpath = f"{path}.nodeSelectorTerms[{t}]"
-        term = _dict(term, tpath, errs)
-        _unknown(term, frozenset({"matchExpressions", "matchFields"}), tpath, errs)
+        term = as_dict(term, tpath, errs)
+        check_unknown(term, frozenset({"matchExpressions", "matchFields"}), tpath, errs)
         for field in ("matchExpressions", "matchFields"):
-            for i, req in enumerate(_list(term.get(field), f"{tpath}.{field}", errs)):
-                rpath = f"{tpath}.{field}[{i}]"
-                req = _dict(req, rpath, errs)
-                if field == "matchFields":
-                    if req.get("key") != "metadata.name":
-                        errs.append((f"{rpath}.key", f"Unsupported value: {req.get('key')!r}: supported values: "
-                                                     '"metadata.name"'))
-                else:
-                    errs += check_label_name(req.get("key"), f"{rpath}.key")
-                op, values = req.get("operator"), req.get("values") or []
-                if op not in NODE_SELECTOR_OPERATORS:
-                    errs.append((f"{rpath}.operator", f"Unsupported value: {op!r}: supported values: "
-                                 + ", ".join(f'"{o}"' for o in NODE_SELECTOR_OPERATORS)))
-                elif op in ("In", "NotIn") and not values:
-                    errs.append((f"{rpath}.values", "Required value: must be specified when `operator` is 'In' "
-                                                    "or 'NotIn'"))
-                elif op in ("Exists", "DoesNotExist") and values:
-                    errs.append((f"{rpath}.values", "Forbidden: may not be specified when `operator` is 'Exists' "
-                                                    "or 'DoesNotExist'"))
-                elif op in ("Gt", "Lt") and (len(values) != 1 or not str(values[0]).lstrip("-").isdigit()):
-                    errs.append((f"{rpath}.values", "must be specified single integer value when `operator` is "
-                                                    "'Lt' or 'Gt'"))
+            for i, req in enumerate(as_list(term.get(field), f"{tpath}.{field}", errs)):
+                _check_selector_requirement(req, f"{tpath}.{field}[{i}]", field, errs)
     return selector
+
+
+def _check_selector_requirement(value: Any, path: str, field: str, errs: Errors) -> None:
+    req = as_dict(value, path, errs)
+    if field == "matchFields":
+        if req.get("key") != "metadata.name":
+            errs.append((f"{path}.key", f"Unsupported value: {req.get('key')!r}: supported values: "
+                                        '"metadata.name"'))
+    else:
+        errs += check_label_name(req.get("key"), f"{path}.key")
+    op, values = req.get("operator"), req.get("values") or []
+    if op not in NODE_SELECTOR_OPERATORS:
+        errs.append((f"{path}.operator", f"Unsupported value: {op!r}: supported values: "
+                     + ", ".join(f'"{o}"' for o in NODE_SELECTOR_OPERATORS)))
+    elif op in ("In", "NotIn") and not values:
+        errs.append((f"{path}.values", "Required value: must be specified when `operator` is 'In' or 'NotIn'"))
+    elif op in ("Exists", "DoesNotExist") and values:
+        errs.append((f"{path}.values", "Forbidden: may not be specified when `operator` is 'Exists' or "
+                                       "'DoesNotExist'"))
+    elif op in ("Gt", "Lt") and (len(values) != 1 or not str(values[0]).lstrip("-").isdigit()):
+        errs.append((f"{path}.values", "must be specified single integer value when `operator` is 'Lt' or "
+                                       "'Gt'"))

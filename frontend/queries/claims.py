@@ -11,6 +11,7 @@ from django.db.models import TextField
 from django.utils import timezone
 
 from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, Reservation, ResourceClaim
+from dra.k8s.fields import V1
 from frontend.queries.sql import is_postgres
 from inventory.models import Cluster, DeviceClass
 
@@ -114,7 +115,7 @@ def claim_object(claim: ResourceClaim) -> dict:
         meta["labels"] = claim.labels
     if claim.annotations:
         meta["annotations"] = claim.annotations
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta, "spec": claim.spec}
+    return {"apiVersion": V1, "kind": "ResourceClaim", "metadata": meta, "spec": claim.spec}
 
 
 def to_yaml(obj) -> str:

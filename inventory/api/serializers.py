@@ -10,7 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from dra.k8s.slices import check_dns_label, check_label_name, check_label_value
+from dra.k8s.fields import check_dns_label, check_label_name, check_label_value
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
 
 

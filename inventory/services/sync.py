@@ -2,22 +2,27 @@
 
 Every write is one transaction holding the cluster's row lock, so two pushes for the same cluster never
 interleave and a rejected push leaves nothing behind. Objects are validated and normalized (pure CPU, in
-``dra.k8s.slices``) before the transaction starts; a single bad object fails the whole push with a 422 that
-names its field path. Writes are bulk: unchanged slices are recognised by a content hash and skipped,
-devices go in with PostgreSQL COPY (bulk_create elsewhere), and nothing is written per device.
+``dra.k8s.inventory`` and ``dra.k8s.slices``) before the transaction starts; a single bad object fails the
+whole push with a 422 that names its field path. Writes are bulk: unchanged slices are recognised by a
+content hash and skipped, devices go in with PostgreSQL COPY (``draservice.bulk``; bulk_create elsewhere),
+and nothing is written per device.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass, field
 
 import orjson
 from django.db import connection, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from dra.k8s import slices as k8s
+from dra.cel import compile_selector
+from dra.k8s.fields import Errors, ObjectInvalid
+from dra.k8s.inventory import Inventory, normalize_node
+from dra.k8s.inventory import parse_inventory as parse_inventory_body
+from dra.k8s.slices import normalize_resource_slice
+from draservice.bulk import bulk_insert, copy_rows
 from draservice.problems import FieldError, PreconditionFailed
 from inventory.etag import check_if_match
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
@@ -25,64 +30,24 @@ from inventory.services.pools import compute_pool_states, device_rows, generatio
 from inventory.signals import send_after_commit
 
 MAX_REPORTED_ERRORS = 100
-PUSH_KEYS = {"resourceSlices": "ResourceSlice", "nodes": "Node", "deviceClasses": "DeviceClass",
-             "deviceTaintRules": "DeviceTaintRule"}
-KIND_TO_KEY = {kind: key for key, kind in PUSH_KEYS.items()}
 
 
 # ------------------------------------------------------------------------------------------------ parsing
-
-@dataclass
-class Inventory:
-    slices: list[dict] = field(default_factory=list)
-    nodes: list[dict] = field(default_factory=list)  # {"name", "labels"}
-    classes: list[dict] = field(default_factory=list)
-    rules: list[dict] = field(default_factory=list)
-
 
 def content_hash(obj: dict) -> str:
     return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def cel_compiler(*, pushed: bool = True):
-    """``dra.cel.compile_selector`` (compiles, and refuses a selector whose estimated cost exceeds the
-    budget) when the CEL library is installed, else None.
+    """``dra.cel.compile_selector``: compiles, and refuses a selector whose estimated cost exceeds the budget.
 
     A cluster's push (``pushed``) is held to the API server's own test, which that cluster has already
     applied: refusing what it accepted would stop the cluster's inventory from syncing. Fleet-wide classes
     created here are held to this service's tighter budget (``dra.cel.cost`` says why)."""
-    try:
-        from dra.cel import compile_selector
-    except ImportError:
-        return None
     return functools.partial(compile_selector, upstream=pushed)
 
 
-def normalize_node(obj, path: str = "") -> dict:
-    """``{"name", "labels"}`` or a core/v1 Node (only its name and labels are kept)."""
-    errs: list = []
-    if not isinstance(obj, dict):
-        raise k8s.ObjectInvalid([(path, "must be an object")])
-    if "metadata" in obj:
-        source, base = (obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}), "metadata."
-    else:
-        source, base = obj, ""
-        k8s._unknown(obj, frozenset({"name", "labels", "apiVersion", "kind"}), "", errs)
-    if obj.get("kind", "Node") != "Node":
-        errs.append(("kind", f"Invalid value: {obj.get('kind')!r}: expected 'Node'"))
-    errs += k8s.check_dns_subdomain(source.get("name"), f"{base}name")
-    labels = source.get("labels") or {}
-    if not isinstance(labels, dict):
-        errs.append((f"{base}labels", "must be an object"))
-        labels = {}
-    for key, value in labels.items():
-        errs += k8s.check_label_name(key, f"{base}labels[{key}]") + k8s.check_label_value(value, f"{base}labels[{key}]")
-    if errs:
-        raise k8s.ObjectInvalid(errs).prefixed(path)
-    return {"name": source["name"], "labels": dict(labels)}
-
-
-def _raise(errors: list[tuple[str, str]]) -> None:
+def _raise(errors: Errors) -> None:
     shown = errors[:MAX_REPORTED_ERRORS]
     detail = None
     if len(errors) > len(shown):
@@ -92,63 +57,13 @@ def _raise(errors: list[tuple[str, str]]) -> None:
 
 
 def parse_inventory(body) -> Inventory:
-    """The push body -> normalized v1 objects, or FieldError listing every problem with its path."""
-    if isinstance(body, list):
-        body = {"kind": "List", "items": body}
-    if not isinstance(body, dict):
-        raise FieldError([("", "the body must be an object with resourceSlices/nodes/deviceClasses/"
-                               "deviceTaintRules, or a Kubernetes List")])
-    buckets: dict[str, list[tuple[str, object]]] = {key: [] for key in PUSH_KEYS}
-    errors: list[tuple[str, str]] = []
-    if "items" in body and str(body.get("kind", "List")).endswith("List"):
-        items = body["items"] if isinstance(body["items"], list) else []
-        if not isinstance(body["items"], list):
-            errors.append(("items", "must be a list"))
-        default_kind = body.get("kind", "List")[:-4] or None  # "ResourceSliceList" -> "ResourceSlice"
-        for i, item in enumerate(items):
-            kind = item.get("kind", default_kind) if isinstance(item, dict) else None
-            key = KIND_TO_KEY.get(kind or "")
-            if key is None:
-                errors.append((f"items[{i}].kind", f"Unsupported value: {kind!r}: supported values: "
-                               + ", ".join(f'"{k}"' for k in KIND_TO_KEY)))
-            else:
-                buckets[key].append((f"items[{i}]", item))
-    else:
-        for key, value in body.items():
-            if key not in PUSH_KEYS:
-                errors.append((key, "unknown field (expected resourceSlices, nodes, deviceClasses, deviceTaintRules)"))
-            elif value is not None and not isinstance(value, list):
-                errors.append((key, "must be a list"))
-            else:
-                buckets[key] = [(f"{key}[{i}]", item) for i, item in enumerate(value or [])]
-    inventory = Inventory()
-    compile_cel = cel_compiler()
-    normalizers = {
-        # The body is ours and discarded after the push: no need for a defensive copy of 40 MB of JSON.
-        "resourceSlices": (lambda o: k8s.normalize_resource_slice(o, copy=False), inventory.slices),
-        "nodes": (normalize_node, inventory.nodes),
-        "deviceClasses": (lambda o: k8s.normalize_device_class(o, compile_cel), inventory.classes),
-        "deviceTaintRules": (k8s.normalize_device_taint_rule, inventory.rules),
-    }
-    slice_paths: list[tuple[str, dict]] = []
-    for key, items in buckets.items():
-        normalize, out = normalizers[key]
-        seen: dict[str, str] = {}
-        for path, item in items:
-            try:
-                obj = normalize(item)
-            except k8s.ObjectInvalid as exc:
-                errors.extend(exc.prefixed(path).errors)
-                continue
-            if key == "resourceSlices":
-                slice_paths.append((path, obj))
-            name = obj["name"] if key == "nodes" else obj["metadata"]["name"]
-            if name in seen:
-                name_path = f"{path}.name" if key == "nodes" and "metadata" not in item else f"{path}.metadata.name"
-                errors.append((name_path, f"Duplicate value: {name!r} (also at {seen[name]})"))
-            seen[name] = path
-            out.append(obj)
-    errors += mixed_generations(slice_paths)
+    """The push body -> normalized v1 objects (``dra.k8s.inventory``), or FieldError listing every problem
+    with its path, including slices below their pool's newest generation in this push."""
+    try:
+        inventory, errors = parse_inventory_body(body, cel_compiler())
+    except ObjectInvalid as exc:
+        raise FieldError(exc.errors) from None
+    errors += mixed_generations(inventory.slice_paths)
     if errors:
         _raise(errors)
     return inventory
@@ -162,7 +77,7 @@ def _normalize_one(normalize, obj, url_name: str, name_path: str = "metadata.nam
             obj = {**obj, "metadata": {**meta, "name": url_name}}
     try:
         result = normalize(obj)
-    except k8s.ObjectInvalid as exc:
+    except ObjectInvalid as exc:
         _raise(exc.errors)
     name = result["name"] if "name" in result else result["metadata"]["name"]
     if name != url_name:
@@ -174,38 +89,6 @@ def _normalize_one(normalize, obj, url_name: str, name_path: str = "metadata.nam
 
 def _lock_cluster(name: str) -> Cluster:
     return Cluster.objects.select_for_update().get(name=name)
-
-
-def _copy_rows(model, columns: list[str], rows, json_columns: set[str]) -> None:
-    """PostgreSQL COPY ... FROM STDIN: the fastest way in, one round trip per buffer, not per row."""
-    dumps = orjson.dumps
-
-    def encode(value):
-        # Most JSON columns of most devices are empty: skip the encoder for those.
-        if value is None:
-            return None
-        if not value:
-            return "[]" if type(value) is list else "{}"
-        return dumps(value).decode()
-
-    with connection.cursor() as cursor:
-        with cursor.cursor.copy(f"COPY {model._meta.db_table} ({', '.join(columns)}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row([encode(row[c]) if c in json_columns else row[c] for c in columns])
-
-
-def _bulk_insert(model, columns: list[str], objs: list, json_columns: set[str]) -> None:
-    """Insert unsaved model instances without reading ids back: COPY on PostgreSQL, bulk_create elsewhere.
-    (Django's bulk_create on PostgreSQL adapts JSON through arrays, which is slow for thousands of rows.)"""
-    if not objs:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create(objs, batch_size=2000)
-        return
-    now = timezone.now()
-    for obj in objs:
-        obj.updated_at = now
-    _copy_rows(model, columns, ({c: getattr(obj, c) for c in columns} for obj in objs), json_columns)
 
 
 DEVICE_COLUMNS = ["cluster_id", "resource_slice_id", "node_id", "node_name", "driver", "pool_name", "pool_generation",
@@ -225,7 +108,7 @@ def _insert_slices(cluster: Cluster, objs: list[tuple[dict, dict]]) -> list[tupl
         return []
     if connection.vendor == "postgresql":
         now = timezone.now()
-        _copy_rows(ResourceSlice, SLICE_COLUMNS,
+        copy_rows(ResourceSlice, SLICE_COLUMNS,
                    ({**fields, "cluster_id": cluster.pk, "name": obj["metadata"]["name"], "updated_at": now}
                     for obj, fields in objs), {"object", "node_selector"})
         ids = dict(ResourceSlice.objects.filter(cluster=cluster, name__in=[o["metadata"]["name"] for o, _ in objs])
@@ -234,7 +117,7 @@ def _insert_slices(cluster: Cluster, objs: list[tuple[dict, dict]]) -> list[tupl
     rows = ResourceSlice.objects.bulk_create(
         [ResourceSlice(cluster=cluster, name=obj["metadata"]["name"], **fields) for obj, fields in objs],
         batch_size=500)
-    return [(row.pk, obj) for row, (obj, _) in zip(rows, objs)]
+    return [(row.pk, obj) for row, (obj, _) in zip(rows, objs, strict=True)]
 
 
 def _insert_devices(cluster: Cluster, slice_rows: list[tuple[int, dict]], node_ids: dict[str, int]) -> int:
@@ -245,7 +128,7 @@ def _insert_devices(cluster: Cluster, slice_rows: list[tuple[int, dict]], node_i
             row.update(cluster_id=cluster.pk, resource_slice_id=slice_id, node_id=node_ids.get(row["node_name"]))
             rows.append(row)
     if connection.vendor == "postgresql":
-        _copy_rows(Device, DEVICE_COLUMNS, rows, DEVICE_JSON)
+        copy_rows(Device, DEVICE_COLUMNS, rows, DEVICE_JSON)
     else:
         Device.objects.bulk_create([Device(**row) for row in rows], batch_size=2000)
     return len(rows)
@@ -281,7 +164,7 @@ def _write_pools(cluster: Cluster, states: dict, scope: set | None) -> dict[str,
             pool.updated_at = timezone.now()
             update.append(pool)
     gone = [p.pk for key, p in existing.items() if key not in states and (scope is None or key in scope)]
-    _bulk_insert(Pool, ["cluster_id", "driver", "name", "generation", "resource_slice_count", "slice_count",
+    bulk_insert(Pool, ["cluster_id", "driver", "name", "generation", "resource_slice_count", "slice_count",
                         "device_count", "state", "reason", "updated_at"], create, set())
     Pool.objects.bulk_update(update, ["generation", "resource_slice_count", "slice_count", "device_count", "state",
                                       "reason", "updated_at"], batch_size=2000)
@@ -354,7 +237,7 @@ def _sync_nodes(cluster: Cluster, nodes: list[dict], referenced: set[str], repla
             update.append(node)
         else:
             stats["unchanged"] += 1
-    _bulk_insert(Node, ["cluster_id", "name", "labels", "updated_at"], create, {"labels"})
+    bulk_insert(Node, ["cluster_id", "name", "labels", "updated_at"], create, {"labels"})
     Node.objects.bulk_update(update, ["labels", "updated_at"], batch_size=2000)
     stats["created"], stats["updated"] = len(create), len(update)
     if replace:
@@ -400,32 +283,7 @@ def push_inventory(cluster_name: str, body) -> dict:
         referenced |= {d["nodeName"] for s in inventory.slices for d in s["spec"].get("devices") or ()
                        if d.get("nodeName")}
         node_stats, node_ids = _sync_nodes(cluster, inventory.nodes, referenced, replace=True)
-
-        existing = {name: (pk, digest) for name, pk, digest in
-                    ResourceSlice.objects.filter(cluster=cluster).values_list("name", "pk", "content_hash")}
-        slice_stats = {"created": 0, "updated": 0, "deleted": 0, "unchanged": 0}
-        fresh, replaced = [], []
-        for obj in inventory.slices:
-            fields = _slice_fields(obj)
-            current = existing.pop(obj["metadata"]["name"], None)
-            if current is None:
-                fresh.append((obj, fields))
-                slice_stats["created"] += 1
-            elif current[1] != fields["content_hash"]:
-                # A changed slice is replaced whole (row and devices): simpler and faster than a bulk UPDATE
-                # of large JSON. Its identity is (cluster, name), not the row id.
-                fresh.append((obj, fields))
-                replaced.append(current[0])
-                slice_stats["updated"] += 1
-            else:
-                slice_stats["unchanged"] += 1
-        gone = [pk for pk, _ in existing.values()] + replaced
-        if gone:
-            Device.objects.filter(resource_slice_id__in=gone).delete()
-            ResourceSlice.objects.filter(pk__in=gone).delete()
-        slice_stats["deleted"] = len(existing)
-        device_count = _insert_devices(cluster, _insert_slices(cluster, fresh), node_ids)
-
+        slice_stats, device_count = _replace_slices(cluster, inventory.slices, node_ids)
         pool_stats = _write_pools(cluster, compute_pool_states(inventory.slices), scope=None)
         class_stats = _replace_scoped(DeviceClass, cluster, inventory.classes)
         rule_stats = _replace_scoped(DeviceTaintRule, cluster, inventory.rules, taint_rule_columns)
@@ -440,6 +298,34 @@ def push_inventory(cluster_name: str, body) -> dict:
     }
 
 
+def _replace_slices(cluster: Cluster, slices: list[dict], node_ids: dict[str, int]) -> tuple[dict[str, int], int]:
+    """Make the cluster's stored slices (and their devices) equal ``slices``; returns (stats, devices written)."""
+    existing = {name: (pk, digest) for name, pk, digest in
+                ResourceSlice.objects.filter(cluster=cluster).values_list("name", "pk", "content_hash")}
+    stats = {"created": 0, "updated": 0, "deleted": 0, "unchanged": 0}
+    fresh, replaced = [], []
+    for obj in slices:
+        fields = _slice_fields(obj)
+        current = existing.pop(obj["metadata"]["name"], None)
+        if current is None:
+            fresh.append((obj, fields))
+            stats["created"] += 1
+        elif current[1] != fields["content_hash"]:
+            # A changed slice is replaced whole (row and devices): simpler and faster than a bulk UPDATE
+            # of large JSON. Its identity is (cluster, name), not the row id.
+            fresh.append((obj, fields))
+            replaced.append(current[0])
+            stats["updated"] += 1
+        else:
+            stats["unchanged"] += 1
+    gone = [pk for pk, _ in existing.values()] + replaced
+    if gone:
+        Device.objects.filter(resource_slice_id__in=gone).delete()
+        ResourceSlice.objects.filter(pk__in=gone).delete()
+    stats["deleted"] = len(existing)
+    return stats, _insert_devices(cluster, _insert_slices(cluster, fresh), node_ids)
+
+
 def _recompute_pools(cluster: Cluster, keys: set[tuple[str, str]]) -> None:
     objs = []
     for driver, pool in keys:
@@ -451,7 +337,7 @@ def _recompute_pools(cluster: Cluster, keys: set[tuple[str, str]]) -> None:
 def put_resource_slice(cluster_name: str, name: str, body, if_match: list[str] | None = None
                        ) -> tuple[ResourceSlice, bool]:
     """Create or replace one slice. Returns (slice, created)."""
-    obj = _normalize_one(k8s.normalize_resource_slice, body, name)
+    obj = _normalize_one(normalize_resource_slice, body, name)
     fields = _slice_fields(obj)
     with transaction.atomic():
         cluster = _lock_cluster(cluster_name)

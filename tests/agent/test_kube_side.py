@@ -11,9 +11,15 @@ import pytest
 
 from agent.backoff import Backoff
 from agent.informer import Informer
-from agent.kube import KubeClient, WatchExpired
+from agent.kube import RESOURCE_GROUP, KubeClient, WatchExpired
+from dra.k8s.fields import GROUP
 from tests.agent.conftest import kube_client_for, node
 from tests.agent.kube_api import ANY, KubeAPIServer
+
+
+def test_the_agent_reads_the_group_the_service_validates():
+    # The agent keeps its own copy of the group name (its image has no dra package); the two must agree.
+    assert RESOURCE_GROUP == GROUP
 
 
 def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):

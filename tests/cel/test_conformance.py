@@ -1,46 +1,24 @@
 """Upstream's CEL table tests (cel/compile_test.go, Kubernetes 1.35) run against dra.cel.
 
-The vectors are read from the shared conformance directory; the file is the source of truth, so
-every case is a separate test and a new case shows up here without code changes.
+The vectors are read from the shared conformance directory (``@pytest.mark.vectors``, tests/conftest.py); the
+file is the source of truth, so every case is a separate test and a new case shows up here without code changes.
 """
-import json
-import os
-
 import pytest
 
 from dra.cel import CELBudgetExceeded, CELCompileError, CELDevice, CELRuntimeError, compile_expression
-from tests.conftest import SHARED_DIR
 
 # Cases whose semantics need libraries newer than Kubernetes 1.35, with the reason.
 # (None of the 37 1.35 vectors needs one today; keep the mechanism so later tables can say why.)
 NEWER_THAN_135: dict[str, str] = {}
 
 
-def _cases():
-    # Parametrisation happens at collection time, before fixtures exist: use the same
-    # location the suite-wide `shared_dir` fixture uses.
-    with open(os.path.join(SHARED_DIR, "conformance", "k8s-cel-cases.json")) as f:
-        return json.load(f)
+def test_vector_file_is_the_135_table(cel_cases):
+    assert len(cel_cases) == 37
+    assert sum(1 for c in cel_cases if c["expectCompileError"]) == 3
+    assert sum(1 for c in cel_cases if c["expectMatchError"]) == 3
 
 
-CASES = _cases()
-
-
-def test_vector_file_is_the_135_table():
-    assert len(CASES) == 37
-    assert sum(1 for c in CASES if c["expectCompileError"]) == 3
-    assert sum(1 for c in CASES if c["expectMatchError"]) == 3
-
-
-def _params():
-    for case in CASES:
-        marks = []
-        if case["name"] in NEWER_THAN_135:
-            marks.append(pytest.mark.xfail(reason=NEWER_THAN_135[case["name"]], strict=True))
-        yield pytest.param(case, id=case["name"], marks=marks)
-
-
-@pytest.mark.parametrize("case", list(_params()))
+@pytest.mark.vectors("conformance/k8s-cel-cases.json", xfail=NEWER_THAN_135)
 def test_upstream_cel_case(case):
     # StoredExpressions (the default) has every feature of the version; NewExpressions follows
     # the feature flag, which is what decides whether allowMultipleAllocations exists.

@@ -5,8 +5,6 @@ numbers. Our run-time count must never exceed our estimate when the device keeps
 sizes, must stop the same expression at the same point every time, and must stop what the
 estimate cannot see (a device beyond the declared sizes) before it costs seconds.
 """
-import json
-import os
 import time
 
 import pytest
@@ -15,11 +13,8 @@ from dra.cel import (MAX_SELECTOR_COST, UPSTREAM_MAX_SELECTOR_COST, CELBudgetExc
                      CELCostLimitExceeded, CELDevice, CELRuntimeError, CostBudgetExhausted, CostMeter, SelectorCache,
                      compile_expression, compile_selector, metered, validate_expression)
 from dra.cel.cost import UNBOUNDED, budget_reason
-from tests.conftest import SHARED_DIR
 
-with open(os.path.join(SHARED_DIR, "conformance", "k8s-cel-cases.json")) as _f:
-    CASES = json.load(_f)
-COMPILING = [c for c in CASES if not c["expectCompileError"]]
+CEL_CASES = "conformance/k8s-cel-cases.json"
 
 L1000 = "[" + ",".join(str(i) for i in range(1000)) + "]"
 BODY = ("(has(device.attributes['gpu.nvidia.com'].uuid) ? device.attributes['gpu.nvidia.com'].uuid : 'z')"
@@ -30,10 +25,6 @@ HOSTILE_BIND = f"cel.bind(L, {L1000}, L.all(x, L.all(y, {BODY})))"
 GPU = CELDevice("gpu.nvidia.com", {"uuid": {"string": "GPU-" + "a" * 36}, "productName": {"string": "H100"},
                                    "index": {"int": 3}, "driverVersion": {"version": "550.54.15"}},
                 {"memory": {"value": "80Gi"}})
-
-
-def _case_id(case):
-    return case["name"]
 
 
 def _consumable(case):
@@ -55,14 +46,18 @@ def actual_cost(compiled, device) -> int:
 
 # --- the estimate --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("case", COMPILING, ids=_case_id)
+def _compiles(case) -> bool:
+    return not case["expectCompileError"]
+
+
+@pytest.mark.vectors(CEL_CASES, select=_compiles)
 def test_upstream_estimate_is_upstreams_number(case):
     compiled = compile_expression(case["expression"], consumable_capacity=_consumable(case))
     assert compiled.upstream_max_cost == case["expectCost"]
     assert compiled.max_cost >= compiled.upstream_max_cost
 
 
-@pytest.mark.parametrize("case", [c for c in COMPILING if c["name"] != "expensive"], ids=_case_id)
+@pytest.mark.vectors(CEL_CASES, select=lambda c: _compiles(c) and c["name"] != "expensive")
 def test_run_never_costs_more_than_the_estimate(case):
     compiled = compile_expression(case["expression"], consumable_capacity=_consumable(case))
     assert actual_cost(compiled, _device(case)) <= compiled.max_cost
@@ -84,8 +79,8 @@ def test_every_real_selector_is_accepted_and_runs_within_its_estimate(real_selec
     assert accepted == 58
 
 
-def test_every_upstream_case_meant_to_compile_is_accepted_except_the_expensive_one():
-    for case in COMPILING:
+def test_every_upstream_case_meant_to_compile_is_accepted_except_the_expensive_one(cel_cases):
+    for case in filter(_compiles, cel_cases):
         if case["name"] == "expensive":
             with pytest.raises(CELCostLimitExceeded):
                 compile_selector(case["expression"])
@@ -210,8 +205,8 @@ def test_run_time_limit_is_deterministic():
     assert len(used) == 1 and MAX_SELECTOR_COST < used.pop() < MAX_SELECTOR_COST + 100
 
 
-def test_upstream_expensive_case_is_stopped_by_the_count_not_the_clock():
-    expensive = next(c for c in CASES if c["name"] == "expensive")
+def test_upstream_expensive_case_is_stopped_by_the_count_not_the_clock(cel_cases):
+    expensive = next(c for c in cel_cases if c["name"] == "expensive")
     with pytest.raises(CELBudgetExceeded, match=r"more than \d+ cost units"):
         compile_expression(expensive["expression"]).evaluate(_device(expensive), time_limit=60)
 

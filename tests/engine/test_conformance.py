@@ -8,7 +8,6 @@ matchers compare them (README of the vectors): order-insensitive within a claim 
 from __future__ import annotations
 
 import json
-import os
 from fractions import Fraction
 
 import pytest
@@ -33,14 +32,7 @@ XFAIL = {
 }
 
 
-def _cases():
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "..", "..", "..", "shared", "conformance", "k8s-allocator-cases.json")
-    with open(os.path.abspath(path)) as fh:
-        return json.load(fh)
-
-
-CASES = _cases()
+ALLOCATOR_CASES = "conformance/k8s-allocator-cases.json"
 
 
 def _canon_selector(sel):
@@ -106,24 +98,20 @@ def check_case(case: dict) -> None:
         assert _canon_allocation(have, exact) == _canon_allocation(want, exact)
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, id=c["name"], marks=[pytest.mark.xfail(reason=XFAIL[c["name"]], strict=True)]
-                 if c["name"] in XFAIL else [])
-    for c in CASES
-])
+@pytest.mark.vectors(ALLOCATOR_CASES, xfail=XFAIL)
 def test_upstream_allocator_case(case):
     check_case(case)
 
 
-def test_case_count_and_xfail_names_exist():
-    names = {c["name"] for c in CASES}
-    assert len(CASES) == 180
+def test_case_count_and_xfail_names_exist(allocator_cases):
+    names = {c["name"] for c in allocator_cases}
+    assert len(allocator_cases) == 180
     assert set(XFAIL) <= names
 
 
-def test_inputs_are_not_mutated():
+def test_inputs_are_not_mutated(allocator_cases):
     """Upstream checks that Allocate leaves claims, slices and classes alone; so must the engine."""
-    for case in CASES:
+    for case in allocator_cases:
         before = json.dumps(case, sort_keys=True)
         run_case(case)
         assert json.dumps(case, sort_keys=True) == before, case["name"]

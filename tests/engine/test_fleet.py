@@ -187,9 +187,8 @@ def test_a_taint_rule_without_a_selector_taints_nothing_and_an_empty_one_everyth
     assert not out.allocated and out.diagnostics["requests"][0]["dropped"] == {"taint": 1}
 
 
-def _mig_engine():
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "real-slices.json")
-    with open(path) as fh:
+def _mig_engine(shared_dir):
+    with open(os.path.join(shared_dir, "fixtures", "real-slices.json")) as fh:
         slices = [s for s in json.load(fh) if s["spec"]["pool"]["name"] == "a100-dgx-node-01"]
     inv = ClusterInventory("c1", nodes=[{"name": "a100-dgx-node-01", "labels": {}}], resource_slices=slices)
     mig = device_class("mig", 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "mig"')
@@ -201,8 +200,8 @@ def _mig_claim(name, profile):
         f'device.attributes["gpu.nvidia.com"].profile == "{profile}"'])])
 
 
-def test_mig_partitions_exclude_each_other_and_fill_a_started_gpu_first():
-    e = _mig_engine()
+def test_mig_partitions_exclude_each_other_and_fill_a_started_gpu_first(shared_dir):
+    e = _mig_engine(shared_dir)
     # Start gpu-3 by hand; the next small partition must go to gpu-3 too, not to the untouched gpu-0.
     e.commit([AllocatedDevice("c1", "gpu.nvidia.com", "a100-dgx-node-01", "gpu-3-mig-1g10gb-19-0")])
     out = e.allocate(group(_mig_claim("a", "1g.10gb")))

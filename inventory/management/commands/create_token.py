@@ -7,6 +7,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from dra.k8s.fields import is_dns_label
 from inventory.models import APIToken, Cluster
 from inventory.services.tokens import issue_token, parse_duration
 
@@ -44,8 +45,6 @@ class Command(BaseCommand):
                     cluster, _ = create_cluster(name=opts["cluster"], labels={}, with_token=False)
             elif opts["namespace"]:
                 kind = APIToken.NAMESPACE
-                from dra.k8s.slices import is_dns_label
-
                 bad = [ns for ns in opts["namespace"] if not is_dns_label(ns)]
                 if bad:
                     raise CommandError(f"not a valid namespace name (DNS label): {', '.join(bad)}")

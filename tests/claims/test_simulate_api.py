@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 
 import pytest
 from rest_framework.test import APIClient
@@ -12,18 +11,14 @@ from dra.k8s import claims as k8s_claims
 from dra.k8s import slices as k8s_slices
 from inventory.models import APIToken
 from inventory.services.tokens import issue_token
-from tests.engine.test_conformance import XFAIL, _canon_allocation
+from tests.engine.test_conformance import ALLOCATOR_CASES, XFAIL, _canon_allocation
 
 URL = "/api/v1/simulate"
 
 
-def _cases():
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "..", "..", "shared", "conformance", "k8s-allocator-cases.json")) as fh:
-        return {c["name"]: c for c in json.load(fh)}
-
-
-CASES = _cases()
+@pytest.fixture(scope="session")
+def cases(allocator_cases):
+    return {c["name"]: c for c in allocator_cases}
 
 
 @pytest.fixture
@@ -65,14 +60,15 @@ def _api_valid(case: dict) -> bool:
     return True
 
 
-API_CASES = [c for c in CASES.values() if _api_valid(c) and c["name"] not in XFAIL]
+def _through_http(case: dict) -> bool:
+    return _api_valid(case) and case["name"] not in XFAIL
 
 
-def test_most_of_the_table_is_valid_api_input():
-    assert len(API_CASES) >= 100
+def test_most_of_the_table_is_valid_api_input(allocator_cases):
+    assert sum(1 for c in allocator_cases if _through_http(c)) >= 100
 
 
-@pytest.mark.parametrize("case", API_CASES, ids=[c["name"] for c in API_CASES])
+@pytest.mark.vectors(ALLOCATOR_CASES, select=_through_http)
 def test_conformance_case_through_http(client, case):
     """The same expectations as tests/engine/test_conformance.py, through the endpoint."""
     res = post(client, body_of(case))
@@ -92,8 +88,8 @@ def test_conformance_case_through_http(client, case):
         assert _canon_allocation(have, exact) == _canon_allocation(want, exact)
 
 
-def test_unsatisfiable_answers_200_with_diagnostics(client):
-    case = CASES["other-node"]
+def test_unsatisfiable_answers_200_with_diagnostics(client, cases):
+    case = cases["other-node"]
     body = body_of(case)
     body["claims"][0]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
     res = post(client, body)
@@ -111,8 +107,8 @@ def test_unsatisfiable_answers_200_with_diagnostics(client):
     ("all-devices-of-the-incomplete-pool", "asks for all devices, but resource pool driver-a/pool-1 is currently "
                                            "being updated"),
 ])
-def test_input_errors_are_422_problems_with_upstream_wording(client, name, fragment):
-    body = body_of(CASES[name])
+def test_input_errors_are_422_problems_with_upstream_wording(client, name, fragment, cases):
+    body = body_of(cases[name])
     for claim in body["claims"]:  # the Go table sets count next to allocationMode All; the API forbids that
         for r in claim["spec"]["devices"]["requests"]:
             if (r.get("exactly") or {}).get("allocationMode") == "All":
@@ -125,8 +121,8 @@ def test_input_errors_are_422_problems_with_upstream_wording(client, name, fragm
     assert problem["errors"][0]["reason"] == problem["detail"]
 
 
-def test_invalid_objects_are_422_with_field_paths(client):
-    body = body_of(CASES["simple"])
+def test_invalid_objects_are_422_with_field_paths(client, cases):
+    body = body_of(cases["simple"])
     body["claims"][0]["spec"]["devices"]["requests"] = [{"name": f"r{i}", "exactly": {"deviceClassName": "class-a"}}
                                                         for i in range(33)]
     body["resourceSlices"][0]["spec"]["devices"][0]["name"] = "Not_A_DNS_Label"
@@ -139,8 +135,8 @@ def test_invalid_objects_are_422_with_field_paths(client):
     assert "features" in fields
 
 
-def test_v1beta1_claims_and_slices_are_accepted(client):
-    body = body_of(CASES["simple"])
+def test_v1beta1_claims_and_slices_are_accepted(client, cases):
+    body = body_of(cases["simple"])
     beta_claim = body["claims"][0]
     beta_claim["apiVersion"] = "resource.k8s.io/v1beta1"
     beta_claim["spec"]["devices"]["requests"] = [{"name": "req-0", "deviceClassName": "class-a"}]
@@ -169,26 +165,26 @@ HOSTILE = ("[" + ",".join(str(i) for i in range(1000)) + "]" + ".all(x, " + "[" 
            + "]" + ".all(y, device.attributes['gpu.nvidia.com'].uuid.size() + x + y > 0))")
 
 
-def test_a_selector_too_expensive_to_store_is_refused_before_simulating(client):
-    body = body_of(CASES["simple"])
+def test_a_selector_too_expensive_to_store_is_refused_before_simulating(client, cases):
+    body = body_of(cases["simple"])
     body["claims"][0]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": HOSTILE}}]
     res = post(client, body)
     assert res.status_code == 422, res.content
     errors = res.json()["errors"]
     assert errors[0]["field"] == "claims[0].spec.devices.requests[0].exactly.selectors[0].cel.expression"
     assert errors[0]["reason"].startswith("Forbidden: too complex, exceeds cost limit")
-    body = body_of(CASES["simple"])
+    body = body_of(cases["simple"])
     body["deviceClasses"][0]["spec"]["selectors"] = [{"cel": {"expression": HOSTILE}}]
     res = post(client, body)
     assert res.status_code == 422, res.content
     assert res.json()["errors"][0]["field"] == "deviceClasses[0].spec.selectors[0].cel.expression"
 
 
-def test_all_evaluations_of_a_simulation_share_one_budget(client, monkeypatch):
+def test_all_evaluations_of_a_simulation_share_one_budget(client, monkeypatch, cases):
     from claims.api import simulate as simulate_api
 
     monkeypatch.setattr(simulate_api, "REQUEST_COST_BUDGET", 2)  # the class selector alone costs 4
-    res = post(client, body_of(CASES["simple"]))
+    res = post(client, body_of(cases["simple"]))
     assert res.status_code == 422, res.content
     problem = res.json()
     assert problem["title"] == "CEL budget exhausted"

@@ -1,0 +1,33 @@
+"""No product function over 80 lines: a longer one gets split along its own steps."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = ["agent", "claims", "dra", "draservice", "frontend", "gangs", "inventory"]
+MAX_LINES = 80
+
+
+def long_functions(package: str, limit: int = MAX_LINES) -> list[str]:
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_no_function_is_over_80_lines(package):
+    assert not long_functions(package), "\n".join(long_functions(package))
+
+
+def test_the_check_sees_a_long_function():
+    assert long_functions("dra", limit=5)
