@@ -404,3 +404,13 @@ def test_lease_ttl_past_any_duration_is_422(admin_client, classes_loaded, ttl):
                    "metadata.annotations[draservice.io/lease-ttl]")
     admin_client.post(CLAIMS, fleet_helpers.gpu_claim("plain"), format="json")
     assert_problem(admin_client.post(f"{CLAIMS}/plain/renew", {"ttl": ttl}, format="json"), 422)
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, [1], None])
+def test_a_capacity_request_that_is_not_a_quantity_is_a_422(admin_client, value):
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "cap"},
+            "spec": {"devices": {"requests": [{"name": "g", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "capacity": {"requests": {"memory": value}}}}]}}}
+    resp = admin_client.post("/api/v1/namespaces/team-a/resourceclaims", body, format="json")
+    assert resp.status_code == 422, resp.content
+    assert resp.json()["errors"][0]["field"] == "spec.devices.requests[0].exactly.capacity.requests[memory]"

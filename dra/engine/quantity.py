@@ -27,9 +27,15 @@ class QuantityError(ValueError):
     pass
 
 
-@lru_cache(maxsize=65536)
 def parse_quantity_with_format(text: str) -> tuple[int | Fraction, str]:
     """Returns (value, format) of a quantity string; raises ``QuantityError`` for anything malformed."""
+    if isinstance(text, (list, dict)):  # from JSON; unhashable, so it must not reach the cache
+        raise QuantityError(f"quantities must match the regular expression: {text!r}")
+    return _parse_with_format(text)
+
+
+@lru_cache(maxsize=65536)
+def _parse_with_format(text: str) -> tuple[int | Fraction, str]:
     if not isinstance(text, str):
         if isinstance(text, bool):
             raise QuantityError(f"quantities must match the regular expression: {text!r}")
