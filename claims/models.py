@@ -77,6 +77,7 @@ class ResourceClaim(models.Model):
     last_attempt_at = models.DateTimeField(null=True, blank=True)
     # Set while a worker decides this claim (``claims.services.allocation.take``); others skip it until then.
     taken_until = models.DateTimeField(null=True, blank=True)
+    taken_by = models.IntegerField(null=True, blank=True)  # the taking worker's PostgreSQL backend pid
 
     lease_seconds = models.IntegerField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

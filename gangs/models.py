@@ -54,6 +54,7 @@ class Gang(models.Model):
     last_attempt_at = models.DateTimeField(null=True, blank=True)
     # Set while a worker decides this gang (``gangs.services.placement``); others skip it until then.
     taken_until = models.DateTimeField(null=True, blank=True)
+    taken_by = models.IntegerField(null=True, blank=True)  # the taking worker's PostgreSQL backend pid
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

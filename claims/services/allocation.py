@@ -29,6 +29,7 @@ from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, Subquery, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -202,12 +203,35 @@ def _no_flush_wait() -> None:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
+def not_taken(now=None) -> Q:
+    """Not taken by a live worker: never taken, the mark expired, or (PostgreSQL) the database session that
+    took it is gone -- a worker killed mid-round frees its claims as soon as PostgreSQL drops its session,
+    not only when ``TAKE_SECONDS`` have passed (a reused backend pid only delays that to the expiry)."""
+    q = Q(taken_until__isnull=True) | Q(taken_until__lt=now or timezone.now())
+    if connection.vendor == "postgresql":
+        q |= ~Q(taken_by__in=RawSQL("SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL", []))
+    return q
+
+
+def taken_mark() -> dict:
+    """The field values that mark a row taken by this worker's database session."""
+    return {"taken_until": timezone.now() + timedelta(seconds=TAKE_SECONDS), "taken_by": _backend_pid()}
+
+
+def _backend_pid() -> int | None:
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
 def _not_taken() -> Q:
-    return Q(taken_until__isnull=True) | Q(taken_until__lt=timezone.now())
+    return not_taken()
 
 
 def _lease(ids: list[int]) -> None:
-    ResourceClaim.objects.filter(id__in=ids).update(taken_until=timezone.now() + timedelta(seconds=TAKE_SECONDS))
+    ResourceClaim.objects.filter(id__in=ids).update(**taken_mark())
 
 
 def _unlease(ids) -> None:

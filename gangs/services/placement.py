@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -76,10 +75,6 @@ def place_next(*, gang_id: int | None = None, exclude: set[int] | frozenset = fr
     return Attempt(prepared.gang.id, result, time.perf_counter() - started)
 
 
-# How long a worker holds the gang it took while it decides; a worker that dies leaves it taken this long.
-TAKE_SECONDS = 30
-
-
 @dataclass
 class Prepared:
     gang: Gang
@@ -96,7 +91,7 @@ def _prepare(gang_id: int | None, exclude) -> Prepared | Attempt:
         version = allocation.fleet_version()  # read FIRST: anything freed later moves it past `version`
         now = timezone.now()
         qs = Gang.objects.select_for_update(skip_locked=True, of=("self",)).select_related("namespace")
-        qs = qs.filter(Q(taken_until__isnull=True) | Q(taken_until__lt=now))
+        qs = qs.filter(allocation.not_taken(now))
         if gang_id is not None:
             qs = qs.filter(pk=gang_id, phase__in=[GangPhase.PENDING, GangPhase.PLACED])
         else:
@@ -114,7 +109,7 @@ def _prepare(gang_id: int | None, exclude) -> Prepared | Attempt:
         prepared = _tidy(gang, mcs, version, now)
         if isinstance(prepared, str):
             return Attempt(gang.id, prepared)
-        Gang.objects.filter(pk=gang.pk).update(taken_until=now + timedelta(seconds=TAKE_SECONDS))
+        Gang.objects.filter(pk=gang.pk).update(**allocation.taken_mark())
         return prepared
 
 
