@@ -292,8 +292,9 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
             with metered(CostMeter(GROUP_COST_BUDGET)):
                 outcome = engine.allocate(cg, raise_errors=False)
         except CostBudgetExhausted as exc:
+            # The engine's in-use state is untouched: a search works on its own local picks and commits only
+            # on success, and an exhausted budget is never memoised. So the groups after it go on as usual.
             outcome = _over_budget(cg, exc)
-            engines.poisoned = True  # stopped mid-search: its in-use state may hold tentative picks
         except Exception as exc:  # an engine bug must not wedge the queue: park this group, go on
             log.exception("engine failed on group %s", cg.key)
             outcome = GroupOutcome(allocated=False, key=cg.key, reason="engine_error",
