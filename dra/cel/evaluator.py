@@ -152,7 +152,7 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
         self.functions = functions
         self.literals = literals
         self.level = 0
-        self.budget = budget
+        self.budget: Budget = budget
 
     # --- budget hook: every node visit goes through here ---------------------------------
     def _visit_tree(self, tree):
@@ -357,7 +357,8 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
         if isinstance(member, MissingDomain):
             hint = {"missing_domain": member.domain, "kind": member.kind, "available": member.available, "name": str(key)}
         elif isinstance(member, DomainMap):
-            hint = {"domain": member.domain, "kind": member.kind, "names": tuple(sorted(member.keys())), "name": str(key)}
+            names = tuple(sorted(str(k) for k in member))
+            hint = {"domain": member.domain, "kind": member.kind, "names": names, "name": str(key)}
         return error_at(f"no such key: {key}", tree, hint, position)
 
     # --- has(), function and method calls --------------------------------------------------
