@@ -101,6 +101,7 @@ def error_at(message: str, tree: lark.Tree | None, hint: dict | None = None, pos
     """A CEL error value; `position` (a character offset) is more precise than the tree's
     start, e.g. the operator of a comparison or the name in a field selection."""
     e = CELEvalError(message, ValueError, None, tree=tree)
+    # Our extra fields on cel-python's error value (compiler.py reads them back with getattr).
     if hint:
         e.dra_hint = hint  # type: ignore[attr-defined]
     if position is not None:
@@ -400,7 +401,7 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
         if isinstance(result, CELEvalError) and result.tree is None:
             result.tree, result.line, result.column = tree, tree.meta.line, tree.meta.column
             if position is not None:
-                result.dra_position = position  # type: ignore[attr-defined]
+                result.dra_position = position  # type: ignore[attr-defined]  # as in error_at
         return result
 
     def ident_arg(self, tree):

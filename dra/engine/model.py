@@ -434,7 +434,8 @@ class ClusterModel:
 
     def node_pools(self, node: Node) -> list[Pool]:
         self.node_candidates(node)
-        return node.pools  # type: ignore[return-value]
+        assert node.pools is not None  # node_candidates fills it
+        return node.pools
 
 
 def _slice_reaches(s: dict, node: Node) -> bool:
