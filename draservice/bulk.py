@@ -57,7 +57,7 @@ def bulk_insert(model: type[models.Model], columns: list[str], objs: list, json_
     if not objs:
         return
     if connection.vendor != "postgresql":
-        model.objects.bulk_create(objs, batch_size=2000)
+        model._default_manager.bulk_create(objs, batch_size=2000)
         return
     if "updated_at" in columns:
         now = timezone.now()

@@ -12,6 +12,7 @@ A body is refused with a 400 before any view sees it when it
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import orjson
 import yaml
@@ -22,7 +23,7 @@ ORJSON_MAX_DEPTH = 1024
 _JSON_NUL = b"\\u0000"  # a NUL can only reach a parsed JSON string through this escape
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # libyaml's loader if built in
     """YAML as Kubernetes reads it (sigs.k8s.io/yaml converts YAML to JSON first): timestamps and binary stay
     strings, keys become strings, a set is a map of nulls. Python values JSON cannot hold (datetime, bytes,
     set) would otherwise pass validation and fail when stored."""
@@ -34,7 +35,7 @@ def _scalar_string(loader, node):
 
 def _json_mapping(loader, node):
     loader.flatten_mapping(node)  # merge keys (<<)
-    out = {}
+    out: dict[str, Any] = {}
     yield out
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -49,7 +50,7 @@ def _json_mapping(loader, node):
 
 
 def _json_set(loader, node):
-    out = {}
+    out: dict[str, Any] = {}
     yield out
     for key_node, _ in node.value:
         out[str(loader.construct_object(key_node, deep=True))] = None

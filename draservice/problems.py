@@ -27,7 +27,7 @@ class ProblemJSONRenderer(JSONRenderer):
 class FieldError(exceptions.APIException):
     """A 4xx with a list of (field path, reason). Raise it from services and views."""
 
-    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    status_code: int = status.HTTP_422_UNPROCESSABLE_ENTITY
     default_detail = "The object is invalid."
     default_code = "invalid"
 

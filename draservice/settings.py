@@ -4,6 +4,7 @@ Every knob is read once here; nothing else in the code reads ``os.environ``.
 """
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -143,7 +144,7 @@ DEMO_FLEET = env_bool("DEMO_FLEET", False)
 # Largest request body accepted (a 5,000-node x 8-GPU push is ~40 MB of JSON).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATA_UPLOAD_MAX_MEMORY_SIZE", str(200 * 1024 * 1024)))
 
-REST_FRAMEWORK = {
+REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "inventory.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",

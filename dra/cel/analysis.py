@@ -40,7 +40,7 @@ def string_literal(node) -> str | None:
     node = unwrap(node)
     if isinstance(node, lark.Tree) and node.data == "literal":
         token = node.children[0]
-        if token.type in ("STRING_LIT", "MLSTRING_LIT"):
+        if isinstance(token, lark.Token) and token.type in ("STRING_LIT", "MLSTRING_LIT"):
             return str(celstr(token))
     return None
 
@@ -184,8 +184,9 @@ def _driver_atom(node) -> frozenset[str] | None:
         lst = unwrap(right)
         if isinstance(lst, lark.Tree) and lst.data == "list_lit" and lst.children:
             values = [string_literal(e) for e in lst.children[0].children]
-            if all(v is not None for v in values):
-                return frozenset(values)
+            strings = [v for v in values if v is not None]
+            if len(strings) == len(values):
+                return frozenset(strings)
     return None
 
 
@@ -215,15 +216,15 @@ def drivers(tree) -> frozenset[str] | None:
             cur = cur.children[0]
         operands.append(cur)
         sets = [_driver_atom(o) for o in operands]
+        known = [s for s in sets if s is not None]
         if node.data == "conditionaland":
-            known = [s for s in sets if s is not None]
             if not known:
                 return None
             result = known[0]
             for s in known[1:]:
                 result = result & s
             return result
-        if any(s is None for s in sets):
+        if len(known) < len(sets):
             return None
-        return frozenset().union(*sets)
+        return frozenset().union(*known)
     return _driver_atom(node)

@@ -479,6 +479,7 @@ def check(expression: str, tree: lark.Tree, *, consumable_capacity: bool) -> Che
     if checker.errors:
         first = checker.errors[0]
         exc = CELCompileError(expression, first.message, first.position, first.hint)
+        # Extra fields only this error carries; lint reads them back with getattr.
         exc.issues = checker.errors  # type: ignore[attr-defined]
         exc.warnings = checker.warnings  # type: ignore[attr-defined]
         raise exc

@@ -10,6 +10,9 @@ expression's run never costs more than its estimate when the device keeps to the
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
@@ -21,9 +24,21 @@ _STEP = {"all": 3, "exists": 4}
 _LOOP_CONDITION = {"all": 2, "exists": 3}
 
 
+class _Budget(Protocol):
+    def charge(self, units: int, tree: Any) -> None: ...
+
+
 class ComprehensionMixin:
     """Mixed into DRAEvaluator (which provides visit, _scoped, budget and error_at, the latter as a static
     method so that this module need not import the evaluator back)."""
+
+    if TYPE_CHECKING:  # what DRAEvaluator provides, for the type checker only (nothing here shadows it)
+        budget: _Budget
+        error_at: Callable[..., CELEvalError]
+
+        def visit(self, tree: Any) -> Any: ...
+
+        def _scoped(self, tree: Any, values: dict) -> Any: ...
 
     def _comprehension(self, tree, name, range_tree, variables, bodies):
         error_at = self.error_at

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from .quantity import Quantity
 from .semver import Semver
@@ -92,21 +92,19 @@ def declared_size(path: tuple) -> int | None:
         return None
     node = _DEVICE
     for name in path[1:]:
+        step: _Decl | None
         if name in ("@items", "@values"):
-            node = node.elem
+            step = node.elem
         elif name == "@keys":
-            node = node.key
+            step = node.key
         else:
-            field = dict(node.fields).get(name)
-            if field is None:
+            step = dict(node.fields).get(name)
+            if step is None and node.elem is _ATTRIBUTE:
                 # Every value of an attribute map has the attribute's maximum size, whatever its name.
-                if node.elem is _ATTRIBUTE:
-                    node = _ATTRIBUTE
-                    continue
-                return None
-            node = field
-        if node is None:
+                step = _ATTRIBUTE
+        if step is None:
             return None
+        node = step
     return node.max
 
 
@@ -140,7 +138,7 @@ def actual_size(value: Any) -> int:
     return 1
 
 
-def _text(value: Any) -> bool:
+def _text(value: Any) -> TypeGuard[str | bytes]:
     return isinstance(value, (str, bytes))
 
 

@@ -153,7 +153,7 @@ class DomainsMap(celtypes.MapType):
         except KeyError:
             if not isinstance(key, str):
                 raise
-            return MissingDomain(self.kind, str(key), tuple(sorted(self.keys())))
+            return MissingDomain(self.kind, str(key), tuple(sorted(str(k) for k in self.keys())))
 
 
 class DeviceView:
@@ -173,8 +173,8 @@ class DeviceView:
         self.driver = device.driver
         self.multi = bool(device.allow_multiple_allocations)
         self.error: str | None = None
-        self._value = None
-        self.activation = None
+        self._value: celtypes.MapType | None = None
+        self.activation: dict | None = None
         # Filled lazily by the selector cache: footprint id -> projection.
         self.projections: dict = {}
         attrs: dict[str, dict] = {}

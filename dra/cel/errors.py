@@ -45,7 +45,7 @@ class CELError(Exception):
         return (
             type(other) is type(self)
             and (self.expression, self.reason, self.position, self.hint)
-            == (other.expression, other.reason, other.position, other.hint)  # type: ignore[attr-defined]
+            == (other.expression, other.reason, other.position, other.hint)
         )
 
     __hash__ = Exception.__hash__

@@ -78,7 +78,8 @@ class _Estimator:
         self.literals = literals
         self.upstream = upstream
         self.constant = 0 if upstream else 1  # what visiting a constant costs
-        self.scopes: list[dict[str, _Var]] = []
+        # A macro variable that is not an identifier (the checker rejects it) is keyed None, never looked up.
+        self.scopes: list[dict[str | None, _Var]] = []
 
     def type(self, node):
         return self.types.get(id(unwrap(node)))
@@ -350,7 +351,9 @@ def estimate_call(name: str, target: Est | None, ttype, args: list[Est], types: 
             return found
     if not upstream and args:
         if name == "matches" and len(args) == 2:  # the global form runs the same regex
-            return _method_estimate(name, args[0], STRING, args[1:], arg_nodes[1:], upstream)
+            found = _method_estimate(name, args[0], STRING, args[1:], arg_nodes[1:], upstream)
+            assert found is not None  # every regex function has an estimate
+            return found
         if name in ("quantity", "isQuantity", "semver", "isSemver"):
             return max(1, factor(args[0].bound, STRING_TRAVERSAL)), None
     if name == "strings.quote":
@@ -430,7 +433,8 @@ def _int_literal(node) -> int | None:
     if isinstance(node, lark.Tree) and node.data == "unary" and len(node.children) == 2 \
             and node.children[0].data == "unary_neg":
         sign, node = -1, unwrap(node.children[1])
-    if isinstance(node, lark.Tree) and node.data == "literal" and node.children[0].type == "INT_LIT":
+    if isinstance(node, lark.Tree) and node.data == "literal" and isinstance(node.children[0], lark.Token) \
+            and node.children[0].type == "INT_LIT":
         try:
             return sign * int(str(node.children[0]), 0)
         except ValueError:

@@ -101,6 +101,7 @@ def error_at(message: str, tree: lark.Tree | None, hint: dict | None = None, pos
     """A CEL error value; `position` (a character offset) is more precise than the tree's
     start, e.g. the operator of a comparison or the name in a field selection."""
     e = CELEvalError(message, ValueError, None, tree=tree)
+    # Our extra fields on cel-python's error value (compiler.py reads them back with getattr).
     if hint:
         e.dra_hint = hint  # type: ignore[attr-defined]
     if position is not None:
@@ -152,7 +153,7 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
         self.functions = functions
         self.literals = literals
         self.level = 0
-        self.budget = budget
+        self.budget: Budget = budget
 
     # --- budget hook: every node visit goes through here ---------------------------------
     def _visit_tree(self, tree):
@@ -357,7 +358,8 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
         if isinstance(member, MissingDomain):
             hint = {"missing_domain": member.domain, "kind": member.kind, "available": member.available, "name": str(key)}
         elif isinstance(member, DomainMap):
-            hint = {"domain": member.domain, "kind": member.kind, "names": tuple(sorted(member.keys())), "name": str(key)}
+            names = tuple(sorted(str(k) for k in member))
+            hint = {"domain": member.domain, "kind": member.kind, "names": names, "name": str(key)}
         return error_at(f"no such key: {key}", tree, hint, position)
 
     # --- has(), function and method calls --------------------------------------------------
@@ -399,7 +401,7 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
         if isinstance(result, CELEvalError) and result.tree is None:
             result.tree, result.line, result.column = tree, tree.meta.line, tree.meta.column
             if position is not None:
-                result.dra_position = position  # type: ignore[attr-defined]
+                result.dra_position = position  # type: ignore[attr-defined]  # as in error_at
         return result
 
     def ident_arg(self, tree):

@@ -91,6 +91,24 @@ def _trunc_mod(a: int, b: int) -> int:
     return a - b * _trunc_div(a, b)
 
 
+def _double_arithmetic(op: str, x: float, y: float) -> celtypes.DoubleType:
+    if op == "_+_":
+        return celtypes.DoubleType(x + y)
+    if op == "_-_":
+        return celtypes.DoubleType(x - y)
+    if op == "_*_":
+        return celtypes.DoubleType(x * y)
+    if op == "_/_":
+        # IEEE 754, as Go: x/0.0 is ±Inf (or NaN), not an error.
+        if y == 0.0:
+            if x == 0.0 or x != x:
+                return celtypes.DoubleType(float("nan"))
+            positive = (x > 0) == (math.copysign(1.0, y) > 0)
+            return celtypes.DoubleType(float("inf") if positive else float("-inf"))
+        return celtypes.DoubleType(x / y)
+    raise NoOverload(op)
+
+
 def arithmetic(op: str, a: Any, b: Any):
     ka, kb = _kind(a), _kind(b)
     if ka != kb:
@@ -112,22 +130,7 @@ def arithmetic(op: str, a: Any, b: Any):
             return wrap(_trunc_div(x, y))
         return wrap(_trunc_mod(x, y))
     if ka == "double":
-        x, y = float(a), float(b)
-        if op == "_+_":
-            return celtypes.DoubleType(x + y)
-        if op == "_-_":
-            return celtypes.DoubleType(x - y)
-        if op == "_*_":
-            return celtypes.DoubleType(x * y)
-        if op == "_/_":
-            # IEEE 754, as Go: x/0.0 is ±Inf (or NaN), not an error.
-            if y == 0.0:
-                if x == 0.0 or x != x:
-                    return celtypes.DoubleType(float("nan"))
-                positive = (x > 0) == (math.copysign(1.0, y) > 0)
-                return celtypes.DoubleType(float("inf") if positive else float("-inf"))
-            return celtypes.DoubleType(x / y)
-        raise NoOverload(op)
+        return _double_arithmetic(op, float(a), float(b))
     if op == "_+_":
         if ka == "string":
             return celtypes.StringType(str(a) + str(b))
@@ -211,8 +214,8 @@ def compare(op: str, a: Any, b: Any) -> bool:
     ka, kb = _kind(a), _kind(b)
     numeric = ("int", "uint", "double")
     if ka in numeric and kb in numeric:
-        x = int(a) if ka != "double" else float(a)
-        y = int(b) if kb != "double" else float(b)
+        x: Any = int(a) if ka != "double" else float(a)  # Any: each branch compares its own kind
+        y: Any = int(b) if kb != "double" else float(b)
     elif ka == kb and ka in ("string", "bytes", "bool", "timestamp", "duration"):
         x, y = (str(a), str(b)) if ka == "string" else ((bool(a), bool(b)) if ka == "bool" else (a, b))
     else:

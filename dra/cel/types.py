@@ -7,6 +7,8 @@ type for a selector, exactly as upstream's "must evaluate to bool or the unknown
 """
 from __future__ import annotations
 
+from typing import Any
+
 DYN = "dyn"
 ANY = "any"
 BOOL, INT, UINT, DOUBLE, STRING, BYTES, NULL = "bool", "int", "uint", "double", "string", "bytes", "null_type"
@@ -174,7 +176,7 @@ UNSUPPORTED = {
     "value": "optional types are not supported by this service",
 }
 
-_ARITH = {
+_ARITH: dict[str, list[tuple[tuple[Any, Any], Any]]] = {  # op -> ((left, right), result) overloads
     "_+_": [((t, t), t) for t in (INT, UINT, DOUBLE, STRING, BYTES)] + [((_L("A"), _L("A")), _L("A")),
             ((TIMESTAMP, DURATION), TIMESTAMP), ((DURATION, TIMESTAMP), TIMESTAMP), ((DURATION, DURATION), DURATION)],
     "_-_": [((t, t), t) for t in (INT, UINT, DOUBLE)] + [((TIMESTAMP, TIMESTAMP), DURATION),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .model import Capacity, Device
-from .quantity import BINARY_SI, Q
+from .quantity import BINARY_SI, Amount, Q
 
 
 def consumed_amount(requested: Q | None, cap: Capacity) -> Q:
@@ -34,6 +34,7 @@ def consumed_amount(requested: Q | None, cap: Capacity) -> Q:
 
 def _round_up_range(requested: Q, cap: Capacity) -> Q:
     lo = cap.range_min
+    assert lo is not None  # the caller checks
     if requested.value < lo.value:
         return lo
     if cap.range_step is None:
@@ -67,7 +68,7 @@ def violates_policy(value: Q, cap: Capacity) -> bool:
     return False
 
 
-def _ceil(value: Fraction) -> int:
+def _ceil(value: Amount) -> int:
     return -((-value.numerator) // value.denominator)
 
 
@@ -87,7 +88,7 @@ def consumption(requests: dict[str, Q] | None, device: Device) -> dict[str, Q] |
     return out
 
 
-def fits(amounts: dict[str, Q], device: Device, *used: dict[str, Fraction] | None) -> str | None:
+def fits(amounts: dict[str, Q], device: Device, *used: dict[str, Amount] | None) -> str | None:
     """None if ``amounts`` plus every mapping in ``used`` stays within capacity; else the capacity that overflows."""
     for name, amount in amounts.items():
         total = amount.value

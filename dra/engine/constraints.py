@@ -60,6 +60,16 @@ class Constraint:
     def fresh(self) -> "Constraint":
         return type(self)(self.attr, sorted(self.requests) if self.requests else None, self.index)
 
+    # Every kind implements these three.
+    def add(self, device: Device) -> bool:
+        raise NotImplementedError
+
+    def remove(self, device: Device) -> None:
+        raise NotImplementedError
+
+    def admits(self, device: Device) -> bool:
+        raise NotImplementedError
+
 
 class MatchAttribute(Constraint):
     __slots__ = ("value", "n")

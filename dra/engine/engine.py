@@ -6,7 +6,6 @@ incrementally, so the next group sees those devices as taken without any rescan.
 from __future__ import annotations
 
 import heapq
-from fractions import Fraction
 from typing import Iterable
 
 from dra.cel import CELCompileError, SelectorCache
@@ -16,7 +15,7 @@ from .diagnostics import explain
 from .index import KeyIndex
 from .model import REACH_NODE, ClusterModel, Device, Node
 from .plan import GroupPlan, build_plan
-from .quantity import Q, QuantityError, format_quantity
+from .quantity import Amount, Q, QuantityError, format_quantity
 from .results import build_allocation, share_id
 from .search import Budget, NodeError, NodeSearch, SearchBudgetExceeded
 from .selectors import NO_MATCH, SelectorSet
@@ -45,9 +44,9 @@ class Engine:
         # Dynamic state. Admin-access allocations are recorded by callers but never consume a device.
         self.excl = bytearray(len(self.devices))  # 1: allocated whole
         self.active: dict[int, int] = {}  # multi-allocatable device -> number of shares
-        self.shares: dict[int, dict[str, dict[str, Fraction]]] = {}  # device -> share id -> consumed capacity
-        self.cap_used: dict[int, dict[str, Fraction]] = {}  # device -> summed consumed capacity of its shares
-        self.counters_used: dict[tuple, dict[str, Fraction]] = {}  # (pool uid, counter set) -> consumed
+        self.shares: dict[int, dict[str, dict[str, Amount]]] = {}  # device -> share id -> consumed capacity
+        self.cap_used: dict[int, dict[str, Amount]] = {}  # device -> summed consumed capacity of its shares
+        self.counters_used: dict[tuple, dict[str, Amount]] = {}  # (pool uid, counter set) -> consumed
         self.node_used: dict[tuple[str, str], int] = {}  # (cluster, node) -> devices in use on the node
         self.unknown_allocated: set[tuple] = set()  # records naming devices this snapshot does not have
         # Index-level availability: free, counters fit, capacity left. An upper bound for the exact checks.
@@ -128,7 +127,7 @@ class Engine:
             return
         was_allocated = self._device_allocated(d)
         if rec.share_id is not None or rec.consumed_capacity is not None:
-            amounts = {}
+            amounts: dict[str, Amount] = {}
             for name, value in (rec.consumed_capacity or {}).items():
                 try:
                     amounts[name] = Q.parse(value).value
@@ -140,6 +139,7 @@ class Engine:
             self.excl[d.idx] = 1 if sign > 0 else 0
         now_allocated = self._device_allocated(d)
         if d.reach == REACH_NODE:
+            assert d.node_name is not None  # a node-local device names its node
             k = (d.cluster, d.node_name)
             self.node_version[k] = self.node_version.get(k, 0) + 1
         else:
@@ -148,12 +148,12 @@ class Engine:
             self._allocated_changed(d, 1 if now_allocated else -1)
         self._refresh(d)
 
-    def _change_share(self, d: Device, sid: str, amounts: dict[str, Fraction], sign: int) -> None:
+    def _change_share(self, d: Device, sid: str, amounts: dict[str, Amount], sign: int) -> None:
         shares = self.shares.setdefault(d.idx, {})
         if sign < 0:
-            amounts = shares.pop(sid, amounts) if sid in shares else None
-            if amounts is None:
+            if sid not in shares:
                 return
+            amounts = shares.pop(sid)
         else:
             shares[sid] = amounts
         used = self.cap_used.setdefault(d.idx, {})
@@ -179,6 +179,7 @@ class Engine:
                     continue
                 if sibling.reach == REACH_NODE and sibling.node_name != d.node_name:
                     # A counter set shared across nodes: the other node's answers change too.
+                    assert sibling.node_name is not None
                     k = (sibling.cluster, sibling.node_name)
                     self.node_version[k] = self.node_version.get(k, 0) + 1
                 elif sibling.reach != REACH_NODE:
@@ -186,6 +187,7 @@ class Engine:
                 if self.avail[sibling.idx] == want:
                     self._refresh(sibling)
         if d.reach == REACH_NODE:
+            assert d.node_name is not None
             key = (d.cluster, d.node_name)
             before = self.node_used.get(key, 0)
             self.node_used[key] = before + sign

@@ -38,6 +38,7 @@ class KeyIndex:
             self.multi = self.multi or d.allow_multiple
             free = engine.avail[d.idx]
             if d.reach == REACH_NODE:
+                assert d.node_name is not None  # a node-local device names its node
                 self.local_total[d.node_name] = self.local_total.get(d.node_name, 0) + 1
                 if free:
                     self.local_free[d.node_name] = self.local_free.get(d.node_name, 0) + 1
@@ -50,6 +51,7 @@ class KeyIndex:
 
     # ------------------------------------------------------------------------------------------ maintenance
     def _place(self, node: str) -> None:
+        bucket: list[str] | None
         score = node_score(self.engine.node_used.get((self.cluster.name, node), 0) > 0, self.local_free.get(node, 0))
         old = self.score.get(node)
         if old == score:
@@ -71,6 +73,7 @@ class KeyIndex:
     def device_changed(self, d: Device, delta: int) -> None:
         """``delta`` is +1 when ``d`` became free, -1 when it stopped being free."""
         if d.reach == REACH_NODE:
+            assert d.node_name is not None
             self.local_free[d.node_name] += delta
             self._place(d.node_name)
         else:

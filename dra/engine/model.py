@@ -9,11 +9,13 @@ conditions last, slices by name (slices with binding conditions after the others
 from __future__ import annotations
 
 import json
-from fractions import Fraction
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from .quantity import Q, QuantityError, parse_quantity
+from .quantity import Amount, Q, QuantityError, parse_quantity
 from .types import ClusterInventory, Features
+
+if TYPE_CHECKING:
+    from dra.cel import CELDevice
 
 STANDARD_DOMAIN = "resource.kubernetes.io"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
@@ -50,7 +52,7 @@ class Pool:
         self.incomplete = False
         self.invalid = False
         self.invalid_reason = ""
-        self.counter_sets: dict[str, dict[str, Fraction]] = {}
+        self.counter_sets: dict[str, dict[str, Amount]] = {}
         self.has_binding_conditions = False
         self.uid = (cluster, driver, name)
         self.order = 0
@@ -92,8 +94,35 @@ class Device:
                  "consumes", "taints", "binding_conditions", "binding_failure_conditions", "binds_to_node",
                  "allow_multiple", "allow_multiple_raw", "sig", "content", "min_share", "locality", "_cel", "keys", "attr_cache")
 
-    def __init__(self):
-        self._cel = None
+    # Set by ClusterModel._device (idx by ClusterModel._build), never changed afterwards.
+    idx: int
+    cluster: str
+    driver: str
+    pool: str
+    name: str
+    pool_ref: Pool
+    slice_name: str
+    reach: str  # REACH_*
+    node_name: str | None
+    node_selector: dict | None
+    result_node_name: str | None
+    result_node_selector: dict | None
+    attributes: dict[str, dict]
+    capacity: dict[str, Capacity]
+    consumes: list[tuple[str, dict[str, Amount]]]  # (counter set, counter -> amount)
+    taints: list[dict]
+    binding_conditions: list[str]
+    binding_failure_conditions: list[str]
+    binds_to_node: bool
+    allow_multiple: bool
+    allow_multiple_raw: Any  # the slice's allowMultipleAllocations as given
+    sig: tuple
+    content: tuple
+    min_share: dict[str, Amount]
+    locality: tuple[str, Any] | None
+
+    def __init__(self) -> None:
+        self._cel: CELDevice | None = None
         self.keys: list = []  # KeyIndex entries this device belongs to (maintained by the engine)
         self.attr_cache: dict = {}  # constraint attribute name -> typed value (constraints.attribute_value)
 
@@ -140,20 +169,21 @@ def node_selector_matches(selector: dict | None, node: Node | None) -> bool:
 
 def _requirement_matches(req: dict, labels: dict[str, str]) -> bool:
     key, op, values = req.get("key"), req.get("operator"), req.get("values") or []
-    present = key in labels
+    label = labels.get(key) if key is not None else None
+    present = label is not None
     if op == "In":
-        return present and labels[key] in values
+        return present and label in values
     if op == "NotIn":
-        return not present or labels[key] not in values
+        return not present or label not in values
     if op == "Exists":
         return present
     if op == "DoesNotExist":
         return not present
     if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
+        if label is None or len(values) != 1:
             return False
         try:
-            have, want = int(labels[key]), int(values[0])
+            have, want = int(label), int(values[0])
         except ValueError:
             return False
         return have > want if op == "Gt" else have < want
@@ -245,7 +275,7 @@ class ClusterModel:
         self.pools = pools
         # Nodes named by slices but missing from the node list still exist as far as allocation is concerned.
         for d in self.devices:
-            if d.reach == REACH_NODE and d.node_name not in self.nodes:
+            if d.reach == REACH_NODE and d.node_name is not None and d.node_name not in self.nodes:
                 self.nodes[d.node_name] = Node(self.name, d.node_name, {})
             elif d.reach in (REACH_ALL, REACH_SELECTOR):
                 self.has_network_devices = True
@@ -358,7 +388,7 @@ class ClusterModel:
     # -------------------------------------------------------------------------------------------- per node
     def _pool_reach_index(self) -> None:
         """Pools by the node they are local to, and the pools reachable from more than one node."""
-        self._local_pools: dict[str, list[Pool]] = {}
+        self._local_pools: dict[str | None, list[Pool]] = {}  # by node name (never None for a local device)
         self._network_pools: list[Pool] = []
         for pool in self.pools:
             local_nodes, network = set(), False
@@ -404,7 +434,8 @@ class ClusterModel:
 
     def node_pools(self, node: Node) -> list[Pool]:
         self.node_candidates(node)
-        return node.pools  # type: ignore[return-value]
+        assert node.pools is not None  # node_candidates fills it
+        return node.pools
 
 
 def _slice_reaches(s: dict, node: Node) -> bool:
@@ -426,7 +457,7 @@ def _slice_has_binding(s: dict) -> bool:
     return any((d or {}).get("bindingConditions") for d in (s.get("spec") or {}).get("devices") or [])
 
 
-def _attr_scalar(attr: dict | None):
+def _attr_scalar(attr: dict | None) -> tuple[str, Any] | None:
     if not attr:
         return None
     for k in ("string", "int", "bool", "version"):

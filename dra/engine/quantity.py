@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 from functools import lru_cache
+from typing import TypeAlias
 
 BINARY_SI = "BinarySI"
 DECIMAL_SI = "DecimalSI"
@@ -22,12 +23,15 @@ _BINARY_SUFFIX_BY_POW = {pow_: suffix for suffix, pow_ in _BINARY.items()}
 _RE = re.compile(r"^([+-]?)(\d+\.?\d*|\.\d+)(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?\d+))?$")
 _NANO = Fraction(1, 10**9)
 
+# An exact quantity value: a plain int when integral (nearly always), a Fraction otherwise.
+Amount: TypeAlias = int | Fraction
+
 
 class QuantityError(ValueError):
     pass
 
 
-def parse_quantity_with_format(text: str) -> tuple[int | Fraction, str]:
+def parse_quantity_with_format(text: str) -> tuple[Amount, str]:
     """Returns (value, format) of a quantity string; raises ``QuantityError`` for anything malformed."""
     if isinstance(text, (list, dict)):  # from JSON; unhashable, so it must not reach the cache
         raise QuantityError(f"quantities must match the regular expression: {text!r}")
@@ -35,7 +39,7 @@ def parse_quantity_with_format(text: str) -> tuple[int | Fraction, str]:
 
 
 @lru_cache(maxsize=65536)
-def _parse_with_format(text: str) -> tuple[int | Fraction, str]:
+def _parse_with_format(text: str) -> tuple[Amount, str]:
     if not isinstance(text, str):
         if isinstance(text, bool):
             raise QuantityError(f"quantities must match the regular expression: {text!r}")
@@ -71,11 +75,11 @@ def _parse_with_format(text: str) -> tuple[int | Fraction, str]:
     return value, fmt
 
 
-def parse_quantity(text: str) -> Fraction:
+def parse_quantity(text: str) -> Amount:
     return parse_quantity_with_format(text)[0]
 
 
-def format_quantity(value: Fraction, fmt: str = DECIMAL_SI) -> str:
+def format_quantity(value: Amount, fmt: str = DECIMAL_SI) -> str:
     """Canonical string of ``value`` in ``fmt`` (apimachinery ``Quantity.String()``)."""
     if value == 0:
         return "0"
@@ -119,7 +123,7 @@ class Q:
 
     __slots__ = ("value", "fmt")
 
-    def __init__(self, value: Fraction, fmt: str = DECIMAL_SI):
+    def __init__(self, value: Amount, fmt: str = DECIMAL_SI):
         self.value = value
         self.fmt = fmt
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from .model import Node
 from .plan import ClaimPlan
@@ -32,7 +33,7 @@ def build_allocation(cp: ClaimPlan, picks: list[Pick], selected: dict[int, int],
     results = []
     for pick, sid in zip(picks, share_ids):
         d, alt = pick.device, pick.alt
-        r = {"request": alt.name, "driver": d.driver, "pool": d.pool, "device": d.name}
+        r: dict[str, Any] = {"request": alt.name, "driver": d.driver, "pool": d.pool, "device": d.name}
         if alt.admin:
             r["adminAccess"] = True
         if alt.tolerations:
@@ -60,7 +61,7 @@ def build_allocation(cp: ClaimPlan, picks: list[Pick], selected: dict[int, int],
 
 def _selected_names(cp: ClaimPlan, selected: dict[int, int]) -> list[tuple[str, str | None]]:
     """(request name, selected "request/subrequest" name or None) per request of the claim."""
-    out = []
+    out: list[tuple[str, str | None]] = []
     for ri, rp in enumerate(cp.requests):
         if rp.has_sub:
             alt = rp.alts[selected.get(ri, 0)]

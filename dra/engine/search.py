@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from .capacity import consumption, fits
-from .constraints import MatchAttribute, attribute_value
+from .constraints import Constraint, MatchAttribute, attribute_value
 from .model import Device, Node
 from .plan import ALLOCATION_RESULTS_MAX, Alt, GroupPlan
 from .policy import order_candidates
@@ -182,10 +182,10 @@ class NodeSearch:
             st = alt.sel.evaluate(d)
             if isinstance(st, SelectorFailure):
                 raise NodeError(AllocationError(ErrorCode.CEL, st.message(d, ref)))
-            if self.f.consumable_capacity and consumption(alt.cap_requests, d) is None:
-                continue
-            if self.f.consumable_capacity and fits(consumption(alt.cap_requests, d), d) is not None:
-                continue
+            if self.f.consumable_capacity:
+                amounts = consumption(alt.cap_requests, d)
+                if amounts is None or fits(amounts, d) is not None:
+                    continue
             out.append(d)
         return out
 
@@ -201,7 +201,7 @@ class NodeSearch:
         if not involved:
             return True
         total_need = sum(a.count for a in involved)
-        lists = {}
+        lists: dict[int, tuple[list[Device], bool]] = {}  # id of a candidate list -> (list, admin)
         for alt in involved:
             lists.setdefault(id(self.candidates(alt)), (self.candidates(alt), alt.admin))
         avail = self.e.avail
@@ -356,7 +356,7 @@ class NodeSearch:
             return None
         if f.device_taints and d.taints and taint_blocks(d.taints, alt.tolerations):
             return None
-        added = []
+        added: list[Constraint] = []
         for c in self.constraints[ci]:
             if not c.applies(alt.base, alt.sub):
                 continue
@@ -374,6 +374,7 @@ class NodeSearch:
             self._charge(d, 1)
         share = multi
         if multi:
+            assert amounts is not None  # consumption() above
             loc = self.loc_cap.setdefault(idx, {})
             for name, q in amounts.items():
                 loc[name] = loc.get(name, 0) + q.value
@@ -385,6 +386,7 @@ class NodeSearch:
         def undo():
             self.results[ci].pop()
             if multi:
+                assert amounts is not None
                 loc = self.loc_cap[idx]
                 for name, q in amounts.items():
                     loc[name] -= q.value

@@ -62,8 +62,9 @@ class SelectorSet:
             for i, expr in enumerate(exprs):
                 compiled = compile_expression(expr, consumable_capacity=consumable_capacity)
                 self.compiled.append((origin, i, expr, compiled))
-                if getattr(compiled, "drivers", None) is not None and origin == "class":
-                    drivers = compiled.drivers if drivers is None else drivers & compiled.drivers
+                named = getattr(compiled, "drivers", None)
+                if named is not None and origin == "class":
+                    drivers = named if drivers is None else drivers & named
         # Only class selectors feed the driver index: a request selector that names a driver would move a
         # device's drop-out from "request selector" to "class selector" in diagnostics.
         self.drivers = drivers

@@ -14,20 +14,33 @@ happens: slower, never wrong.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 from dra.engine import Engine
 
+if TYPE_CHECKING:
+    from dra.engine.selectors import SelectorSet
+
 UNBOUNDED = 1 << 30
+
+
+class _FreeDevices(Protocol):
+    """What the bounds read of the engine's per-selector index (``dra.engine.index.KeyIndex``)."""
+
+    local_free: dict[str, int]  # node -> free node-local matching devices
+    net_free: int  # free network-attached matching devices
+    multi: bool  # some matching device can be shared
 
 
 class ShapeBounds:
     def __init__(self, engine: Engine, claims: list[dict], cluster: str):
         """Raises ``AllocationError`` (through the engine's planner) for invalid claims or unknown classes."""
-        self.needs: list[tuple[object, int]] = []  # (KeyIndex, devices needed per member)
+        self.needs: list[tuple[_FreeDevices, int]] = []  # (KeyIndex, devices needed per member)
         self.devices = 0  # fixed-count devices per member (all requests), for ordering members by size
         plan = engine.plan_for(claims, cluster)  # the public planner: same errors the allocator would raise
         try:
             model = engine.clusters[cluster]
-            per_sel: dict[int, tuple[object, list[int]]] = {}
+            per_sel: dict[int, tuple[SelectorSet, list[int]]] = {}
             for cp in plan.claims:
                 for rp in cp.requests:
                     alt = rp.alts[0]

@@ -256,6 +256,7 @@ class GangPlacer:
             message = (f"no node in the eligible clusters carries the required label {topo.required} "
                        f"({unlabelled} nodes without it)")
         elif not candidates:
+            assert closest is not None  # assessed is not empty
             reason = GangReason.NO_DOMAIN_FITS
             fleet = diagnostics["fleetCapacity"]
             message = (f"not enough free devices in any single {level} for {need}: the closest, {closest.name}, "
@@ -265,6 +266,7 @@ class GangPlacer:
                 message += (f"; the eligible clusters together have room for {fleet}" if fleet >= gang.min_member
                             else f"; even the eligible clusters together have room for only {fleet}")
         else:
+            assert closest is not None  # assessed is not empty
             reason = GangReason.MEMBERS_DO_NOT_FIT
             message = (f"{need} could not be placed in any single {level} with their claims' constraints: the "
                        f"closest, {closest.name}, took {closest.placeable if closest.placeable is not None else 0}")

@@ -40,7 +40,8 @@ def normalize_node(obj: Any, path: str = "") -> dict:
     if not isinstance(obj, dict):
         raise ObjectInvalid([(path, "must be an object")])
     if "metadata" in obj:
-        source, base = (obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}), "metadata."
+        metadata = obj.get("metadata")
+        source, base = (metadata if isinstance(metadata, dict) else {}), "metadata."
     else:
         source, base = obj, ""
         check_unknown(obj, frozenset({"name", "labels", "apiVersion", "kind"}), "", errs)

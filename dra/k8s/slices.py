@@ -77,8 +77,8 @@ DEVICE_FIELDS = frozenset({"name", "attributes", "capacity", "consumesCounters",
                            "allNodes", "taints", "bindsToNode", "bindingConditions", "bindingFailureConditions",
                            "allowMultipleAllocations", "nodeAllocatableResources"})
 BASIC_FIELDS = DEVICE_FIELDS - {"name"}
-ATTRIBUTE_TYPES = {"int": int, "bool": bool, "string": str, "version": str,
-                   "ints": list, "bools": list, "strings": list, "versions": list}
+ATTRIBUTE_TYPES: dict[str, type[Any]] = {"int": int, "bool": bool, "string": str, "version": str,
+                                         "ints": list, "bools": list, "strings": list, "versions": list}
 
 
 def _from_v1beta1_slice_spec(spec: dict, errs: Errors) -> dict:
@@ -513,7 +513,8 @@ def check_cel_selector(value: Any, path: str, errs: Errors, compile_cel: Callabl
             reason = getattr(exc, "reason", None) or str(exc)
             position = getattr(exc, "position", None)
             where = f" (at character {position + 1})" if isinstance(position, int) else ""
-            hint = f"; hint: {exc.hint}" if getattr(exc, "hint", None) else ""
+            hint = getattr(exc, "hint", None)
+            hint = f"; hint: {hint}" if hint else ""
             # Too expensive is upstream's field.Forbidden ("too complex, exceeds cost limit").
             kind = "Forbidden" if getattr(exc, "forbidden", False) else "Invalid value"
             errs.append((epath, f"{kind}: {reason}{where}{hint}"))
