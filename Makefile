@@ -26,6 +26,7 @@ run: venv
 test: venv
 	./scripts/ensure-services.sh
 	./scripts/ensure-chromium.sh
+	$(VENV)/bin/mypy
 	DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: venv
