@@ -34,7 +34,7 @@ import heapq
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kubernetes.client.exceptions import ApiException
 

@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kubernetes.client.exceptions import ApiException
 
@@ -187,8 +187,8 @@ def _rv(obj: dict | None) -> str:
 def _describe(exc: Exception) -> str:
     if isinstance(exc, ApiException):
         if exc.status == 403:
-            return (f"HTTP 403 Forbidden: the agent's ClusterRole must allow list and watch here "
-                    f"(see deploy/agent/agent.yaml)")
+            return ("HTTP 403 Forbidden: the agent's ClusterRole must allow list and watch here "
+                    "(see deploy/agent/agent.yaml)")
         return f"HTTP {exc.status} {exc.reason}"
     if isinstance(exc, WatchFailed):
         return str(exc)

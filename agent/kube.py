@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -95,7 +96,7 @@ class KubeClient:
         self._open_watches: set = set()  # responses of running watches, closed at shutdown
 
     @classmethod
-    def from_environment(cls, kubeconfig: str | None = None, context: str | None = None) -> "KubeClient":
+    def from_environment(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
         """In-cluster service-account credentials inside a pod; otherwise a kubeconfig
         (``--kubeconfig``, then ``$KUBECONFIG``, then ``~/.kube/config``), like kubectl."""
         if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):

@@ -24,12 +24,12 @@ Everything runs on this one machine, so clients, web server, worker and PostgreS
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -148,10 +148,8 @@ class Stack:
 
     def stop(self) -> None:
         for p in self.procs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         for p in self.procs:
             try:
                 p.wait(20)

@@ -30,8 +30,8 @@ def main():
     django.setup()
     if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         sys.exit("The benchmark runs against PostgreSQL: set DATABASE_URL (make bench does).")
-    from django.test.utils import setup_test_environment
     from django.db import connection
+    from django.test.utils import setup_test_environment
 
     setup_test_environment()
     settings.ALLOWED_HOSTS = ["*"]

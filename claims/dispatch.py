@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 KICK_TTL_MS = 30_000  # if a queued task is lost, the key expires and the next kick enqueues again
 
-_local_runner: "LocalRunner | None" = None
+_local_runner: LocalRunner | None = None
 _inline = threading.local()
 
 

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from django.conf import settings
 

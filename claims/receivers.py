@@ -10,8 +10,8 @@ import logging
 from django.conf import settings
 
 from claims import notify
-from draservice.celery import app
 from claims.services import device_removed
+from draservice.celery import app
 
 log = logging.getLogger(__name__)
 

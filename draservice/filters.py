@@ -68,7 +68,7 @@ class _UTCDateTimeField(IsoDateTimeField):
         try:
             # PostgreSQL takes UTC offsets up to 15:59 only; Python (and RFC 3339) up to 23:59, which the
             # database refused with a 500. The instant in UTC is the same instant.
-            return value.astimezone(dt.timezone.utc)
+            return value.astimezone(dt.UTC)
         except OverflowError:
             raise forms.ValidationError("must be a date-time between years 1 and 9999 in UTC",
                                         code="invalid") from None

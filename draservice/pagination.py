@@ -10,7 +10,8 @@
 """
 from __future__ import annotations
 
-from django.core.exceptions import FieldDoesNotExist, ValidationError as DjangoValidationError
+from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import pagination, status
 from rest_framework.exceptions import NotFound
 

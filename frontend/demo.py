@@ -89,7 +89,7 @@ def build_workload(*, stale: bool = True) -> dict:
     from claims.services.claims import create_claims
     from claims.services.consumers import create_consumer
     from claims.services.utilisation import record_snapshot
-    from inventory.models import Cluster, DeviceTaintRule, Device
+    from inventory.models import Cluster, Device, DeviceTaintRule
     from inventory.services.clusters import create_cluster, sweep_stale_clusters
     from inventory.services.fleet import create_fleet_object
     from inventory.services.sync import push_inventory

@@ -19,13 +19,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from claims.services.engines import EngineCache
 from dra.engine import Engine, FleetSnapshot
 from dra.engine.simulate import allocated_from_body, snapshot_from_body
 from dra.gang import Gang, GangMember, GangPlacer, GangReason, GangSpecError, Topology
 from dra.k8s import claims as k8s_claims
 from dra.k8s import slices as k8s_slices
 from draservice.problems import FieldError
-from claims.services.engines import EngineCache
 from gangs.spec import MAX_MEMBERS
 
 _KNOWN = {"minMember", "topology", "members", "replicas", "claims", "placement", "resourceSlices", "nodes",

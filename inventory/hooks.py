@@ -13,7 +13,7 @@ The claims app registers both from ``ClaimsConfig.ready()``. Without it every de
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from django.db.models import Q
 

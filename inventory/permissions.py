@@ -12,6 +12,7 @@ Other apps use ``access_for(request)`` or the ``token_can_*`` helpers, which acc
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
@@ -87,10 +88,8 @@ def access_for(request) -> Access:
             access = Access(kind=APIToken.ADMIN, read_only=False) if user.is_staff else Access(kind="user")
         else:
             access = NO_ACCESS
-    try:
+    with contextlib.suppress(AttributeError):
         request._dra_access = access
-    except AttributeError:
-        pass
     return access
 
 

@@ -5,7 +5,7 @@ normalized v1 JSON as is: no per-device query and no re-serialization.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from django.utils import timezone
 

@@ -60,4 +60,4 @@ def fetch_dicts(sql: str, params: list | tuple = (), *, analytic: bool = False) 
             cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(sql, params)
         columns = [c[0] for c in cursor.description]
-        return [dict(zip(columns, row)) for row in cursor.fetchall()]
+        return [dict(zip(columns, row, strict=False)) for row in cursor.fetchall()]

@@ -12,7 +12,6 @@ import yaml
 from django.test import Client
 
 from inventory.models import APIToken
-from inventory.services.clusters import create_cluster
 from inventory.services.tokens import issue_token
 from tests.claims import fleet as fleet_helpers
 from tests.conftest import client_for
@@ -289,8 +288,8 @@ def test_415(admin_client):
 
 def test_429_and_any_drf_error_carry_errors():
     from rest_framework.exceptions import Throttled
-    from rest_framework.test import APIRequestFactory
     from rest_framework.request import Request
+    from rest_framework.test import APIRequestFactory
 
     from draservice.problems import exception_handler
 

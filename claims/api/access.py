@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from rest_framework.exceptions import PermissionDenied
 
-from inventory.permissions import IsAuthenticatedPrincipal, access_for, token_can_read_namespace, \
-    token_can_write_namespace
+from inventory.permissions import (
+    IsAuthenticatedPrincipal,
+    access_for,
+    token_can_read_namespace,
+    token_can_write_namespace,
+)
 
 __all__ = ["IsAuthenticatedPrincipal", "check_read", "check_write", "pinned_cluster", "readable_namespaces"]
 

@@ -15,14 +15,19 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from claims import filtersets, notify
 from claims.api import serializers as s
-from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write, pinned_cluster, \
-    readable_namespaces
-from claims.models import ClaimEvent, Consumer, Namespace, Phase, ResourceClaim, ResourceClaimTemplate, \
-    UtilisationSnapshot
+from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write, pinned_cluster, readable_namespaces
+from claims.models import (
+    ClaimEvent,
+    Consumer,
+    Namespace,
+    Phase,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    UtilisationSnapshot,
+)
 from claims.placement import ALLOWED_CLUSTERS, parse_selector
 from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services

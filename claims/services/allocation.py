@@ -36,9 +36,8 @@ from django.utils import timezone
 from claims import k8s, notify
 from claims.models import FleetState, Phase, ResourceClaim
 from claims.placement import clusters_matching
-from claims.services import commit, fleet
+from claims.services import commit, external, fleet
 from claims.services.engines import engines
-from claims.services import external
 from claims.services.grouping import Group, build_groups
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
 from dra.engine import AllocationError, ClaimGroup, GroupOutcome

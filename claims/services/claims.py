@@ -15,10 +15,9 @@ from django.utils import timezone
 from claims import dispatch, k8s, notify
 from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
-from claims.services import bulk
+from claims.services import bulk, external
 from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
-from claims.services import external
 from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
 from draservice.bulk import mark_saved, pg_execute
 from draservice.problems import Conflict, FieldError, PreconditionFailed
@@ -117,15 +116,15 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
         ns = get_namespace_for_write(ns_name)
     now = timezone.now()
     claims, errors = [], []
-    for obj, path in zip(objects, paths):
+    for obj, path in zip(objects, paths, strict=False):
         try:
             claims.append(build_claim(ns, obj, path, now))
         except FieldError as exc:
             errors.extend(exc.errors)
     if errors:
         raise FieldError(errors)
-    check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths)])
-    names = [(c.name, p) for c, p in zip(claims, paths)]
+    check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths, strict=False)])
+    names = [(c.name, p) for c, p in zip(claims, paths, strict=False)]
     _check_duplicates(names)
     # Insert first: the unique (namespace, name) index answers "is the name free" without a query of its
     # own; only when a row was refused is the culprit named.
@@ -193,8 +192,8 @@ def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple
     e_cols, e_sel, e_params = bulk.insert_select(events, replace={"claim_id": "NULL"})
     claim_uid = e_cols.index(qn("claim_uid"))
     e_names = [f"e{i}" for i in range(len(e_cols))]
-    e_values = ", ".join(f"{sel} AS {n}" for sel, n in zip(e_sel, e_names))
-    e_out = ", ".join("c.id" if col == qn("claim_id") else f"v.{n}" for col, n in zip(e_cols, e_names))
+    e_values = ", ".join(f"{sel} AS {n}" for sel, n in zip(e_sel, e_names, strict=False))
+    e_out = ", ".join("c.id" if col == qn("claim_id") else f"v.{n}" for col, n in zip(e_cols, e_names, strict=False))
     sql = (f"WITH ns AS (SELECT id, labels::text AS labels, created_at FROM {qn(Namespace._meta.db_table)} "
            f"WHERE name = %b::text), "
            f"c AS (INSERT INTO {qn(ResourceClaim._meta.db_table)} ({', '.join(c_cols)}) "

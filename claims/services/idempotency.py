@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone

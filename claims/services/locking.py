@@ -24,7 +24,7 @@ through, the insert fails and the whole write is retried.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from collections.abc import Iterable
 
 from django.db import connection
 

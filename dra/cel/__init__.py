@@ -4,14 +4,20 @@ Pure library: no Django, no database. See compiler.py for the compile/evaluate p
 the fleet-scale memo, checker.py for compile-time errors and hints.
 """
 from .cache import SelectorCache
-from .compiler import (MAX_EXPRESSION_LENGTH, MAX_NESTING_DEPTH, CompiledExpression, check_selector_cost,
-                       compile_expression, compile_selector)
+from .compiler import (
+                       MAX_EXPRESSION_LENGTH,
+                       MAX_NESTING_DEPTH,
+                       CompiledExpression,
+                       check_selector_cost,
+                       compile_expression,
+                       compile_selector,
+)
 from .cost import MAX_SELECTOR_COST, REQUEST_COST_BUDGET, UPSTREAM_MAX_SELECTOR_COST
 from .device import CELDevice
 from .errors import CELBudgetExceeded, CELCompileError, CELCostLimitExceeded, CELError, CELRuntimeError
 from .evaluator import DEFAULT_COST_LIMIT, DEFAULT_TIME_LIMIT_S
-from .meter import CostBudgetExhausted, CostMeter, metered
 from .lint import validate_expression
+from .meter import CostBudgetExhausted, CostMeter, metered
 
 __all__ = [
     "CELBudgetExceeded",

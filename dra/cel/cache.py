@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 from .analysis import Footprint
 from .compiler import CompiledExpression, compile_expression

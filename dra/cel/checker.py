@@ -16,9 +16,34 @@ from celpy.evaluation import celstr
 from . import analysis, hints, regex
 from .errors import CELCompileError
 from .evaluator import _SYMBOLS, operator_position, token_position
-from .types import (ANY, ATTRIBUTES, BOOL, CAPACITY, BYTES, DEVICE, DOUBLE, DYN, INT, NULL, QUANTITY, SEMVER, SIGNATURES, STRING, TYPE,
-                    UINT, UNSUPPORTED, binary_result, device_fields, fmt, is_dyn, list_of, map_of, match,
-                    substitute, unify)
+from .types import (
+    ANY,
+    ATTRIBUTES,
+    BOOL,
+    BYTES,
+    CAPACITY,
+    DEVICE,
+    DOUBLE,
+    DYN,
+    INT,
+    NULL,
+    QUANTITY,
+    SEMVER,
+    SIGNATURES,
+    STRING,
+    TYPE,
+    UINT,
+    UNSUPPORTED,
+    binary_result,
+    device_fields,
+    fmt,
+    is_dyn,
+    list_of,
+    map_of,
+    match,
+    substitute,
+    unify,
+)
 
 _REL_OPS = {"relation_lt": "_<_", "relation_le": "_<=_", "relation_ge": "_>=_", "relation_gt": "_>_",
             "relation_eq": "_==_", "relation_ne": "_!=_", "relation_in": "_in_"}
@@ -230,7 +255,7 @@ class _Checker:
             return map_of(DYN, DYN)
         items = node.children[0].children
         key_t = val_t = None
-        for k, v in zip(items[0::2], items[1::2]):
+        for k, v in zip(items[0::2], items[1::2], strict=False):
             kt, vt = self.check(k), self.check(v)
             if not is_dyn(kt) and kt not in (STRING, INT, UINT, BOOL):
                 self.error(f"unsupported map key type: {fmt(kt)}", k)
@@ -408,7 +433,7 @@ class _Checker:
             bindings: dict = {}
             if recv is not None and not match(recv, receiver, bindings):
                 continue
-            if all(match(p, a, bindings) for p, a in zip(params, arg_types)):
+            if all(match(p, a, bindings) for p, a in zip(params, arg_types, strict=False)):
                 results.append(substitute(result, bindings))
         if not results:
             return self.error(

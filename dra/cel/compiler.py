@@ -12,8 +12,8 @@ from celpy.celparser import CELParseError, CELParser
 from celpy.evaluation import Activation, CELEvalError, Evaluator, base_functions
 
 from . import analysis, estimator, library, library_ext
-from .device import CELDevice, DeviceView
 from .cost import COST_HINT, MAX_SELECTOR_COST, UPSTREAM_MAX_SELECTOR_COST, budget_reason
+from .device import CELDevice, DeviceView
 from .errors import CELBudgetExceeded, CELCompileError, CELCostLimitExceeded, CELRuntimeError
 from .evaluator import DEFAULT_COST_LIMIT, DEFAULT_TIME_LIMIT_S, Budget, BudgetExceeded, DRAEvaluator
 from .hints import runtime_hint

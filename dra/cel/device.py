@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from celpy import celtypes
 
@@ -57,7 +58,7 @@ def _capacity_value(raw: Any) -> Any:
     # some callers pass the bare quantity string. Only the value is visible to CEL.
     if type(raw) is str:
         return raw
-    if isinstance(raw, dict) or isinstance(raw, Mapping):
+    if isinstance(raw, (dict, Mapping)):
         return raw.get("value")
     return raw
 
@@ -76,7 +77,7 @@ class CELDevice:
     allow_multiple_allocations: bool | None = None
     # Caches (slots, so the hot path of a fleet-wide lookup is a plain attribute read).
     _key: tuple | None = field(default=None, init=False, repr=False, compare=False)
-    _view: "DeviceView | None" = field(default=None, init=False, repr=False, compare=False)
+    _view: DeviceView | None = field(default=None, init=False, repr=False, compare=False)
 
     def key(self) -> tuple:
         """Fingerprint of everything CEL can see; equal keys mean equal selector results.
@@ -99,7 +100,7 @@ class CELDevice:
         return (self.driver, self.attributes, self.capacity, self.allow_multiple_allocations)
 
     def __setstate__(self, state) -> None:
-        for name, value in zip(("driver", "attributes", "capacity", "allow_multiple_allocations"), state):
+        for name, value in zip(("driver", "attributes", "capacity", "allow_multiple_allocations"), state, strict=False):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_key", None)
         object.__setattr__(self, "_view", None)
@@ -110,7 +111,7 @@ class CELDevice:
     def __hash__(self) -> int:
         return hash(self.key())
 
-    def view(self) -> "DeviceView":
+    def view(self) -> DeviceView:
         """The resolved view of this device (shared between devices with equal content)."""
         cached = self._view
         if cached is None:

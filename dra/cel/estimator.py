@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import lark
 
 from .analysis import ident_name, string_literal, unwrap
-from .cost import (LIST_CREATE, MAP_CREATE, REGEX_LENGTH, STRING_TRAVERSAL, UNBOUNDED, add, declared_size, factor,
-                   mul)
+from .cost import LIST_CREATE, MAP_CREATE, REGEX_LENGTH, STRING_TRAVERSAL, UNBOUNDED, add, declared_size, factor, mul
 from .types import BOOL, BYTES, DEVICE, DOUBLE, DURATION, INT, QUANTITY, SEMVER, STRING, TIMESTAMP, UINT, is_dyn
 
 _SCALARS = frozenset({BOOL, DOUBLE, DURATION, INT, TIMESTAMP, UINT})

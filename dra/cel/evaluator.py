@@ -451,7 +451,7 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
             if isinstance(v, CELEvalError):
                 return v
         seen = set()
-        for key, value in zip(items[0::2], items[1::2]):
+        for key, value in zip(items[0::2], items[1::2], strict=False):
             # Keys equal under CEL's heterogeneous equality (1 and 1u) are repeated keys; one
             # set lookup each, not a comparison with every key so far.
             normal = operators.map_key(key)

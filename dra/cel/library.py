@@ -12,7 +12,8 @@ strings extension (v2) and sets extension, and `matches` with RE2 semantics.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from celpy import celtypes
 from celpy.evaluation import CELEvalError

@@ -162,7 +162,7 @@ class _Ordered:
     def __init__(self, v):
         self.v = v
 
-    def __lt__(self, other: "_Ordered") -> bool:
+    def __lt__(self, other: _Ordered) -> bool:
         return self.v.compare(other.v) < 0
 
 

@@ -172,7 +172,7 @@ def equals(a: Any, b: Any) -> bool:
     if ka == "null":
         return True
     if ka == "list":
-        return len(a) == len(b) and all(equals(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(equals(x, y) for x, y in zip(a, b, strict=False))
     if ka == "map":
         if len(a) != len(b):
             return False

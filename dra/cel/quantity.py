@@ -96,7 +96,7 @@ class Quantity:
         self.text = text
 
     @classmethod
-    def parse(cls, text: str) -> "Quantity":
+    def parse(cls, text: str) -> Quantity:
         return cls(parse_quantity_value(text), text)
 
     def __eq__(self, other: object) -> bool:
@@ -118,7 +118,7 @@ class Quantity:
         return self.text if self.text is not None else format_quantity(self.value)
 
     # --- the kubernetes.quantity library ---------------------------------------------------
-    def compare(self, other: "Quantity") -> int:
+    def compare(self, other: Quantity) -> int:
         return (self.value > other.value) - (self.value < other.value)
 
     def sign(self) -> int:
@@ -133,11 +133,11 @@ class Quantity:
     def as_float(self) -> float:
         return float(self.value)
 
-    def add(self, other: "Quantity | int") -> "Quantity":
+    def add(self, other: Quantity | int) -> Quantity:
         delta = other.value if isinstance(other, Quantity) else Fraction(int(other))
         return Quantity(self.value + delta)
 
-    def sub(self, other: "Quantity | int") -> "Quantity":
+    def sub(self, other: Quantity | int) -> Quantity:
         delta = other.value if isinstance(other, Quantity) else Fraction(int(other))
         return Quantity(self.value - delta)
 

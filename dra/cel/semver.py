@@ -54,7 +54,7 @@ class Semver:
         self.major, self.minor, self.patch, self.pre, self.build = major, minor, patch, pre, build
 
     @classmethod
-    def parse(cls, text: str) -> "Semver":
+    def parse(cls, text: str) -> Semver:
         """semver.Parse: strict MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]."""
         if not text:
             raise SemverError("Version string empty")
@@ -82,7 +82,7 @@ class Semver:
         return cls(major, minor, patch, pre, tuple(build))
 
     @classmethod
-    def parse_normalized(cls, text: str) -> "Semver":
+    def parse_normalized(cls, text: str) -> Semver:
         """Kubernetes' normalizeAndParse: drop a leading "v", leading zeros, fill minor/patch."""
         if text.startswith("v"):
             text = text[1:]
@@ -102,14 +102,14 @@ class Semver:
     def _order_key(self):
         return (self.major, self.minor, self.patch)
 
-    def compare(self, other: "Semver") -> int:
+    def compare(self, other: Semver) -> int:
         a, b = self._order_key(), other._order_key()
         if a != b:
             return 1 if a > b else -1
         # A release sorts after all of its pre-releases.
         if not self.pre or not other.pre:
             return (not self.pre) - (not other.pre)
-        for x, y in zip(self.pre, other.pre):
+        for x, y in zip(self.pre, other.pre, strict=False):
             if x != y:
                 return 1 if x > y else -1
         return (len(self.pre) > len(other.pre)) - (len(self.pre) < len(other.pre))

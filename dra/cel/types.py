@@ -37,7 +37,7 @@ def device_fields(consumable_capacity: bool) -> dict:
 
 
 def is_dyn(t) -> bool:
-    return t == DYN or t == ANY
+    return t in (DYN, ANY)
 
 
 def fmt(t) -> str:
@@ -55,7 +55,7 @@ def unify(a, b):
     if is_dyn(b):
         return a
     if isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] and len(a) == len(b):
-        parts = [unify(x, y) for x, y in zip(a[1:], b[1:])]
+        parts = [unify(x, y) for x, y in zip(a[1:], b[1:], strict=False)]
         if any(p is None for p in parts):
             return None
         return (a[0], *parts)
@@ -78,7 +78,7 @@ def match(param, actual, bindings: dict) -> bool:
         return True
     if isinstance(param, tuple):
         if isinstance(actual, tuple) and actual[0] == param[0] and len(actual) == len(param):
-            return all(match(p, a, bindings) for p, a in zip(param[1:], actual[1:]))
+            return all(match(p, a, bindings) for p, a in zip(param[1:], actual[1:], strict=False))
         return False
     return param == actual
 

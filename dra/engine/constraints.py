@@ -57,7 +57,7 @@ class Constraint:
             return True
         return sub is not None and f"{base}/{sub}" in self.requests
 
-    def fresh(self) -> "Constraint":
+    def fresh(self) -> Constraint:
         return type(self)(self.attr, sorted(self.requests) if self.requests else None, self.index)
 
     # Every kind implements these three.

@@ -6,7 +6,7 @@ incrementally, so the next group sees those devices as taken without any rescan.
 from __future__ import annotations
 
 import heapq
-from typing import Iterable
+from collections.abc import Iterable
 
 from dra.cel import CELCompileError, SelectorCache
 
@@ -19,8 +19,18 @@ from .quantity import Amount, Q, QuantityError, format_quantity
 from .results import build_allocation, share_id
 from .search import Budget, NodeError, NodeSearch, SearchBudgetExceeded
 from .selectors import NO_MATCH, SelectorSet
-from .types import (AllocatedDevice, AllocationError, ClaimGroup, ClaimOutcome, ErrorCode, Features, FleetSnapshot,
-                    GroupOutcome, Reason, SearchBudget)
+from .types import (
+    AllocatedDevice,
+    AllocationError,
+    ClaimGroup,
+    ClaimOutcome,
+    ErrorCode,
+    Features,
+    FleetSnapshot,
+    GroupOutcome,
+    Reason,
+    SearchBudget,
+)
 
 
 class Engine:
@@ -426,7 +436,7 @@ class Engine:
     def _success(self, group, plan, cluster, node, results, selected, budget) -> GroupOutcome:
         outcomes, records = [], []
         node_local = False
-        for ci, (cp, picks) in enumerate(zip(plan.claims, results)):
+        for ci, (cp, picks) in enumerate(zip(plan.claims, results, strict=False)):
             sids = []
             for pick in picks:
                 d = pick.device

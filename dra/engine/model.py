@@ -9,7 +9,8 @@ conditions last, slices by name (slices with binding conditions after the others
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from .quantity import Amount, Q, QuantityError, parse_quantity
 from .types import ClusterInventory, Features

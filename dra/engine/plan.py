@@ -6,8 +6,8 @@ as the kube-scheduler would, in the same words.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .constraints import Constraint, DistinctAttribute, MatchAttribute
 from .quantity import Q, QuantityError
@@ -69,10 +69,10 @@ class GroupPlan:
     claims: list[ClaimPlan] = field(default_factory=list)
     fp: tuple = ()  # what the plan was built from (class scope, claim specs): equal fp, equal search
 
-    def for_claims(self, claims: list[dict]) -> "GroupPlan":
+    def for_claims(self, claims: list[dict]) -> GroupPlan:
         """The same plan for other claims with equal specs (names and uids differ, the search does not)."""
         return GroupPlan([ClaimPlan(claim, claim_ref(claim), cp.requests, cp.constraints, cp.min_devices)
-                          for claim, cp in zip(claims, self.claims)], self.fp)
+                          for claim, cp in zip(claims, self.claims, strict=False)], self.fp)
 
     @property
     def alts(self):

@@ -128,7 +128,7 @@ class Q:
         self.fmt = fmt
 
     @classmethod
-    def parse(cls, text) -> "Q":
+    def parse(cls, text) -> Q:
         value, fmt = parse_quantity_with_format(text)
         return cls(value, fmt)
 

@@ -31,7 +31,7 @@ def share_id(seed: str) -> str:
 def build_allocation(cp: ClaimPlan, picks: list[Pick], selected: dict[int, int], node: Node | None,
                      features, share_ids: list[str | None]) -> dict:
     results = []
-    for pick, sid in zip(picks, share_ids):
+    for pick, sid in zip(picks, share_ids, strict=False):
         d, alt = pick.device, pick.alt
         r: dict[str, Any] = {"request": alt.name, "driver": d.driver, "pool": d.pool, "device": d.name}
         if alt.admin:

@@ -94,7 +94,7 @@ class SelectorSet:
         if self.drivers is not None and device.driver not in self.drivers and cel_device.view().error is None:
             self.stage[device.content] = STAGE_DRIVER
             return NO_MATCH
-        for origin, i, expr, compiled in self.compiled:
+        for origin, i, expr, _compiled in self.compiled:
             try:
                 ok = self.cache.evaluate(expr, cel_device)
             except CELRuntimeError as exc:
@@ -109,7 +109,7 @@ class SelectorSet:
     def evaluate_partial(self, device: Device, skip_request_index: int | None) -> object:
         """Class selectors and all request selectors except one: for "nearest miss" diagnostics."""
         cel_device = cel_device_of(device)
-        for origin, i, expr, compiled in self.compiled:
+        for origin, i, expr, _compiled in self.compiled:
             if origin == "claim" and i == skip_request_index:
                 continue
             try:

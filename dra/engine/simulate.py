@@ -6,11 +6,11 @@ engine inputs: the body's slices and nodes become one cluster, and its ``allocat
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .engine import Engine
-from .types import (AllocatedDevice, ClaimGroup, ClusterInventory, Features, FleetSnapshot, GroupOutcome,
-                    SearchBudget)
+from .types import AllocatedDevice, ClaimGroup, ClusterInventory, Features, FleetSnapshot, GroupOutcome, SearchBudget
 
 SIMULATION_CLUSTER = "simulation"
 

@@ -5,9 +5,9 @@ stores; outputs are dataclasses with a JSON-safe ``to_dict()`` for storage and H
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
-
+from typing import Any
 
 # ---------------------------------------------------------------------------------------------- features, budget
 
@@ -36,7 +36,7 @@ class Features:
     }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "Features":
+    def from_dict(cls, data: dict[str, Any] | None) -> Features:
         """Accepts the simulate body's camelCase keys (or snake_case); missing keys stay on."""
         if not data:
             return cls()
@@ -118,7 +118,7 @@ class AllocatedDevice:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AllocatedDevice":
+    def from_dict(cls, data: dict[str, Any]) -> AllocatedDevice:
         return cls(cluster=data.get("cluster", ""), driver=data["driver"], pool=data["pool"],
                    device=data["device"], share_id=data.get("shareID") or data.get("share_id"),
                    consumed_capacity=data.get("consumedCapacity") or data.get("consumed_capacity"),

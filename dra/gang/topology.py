@@ -78,7 +78,7 @@ class TopologyIndex:
             dkey = tuple(labels.get(level, "") for level in outer)
             domain = by_key.get(dkey)
             if domain is None:
-                domain = by_key[dkey] = Domain(cluster, dkey, {lv: v for lv, v in zip(outer, dkey) if v})
+                domain = by_key[dkey] = Domain(cluster, dkey, {lv: v for lv, v in zip(outer, dkey, strict=False) if v})
             domain.nodes.append(node)
             if topology.preferred and topology.preferred not in labels:
                 gkey: tuple = ("\0node", node)  # its own group (see module docstring)
@@ -93,4 +93,4 @@ def group_labels(topology: Topology, gkey: tuple) -> dict[str, str]:
     if gkey and gkey[0] == "\0node":
         return {}
     inner = topology.levels[: topology.index(topology.preferred) + 1] if topology.preferred else ()
-    return {lv: v for lv, v in zip(inner, gkey) if v}
+    return {lv: v for lv, v in zip(inner, gkey, strict=False) if v}

@@ -32,7 +32,7 @@ class Topology:
     preferred: str | None = None
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "Topology":
+    def from_dict(cls, data: dict | None) -> Topology:
         data = data or {}
         return cls(tuple(data.get("levels") or ()), data.get("required") or None, data.get("preferred") or None)
 
@@ -190,7 +190,7 @@ class GangOutcome:
         for p in self.placements:
             key = tuple(p.labels.get(level, "") for level in keep)
             counts[key] = counts.get(key, 0) + 1
-        return [{"domain": dict(zip(keep, key)), "members": n}
+        return [{"domain": dict(zip(keep, key, strict=False)), "members": n}
                 for key, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
     def to_dict(self) -> dict[str, Any]:

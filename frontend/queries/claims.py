@@ -5,9 +5,8 @@ from dataclasses import dataclass
 
 import yaml
 from django.core.paginator import Paginator
-from django.db.models import Count, F, Q
+from django.db.models import Count, F, Q, TextField
 from django.db.models.functions import Cast
-from django.db.models import TextField
 from django.utils import timezone
 
 from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, Reservation, ResourceClaim
@@ -27,7 +26,7 @@ class ClaimFilters:
     q: str = ""
 
     @classmethod
-    def from_request(cls, get) -> "ClaimFilters":
+    def from_request(cls, get) -> ClaimFilters:
         phase = get.get("phase", "")
         return cls(namespace=get.get("namespace", "").strip(), phase=phase if phase in Phase.values else "",
                    cluster=get.get("cluster", "").strip(), device_class=get.get("class", "").strip(),

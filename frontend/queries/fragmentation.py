@@ -8,13 +8,13 @@ from collections import Counter, defaultdict
 from django.urls import reverse
 
 from claims.models import Phase, ResourceClaim
+from dra.cel import compile_expression
 from dra.cel.errors import CELCompileError
 from frontend.queries.claims import claim_size
 from frontend.queries.fleet import cluster_freshness
-from inventory.services.selectors import _evaluate_all, class_selectors, device_groups
 from frontend.queries.sql import T_ALLOC, T_CLAIM, fetch_dicts, is_postgres
 from frontend.queries.units import partition_expr, tainted_sql, units_sql
-from dra.cel import compile_expression
+from inventory.services.selectors import _evaluate_all, class_selectors, device_groups
 
 PENDING_SAMPLE = 2000  # distinct shapes come from the oldest pending claims; more adds nothing but time
 SIZE_SAMPLE = 5000  # claim sizes are learnt from the most recent claims

@@ -15,10 +15,9 @@ from django.urls import reverse
 
 from claims.models import DeviceAllocation, Reservation
 from dra.engine.quantity import QuantityError, parse_quantity
+from frontend.queries.units import BLOCKING_EFFECTS
 from frontend.templatetags.dash import attribute_value, format_quantity
 from inventory.models import Cluster, Device, DeviceTaintRule, Pool, ResourceSlice
-
-from frontend.queries.units import BLOCKING_EFFECTS
 
 # NVIDIA's partitionable GPUs publish one counter per memory slice (KEP-4815); the layout is drawn from them.
 MEMORY_SLICE = re.compile(r"^memory-slice-(\d+)$")

@@ -8,10 +8,14 @@ this module are interpolated; every value is a query parameter.
 from __future__ import annotations
 
 from claims.models import DeviceAllocation, Namespace, Reservation, ResourceClaim
-from inventory.sql import (  # noqa: F401  re-exported for the dashboard's queries
-    fetch_dicts, is_postgres, json_array_nonempty, json_text, product_expr,
-)
 from inventory.models import Cluster, Device, DeviceTaintRule, Node, Pool, ResourceSlice
+from inventory.sql import (  # noqa: F401  re-exported for the dashboard's queries
+    fetch_dicts,
+    is_postgres,
+    json_array_nonempty,
+    json_text,
+    product_expr,
+)
 
 T_DEVICE = Device._meta.db_table
 T_CLUSTER = Cluster._meta.db_table

@@ -12,7 +12,14 @@ one claim (or a claim reserved for more than one consumer) holds any part of it.
 from __future__ import annotations
 
 from frontend.queries.sql import (
-    T_ALLOC, T_CLUSTER, T_DEVICE, T_POOL, T_RESERVATION, is_postgres, json_array_nonempty, json_text,
+    T_ALLOC,
+    T_CLUSTER,
+    T_DEVICE,
+    T_POOL,
+    T_RESERVATION,
+    is_postgres,
+    json_array_nonempty,
+    json_text,
     product_expr,
 )
 

@@ -6,8 +6,8 @@ from django.http import Http404
 from django.views.decorators.http import require_GET, require_http_methods
 
 from frontend.queries import inventory as inv_q
-from inventory.services import selectors as sel_q
 from frontend.views.base import page
+from inventory.services import selectors as sel_q
 
 
 @login_required

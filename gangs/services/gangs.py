@@ -61,7 +61,7 @@ def create_gang(ns_name: str, obj: dict) -> Gang:
         consumers = [_member_consumer(ns_name, gang, i, m) for i, m in enumerate(spec["members"])]
         claims = _hold_member_claims(gang, consumers, now)
         GangMember.objects.bulk_create([GangMember(gang=gang, name=m["name"], index=i, consumer=c)
-                                        for i, (m, c) in enumerate(zip(spec["members"], consumers))])
+                                        for i, (m, c) in enumerate(zip(spec["members"], consumers, strict=False))])
         ev.record([ev.event(gang, ev.CREATED, "Created",
                             f"{n} members ({len(claims)} claims), minMember {gang.min_member}")])
         gang_id = gang.id

@@ -309,7 +309,7 @@ def _spread(gang_id: int, topo: Topology) -> list[dict]:
                                                                                                   flat=True):
         key = tuple((labels or {}).get(level, "") for level in keep)
         counts[key] = counts.get(key, 0) + 1
-    return [{"domain": dict(zip(keep, k)), "members": n} for k, n in sorted(counts.items(), key=lambda kv: (-kv[1],
+    return [{"domain": dict(zip(keep, k, strict=False)), "members": n} for k, n in sorted(counts.items(), key=lambda kv: (-kv[1],
                                                                                                            kv[0]))]
 
 

@@ -16,8 +16,17 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dra.cel import (MAX_SELECTOR_COST, UPSTREAM_MAX_SELECTOR_COST, CELCompileError, CELCostLimitExceeded,
-                     CELDevice, CELRuntimeError, compile_expression, compile_selector, validate_expression)
+from dra.cel import (
+    MAX_SELECTOR_COST,
+    UPSTREAM_MAX_SELECTOR_COST,
+    CELCompileError,
+    CELCostLimitExceeded,
+    CELDevice,
+    CELRuntimeError,
+    compile_expression,
+    compile_selector,
+    validate_expression,
+)
 from draservice.problems import FieldError
 from inventory.permissions import IsAuthenticatedPrincipal
 from inventory.services.selectors import REQUEST_COST_BUDGET, try_selector

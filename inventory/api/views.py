@@ -12,13 +12,17 @@ from rest_framework.response import Response
 
 from draservice.yaml import YAMLParser
 from inventory import filtersets
-from inventory.api.parsers import FastJSONParser
 from inventory.api import serializers as s
+from inventory.api.parsers import FastJSONParser
 from inventory.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from inventory.hooks import allocation_states
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
-from inventory.permissions import CanWriteClusterInventory, IsAdminOrReadOnly, IsAuthenticatedPrincipal, \
-    token_can_read_namespace
+from inventory.permissions import (
+    CanWriteClusterInventory,
+    IsAdminOrReadOnly,
+    IsAuthenticatedPrincipal,
+    token_can_read_namespace,
+)
 from inventory.services import clusters as cluster_services
 from inventory.services import fleet, sync
 from inventory.services.taints import rule_taints

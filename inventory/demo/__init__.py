@@ -112,9 +112,9 @@ def generate_fleet(nodes: int) -> list[ClusterInventoryBody]:
     plans = list(CLUSTERS)[: max(1, min(len(CLUSTERS), nodes))]
     counts = _split(nodes, [p.share for p in plans])
     fleet = []
-    for plan, count in zip(plans, counts):
+    for plan, count in zip(plans, counts, strict=False):
         types = _split(count, [w for _, w in plan.mix])
-        order = [t for (t, _), n in zip(plan.mix, types) for _ in range(n)]
+        order = [t for (t, _), n in zip(plan.mix, types, strict=False) for _ in range(n)]
         slices, node_list = [], []
         prefix = plan.name.split("-")[0]
         for index, node_type in enumerate(order):

@@ -8,8 +8,8 @@ The reasons use upstream's wording.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 COMPLETE, INCOMPLETE, INVALID = "complete", "incomplete", "invalid"
 

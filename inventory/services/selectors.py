@@ -20,8 +20,17 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from dra.cel import (MAX_SELECTOR_COST, REQUEST_COST_BUDGET, CELCompileError, CELDevice, CELError,
-                     CostBudgetExhausted, CostMeter, compile_expression, validate_expression)
+from dra.cel import (
+    MAX_SELECTOR_COST,
+    REQUEST_COST_BUDGET,
+    CELCompileError,
+    CELDevice,
+    CELError,
+    CostBudgetExhausted,
+    CostMeter,
+    compile_expression,
+    validate_expression,
+)
 from dra.cel.cost import COST_HINT, budget_reason
 from inventory.models import Cluster, Device, DeviceClass, Pool
 from inventory.sql import fetch_dicts, is_postgres, product_expr

@@ -68,7 +68,7 @@ class KubeAPIServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def start(self) -> "KubeAPIServer":
+    def start(self) -> KubeAPIServer:
         self.thread.start()
         return self
 

@@ -5,6 +5,7 @@ cut, which is what an agent sees when the service's pods are gone; ``up()`` list
 again. Bytes are relayed untouched, so the agent talks HTTP to the real service throughout."""
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -22,7 +23,7 @@ class OutageProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def up(self) -> "OutageProxy":
+    def up(self) -> OutageProxy:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
@@ -75,8 +76,6 @@ class OutageProxy:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()

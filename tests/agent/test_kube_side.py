@@ -11,7 +11,7 @@ import pytest
 
 from agent.backoff import Backoff
 from agent.informer import Informer
-from agent.kube import RESOURCE_GROUP, KubeClient, WatchExpired
+from agent.kube import RESOURCE_GROUP, WatchExpired
 from dra.k8s.fields import GROUP
 from tests.agent.conftest import kube_client_for, node
 from tests.agent.kube_api import ANY, KubeAPIServer

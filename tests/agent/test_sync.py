@@ -16,7 +16,7 @@ import urllib3
 
 from agent import metrics
 from inventory.models import Cluster, DeviceClass, Node, ResourceSlice
-from tests.agent.conftest import GPU_CLASS, MIG_CLASS, kube_client_for, node, wait_for
+from tests.agent.conftest import GPU_CLASS, kube_client_for, node, wait_for
 from tests.agent.kube_api import KubeAPIServer
 from tests.agent.outage import OutageProxy
 

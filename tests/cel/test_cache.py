@@ -144,7 +144,7 @@ def test_cache_results_equal_direct_evaluation_on_the_real_fleet(fixture_devices
         except CELCompileError:
             continue
         memo = cache.evaluate_many(entry["expression"], devices)
-        for device, got in zip(devices, memo):
+        for device, got in zip(devices, memo, strict=False):
             try:
                 expected = compiled.evaluate(device)
             except CELRuntimeError as exc:

@@ -5,13 +5,27 @@ numbers. Our run-time count must never exceed our estimate when the device keeps
 sizes, must stop the same expression at the same point every time, and must stop what the
 estimate cannot see (a device beyond the declared sizes) before it costs seconds.
 """
+import contextlib
 import time
 
 import pytest
 
-from dra.cel import (MAX_SELECTOR_COST, UPSTREAM_MAX_SELECTOR_COST, CELBudgetExceeded, CELCompileError,
-                     CELCostLimitExceeded, CELDevice, CELRuntimeError, CostBudgetExhausted, CostMeter, SelectorCache,
-                     compile_expression, compile_selector, metered, validate_expression)
+from dra.cel import (
+    MAX_SELECTOR_COST,
+    UPSTREAM_MAX_SELECTOR_COST,
+    CELBudgetExceeded,
+    CELCompileError,
+    CELCostLimitExceeded,
+    CELDevice,
+    CELRuntimeError,
+    CostBudgetExhausted,
+    CostMeter,
+    SelectorCache,
+    compile_expression,
+    compile_selector,
+    metered,
+    validate_expression,
+)
 from dra.cel.cost import UNBOUNDED, budget_reason
 
 CEL_CASES = "conformance/k8s-cel-cases.json"
@@ -37,10 +51,8 @@ def _device(case):
 
 def actual_cost(compiled, device) -> int:
     meter = CostMeter(10**12)
-    try:
+    with contextlib.suppress(CELRuntimeError):
         compiled.evaluate(device, meter=meter, cost_limit=10**12, time_limit=60)
-    except CELRuntimeError:
-        pass
     return meter.used
 
 
@@ -181,7 +193,7 @@ def test_a_cluster_push_is_held_to_the_api_servers_own_test():
     ten = "[" + ",".join(str(i) for i in range(10)) + "]"
     expr = f"{ten}.all(a, {ten}.all(b, {ten}.all(c, {ten}.all(d, a + b + c + d >= 0))))"
     compiled = compile_expression(expr)
-    assert MAX_SELECTOR_COST < compiled.max_cost and compiled.upstream_max_cost < UPSTREAM_MAX_SELECTOR_COST
+    assert compiled.max_cost > MAX_SELECTOR_COST and compiled.upstream_max_cost < UPSTREAM_MAX_SELECTOR_COST
     with pytest.raises(CELCostLimitExceeded):
         compile_selector(expr)
     assert compile_selector(expr, upstream=True).upstream_max_cost == compiled.upstream_max_cost

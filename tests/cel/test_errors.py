@@ -3,8 +3,15 @@ import pickle
 
 import pytest
 
-from dra.cel import (CELCompileError, CELDevice, CELError, CELRuntimeError, SelectorCache, compile_expression,
-                     validate_expression)
+from dra.cel import (
+    CELCompileError,
+    CELDevice,
+    CELError,
+    CELRuntimeError,
+    SelectorCache,
+    compile_expression,
+    validate_expression,
+)
 
 H100 = CELDevice(
     "gpu.nvidia.com",

@@ -4,8 +4,16 @@ import time
 
 import pytest
 
-from dra.cel import (MAX_EXPRESSION_LENGTH, MAX_NESTING_DEPTH, CELBudgetExceeded, CELCompileError, CELDevice,
-                     CELRuntimeError, SelectorCache, compile_expression)
+from dra.cel import (
+    MAX_EXPRESSION_LENGTH,
+    MAX_NESTING_DEPTH,
+    CELBudgetExceeded,
+    CELCompileError,
+    CELDevice,
+    CELRuntimeError,
+    SelectorCache,
+    compile_expression,
+)
 
 DEVICE = CELDevice("d.example.com", {"s": {"string": "a" * 60}})
 TEN = "[" + ",".join(str(i) for i in range(10)) + "]"

@@ -34,7 +34,7 @@ def test_every_selector_valid_upstream_compiles(real_selectors):
 def _results(expression, fixture_devices):
     cache = SelectorCache()
     return {(node, name): r for (node, name, _), r in
-            zip(fixture_devices, cache.evaluate_many(expression, [d for _, _, d in fixture_devices]))}
+            zip(fixture_devices, cache.evaluate_many(expression, [d for _, _, d in fixture_devices]), strict=False)}
 
 
 def test_stale_index_selector_fails_with_no_such_key_where_upstream_would(real_selectors, fixture_devices):

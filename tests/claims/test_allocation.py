@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from claims.models import ClaimEvent, DeviceAllocation, FleetState, ResourceClaim
 from claims.services import allocation, external, fleet
-from claims.services.engines import engines
 from claims.services import claims as claim_services
+from claims.services.engines import engines
 from inventory.models import Device
 from inventory.services import sync
 from tests.claims.fleet import cluster_body, gpu_claim, mig_pair_claim
@@ -120,7 +120,8 @@ def test_reserved_for_is_capped(admin_client, small_fleet, monkeypatch):
 
     monkeypatch.setattr(consumers, "MAX_RESERVED_FOR", 2)
     admin_client.post(f"{NS}/resourceclaims", gpu_claim("cap"), format="json")
-    body = lambda n: {"metadata": {"name": n}, "spec": {"resourceClaims": [{"name": "g", "resourceClaimName": "cap"}]}}
+    def body(n):
+        return {"metadata": {"name": n}, "spec": {"resourceClaims": [{"name": "g", "resourceClaimName": "cap"}]}}
     assert admin_client.post(f"{NS}/consumers", body("p1"), format="json").status_code == 201
     assert admin_client.post(f"{NS}/consumers", body("p2"), format="json").status_code == 201
     resp = admin_client.post(f"{NS}/consumers", body("p3"), format="json")

@@ -14,8 +14,16 @@ import pytest
 from django.db import connections
 
 from claims.models import ClaimEvent, DeviceAllocation, Phase, ResourceClaim
-from tests.claims.race import H100_NODES, NS, assert_invariants, claim_bodies, load_race_fleet, submit, \
-    wait_settled, whole_gpus_held
+from tests.claims.race import (
+    H100_NODES,
+    NS,
+    assert_invariants,
+    claim_bodies,
+    load_race_fleet,
+    submit,
+    wait_settled,
+    whole_gpus_held,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

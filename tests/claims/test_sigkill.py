@@ -12,8 +12,15 @@ from django.db import connection
 
 from claims.models import Phase, ResourceClaim
 from claims.tasks import allocate_pending
-from tests.claims.race import H100_NODES, assert_invariants, claim_bodies, load_race_fleet, submit, wait_settled, \
-    whole_gpus_held
+from tests.claims.race import (
+    H100_NODES,
+    assert_invariants,
+    claim_bodies,
+    load_race_fleet,
+    submit,
+    wait_settled,
+    whole_gpus_held,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

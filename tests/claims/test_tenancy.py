@@ -9,8 +9,8 @@ from claims.models import ResourceClaim
 from inventory.models import APIToken
 from inventory.services.clusters import create_cluster
 from inventory.services.tokens import issue_token
-from tests.conftest import client_for
 from tests.claims.fleet import gpu_claim
+from tests.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 

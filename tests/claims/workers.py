@@ -52,7 +52,7 @@ class WorkerPool:
                                                stderr=subprocess.STDOUT))
             self.logs.append(log)
         deadline = time.monotonic() + 60
-        for proc, log in zip(self.procs, self.logs):
+        for proc, log in zip(self.procs, self.logs, strict=False):
             while "ready." not in log.read_text():
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"celery worker did not start:\n{log.read_text()[-3000:]}")

@@ -5,8 +5,7 @@ import copy
 
 import pytest
 
-from dra.k8s.claims import (ClaimConversionError, convert_claim_to_v1, default_claim, normalize_claim,
-                            validate_claim)
+from dra.k8s.claims import ClaimConversionError, convert_claim_to_v1, default_claim, normalize_claim, validate_claim
 
 
 def v1(requests, constraints=None, config=None, name="c"):

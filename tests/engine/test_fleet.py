@@ -8,8 +8,20 @@ import os
 from dra.engine import AllocatedDevice, ClusterInventory, Engine, FleetSnapshot, SearchBudget
 from dra.engine.policy import node_score
 
-from .builders import (DRIVER, claim, cluster, device, device_class, engine, gpus, group, network_slice, node_slice,
-                       picked, request)
+from .builders import (
+    DRIVER,
+    claim,
+    cluster,
+    device,
+    device_class,
+    engine,
+    gpus,
+    group,
+    network_slice,
+    node_slice,
+    picked,
+    request,
+)
 
 
 def test_node_score_orders_partly_used_first_then_best_fit():

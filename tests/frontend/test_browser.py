@@ -7,7 +7,7 @@ import pytest
 from claims.models import Phase, ResourceClaim
 from claims.services.claims import release_claim
 from inventory.models import Device
-from tests.frontend.conftest import PASSWORD, login
+from tests.frontend.conftest import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

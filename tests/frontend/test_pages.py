@@ -5,7 +5,6 @@ from django.urls import reverse
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from inventory.models import Device, DeviceTaintRule
-from tests.frontend.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,8 +3,8 @@ import copy
 
 import pytest
 import yaml
-from django.test.utils import CaptureQueriesContext
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from inventory.models import APIToken, Cluster, Device, Node, Pool, ResourceSlice
 from inventory.services.tokens import issue_token
