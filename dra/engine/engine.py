@@ -78,6 +78,10 @@ class Engine:
         self.node_version: dict[tuple[str, str], int] = {}
         self.net_version: dict[str, int] = {}
         self._node_failures: dict[tuple, tuple] = {}
+        # Moves on every allocation and release: what was computed about the in-use state (diagnostics'
+        # per-shape device counts, ``explained``) is valid while it stands still.
+        self.state_version = 0
+        self.explained: dict = {}
         self._share_seq = 0
         self._selectors = SelectorState(self, max_selector_sets, max_key_indexes)
         self._plans: OrderedDict[tuple, GroupPlan] = OrderedDict()
@@ -133,6 +137,7 @@ class Engine:
             self._selectors.note(d.cluster, d, 1 if now else -1)
 
     def _apply_record(self, rec: AllocatedDevice, sign: int) -> None:
+        self.state_version += 1
         d = self.by_id.get((rec.cluster, rec.driver, rec.pool, rec.device))
         if d is None:
             key = (rec.cluster, rec.driver, rec.pool, rec.device, rec.share_id)
