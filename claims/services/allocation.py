@@ -36,7 +36,7 @@ from django.utils import timezone
 from claims import k8s, notify
 from claims.models import FleetState, Phase, ResourceClaim
 from claims.placement import clusters_matching
-from claims.services import commit, external, fleet
+from claims.services import commit, external, fleet, queueing
 from claims.services.engines import engines
 from claims.services.grouping import Group, build_groups
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
@@ -131,6 +131,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
     leased = {c.id for c in claims}
     try:
         groups, left_out = build_groups(claims, take_members)
+        groups = queueing.order(groups)  # priority, then fair share between queues
         leased |= {c.id for g in groups for c in g.claims}
         result.left_out = len(left_out)
         view = fleet.current_view()
@@ -344,15 +345,20 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
             commit.touch_attempt(claim, now)
     committed = commit.commit(units, view, rows_seen, now)
     # Keep the cached engine in step: lost groups give their devices back; written rows are now counted.
-    for i in committed.lost:
+    for i in committed.lost | set(committed.refused):
         engine.release(wins[i][1].devices)
     engines.note_written(committed.written)
     lost_groups = {id(wins[i][0]) for i in committed.lost}
-    won_groups = {id(g) for g, _ in wins} - lost_groups
+    refused = {id(wins[i][0]): v for i, v in committed.refused.items()}
+    won_groups = {id(g) for g, _ in wins} - lost_groups - set(refused)
     events: list = []
     updated: list[ResourceClaim] = []
     for group, outcome in live:
-        if id(group) not in won_groups:
+        if id(group) in refused:
+            commit.set_waiting_for_quota(group.claims, refused[id(group)], version, now, events)
+            result.pending += len(group.claims)
+            updated.extend(group.claims)
+        elif id(group) not in won_groups:
             _record_outcome(group, outcome, id(group) in lost_groups, version, now, result, events)
             updated.extend(group.claims)
         else:

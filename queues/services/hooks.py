@@ -1,0 +1,24 @@
+"""What the claims app asks the queues (``claims.services.queueing``), answered by this app's services."""
+from __future__ import annotations
+
+from queues.services import admission, order, resolve
+
+
+class QueueHooks:
+    def check_new_claims(self, namespace: str, claims: list, unit: bool = False) -> list[tuple[str, str]]:
+        return resolve.check_new_claims(namespace, claims, unit)
+
+    def admit(self, units: list, view, now) -> dict:
+        return admission.admit(units, view, now)
+
+    def order(self, groups: list) -> list:
+        return order.order(groups)
+
+    def status(self, claims: list) -> dict[int, dict]:
+        out = {}
+        for claim_id, (name, position) in order.positions(claims).items():
+            status: dict = {"queue": name}
+            if position is not None:
+                status["positionInQueue"] = position
+            out[claim_id] = status
+        return out
