@@ -359,7 +359,10 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
             result.pending += len(group.claims)
             updated.extend(group.claims)
         elif id(group) not in won_groups:
-            _record_outcome(group, outcome, id(group) in lost_groups, version, now, result, events)
+            # Devices a refused unit held in this round's engine were not there for the groups after it: they
+            # are decided again next round rather than waiting for the fleet to change (no queue blocks another).
+            _record_outcome(group, outcome, id(group) in lost_groups, None if refused else version, now, result,
+                            events)
             updated.extend(group.claims)
         else:
             result.allocated += len(group.claims)
