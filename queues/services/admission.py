@@ -22,10 +22,12 @@ devices, whose fleet capacity per class the engine counts). A class the leaf doe
 """
 from __future__ import annotations
 
+import time
 import zlib
 from collections import defaultdict
 from fractions import Fraction
 
+from django.conf import settings
 from django.db import connection
 
 from claims.placement import clusters_matching
@@ -67,6 +69,9 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
         verdict, unit_charges = state.try_admit(units[i], name)
         verdicts[i] = verdict
         charges.extend(unit_charges)
+    delay = getattr(settings, "QUEUES_ADMIT_DELAY_SECONDS", 0)
+    if delay:  # fault injection for the race tests: widen the window between the check and the write
+        time.sleep(delay)
     admitted = [c.claim_id for c in charges]
     QuotaCharge.objects.filter(claim_id__in=admitted).delete()  # a re-admitted claim (after preemption)
     QuotaCharge.objects.bulk_create(charges)

@@ -225,3 +225,27 @@ def test_mixed_queues_in_one_consumer_is_422(admin_client, h100_fleet):
     assert "default, team-a" in resp.json()["detail"]
     body["spec"]["resourceClaims"].pop()
     assert admin_client.post(f"{ns('a')}/consumers", body, format="json").status_code == 201
+
+
+def test_a_gang_is_admitted_whole_or_not_at_all(admin_client, h100_fleet):
+    from gangs.models import Gang, GangPhase
+    from gangs.services.placement import place_next
+    from tests.gangs.fleet import gang_body, template_body
+
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=6, borrowing=0))
+    claim_services.create_template("a", template_body("h100x4", 4))
+    resp = admin_client.post(f"{ns('a')}/gangs", gang_body("train", 2, template="h100x4", required=None,
+                                                           preferred=None), format="json")
+    assert resp.status_code == 201, resp.content
+    place_next()
+    gang = Gang.objects.get(name="train")
+    assert gang.phase == GangPhase.PENDING and gang.reason == "WaitingForQuota", (gang.reason, gang.message)
+    assert DeviceAllocation.objects.count() == 0 and QuotaCharge.objects.count() == 0  # not one member
+    admin_client.patch(f"{Q}/team-a", {"spec": {"quotas": [{"deviceClassName": "gpu.nvidia.com",
+                                                             "devices": {"nominal": 8, "borrowingLimit": 0}}]}},
+                       format="json")
+    place_next()
+    gang.refresh_from_db()
+    assert gang.phase == GangPhase.PLACED, (gang.reason, gang.message)
+    assert DeviceAllocation.objects.count() == 8
+    assert sum(c.amount for c in QuotaCharge.objects.all()) == 8
