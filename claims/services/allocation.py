@@ -64,6 +64,7 @@ REASONS = {
     "invalid_claim": "InvalidClaim",
     "engine_error": "EngineError",
     CEL_BUDGET: "CELBudgetExceeded",
+    queueing.HELD_FOR_QUEUE_HEAD: "HeldForQueueHead",
 }
 # CEL cost units one group's allocation may spend in all (dra.cel's units; one evaluation's own limit is
 # dra.cel.MAX_SELECTOR_COST). Deterministic, unlike a timer. Enough for any claim a person writes (a real
@@ -271,6 +272,7 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
     """
     outcomes = []
     failed: dict[str, tuple[int, object, ResourceClaim]] = {}  # shape -> (successes then, outcome, claim)
+    screen = queueing.round_screen(engine)
     successes = 0
     for group in groups:
         if group.blocked:
@@ -300,6 +302,7 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
             outcome = GroupOutcome(allocated=False, key=cg.key, reason="engine_error",
                                    message=f"internal error in the allocation engine: {exc!r}")
             engines.poisoned = True  # its in-use state may be half-updated: rebuild after this round
+        outcome = screen(group, outcome)  # a queue head's reserved node is not given to a claim behind it
         if outcome.allocated:
             successes += 1
         elif shape and outcome.error is None:

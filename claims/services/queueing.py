@@ -11,6 +11,7 @@ The provider is asked:
 - ``admit(units, view, now)`` by ``commit`` inside the commit transaction, after the race checks: which units are
   refused and why (``Verdict``); admitted units' quota is charged in the same transaction;
 - ``order(groups)`` by the claims round, before the engine: the order in which the taken groups are tried;
+- ``round_screen(engine)`` by the claims round: a per-round filter of the engine's outcomes (reservations);
 - ``status(claims)`` by the renderers: extra ``status`` fields (queue, positionInQueue, estimate).
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ ADMITTED = "Admitted"
 WAITING_FOR_QUOTA = "WaitingForQuota"
 NO_QUOTA_FOR_CLASS = "NoQuotaForClass"
 QUEUE_DOES_NOT_EXIST = "QueueDoesNotExist"
+HELD_FOR_QUEUE_HEAD = "held_for_queue_head"  # an engine outcome reason (the round maps it to HeldForQueueHead)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Provider(Protocol):
     def order(self, groups: list) -> list: ...
 
     def status(self, claims: list) -> dict[int, dict]: ...
+
+    def round_screen(self, engine) -> Any: ...
 
 
 _provider: Provider | None = None
@@ -65,6 +69,16 @@ def admit(units: list, view, now) -> dict[int, Verdict]:
 
 def order(groups: list) -> list:
     return _provider.order(groups) if _provider and len(groups) > 1 else groups
+
+
+def _no_screen(group, outcome):
+    return outcome
+
+
+def round_screen(engine):
+    """``screen(group, outcome) -> outcome`` for one round's engine decisions, in order (head-of-queue
+    reservations: a placement on a node held for a queue's head is undone and reported as held)."""
+    return _provider.round_screen(engine) if _provider else _no_screen
 
 
 def status(claims: list) -> dict[int, dict]:

@@ -1,7 +1,7 @@
 """What the claims app asks the queues (``claims.services.queueing``), answered by this app's services."""
 from __future__ import annotations
 
-from queues.services import admission, order, resolve
+from queues.services import admission, order, reservation, resolve
 
 
 class QueueHooks:
@@ -13,6 +13,9 @@ class QueueHooks:
 
     def order(self, groups: list) -> list:
         return order.order(groups)
+
+    def round_screen(self, engine):
+        return reservation.round_screen(engine)
 
     def status(self, claims: list) -> dict[int, dict]:
         out = {}

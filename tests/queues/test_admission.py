@@ -249,3 +249,46 @@ def test_a_gang_is_admitted_whole_or_not_at_all(admin_client, h100_fleet):
     assert gang.phase == GangPhase.PLACED, (gang.reason, gang.message)
     assert DeviceAllocation.objects.count() == 8
     assert sum(c.amount for c in QuotaCharge.objects.all()) == 8
+
+
+def test_an_8_gpu_head_is_not_starved_by_a_stream_of_1_gpu_claims(admin_client, h100_fleet):
+    import random
+
+    for i in range(16):
+        submit(admin_client, "ci", f"run{i}")
+    rounds(1)
+    assert list(phases("ci").values()).count(Phase.ALLOCATED) == 16
+    submit(admin_client, "ci", "big", 8)
+    rng = random.Random(3)
+    running = [f"run{i}" for i in range(16)]
+    rng.shuffle(running)
+    for i, name in enumerate(running):
+        # One GPU frees, a new 1-GPU claim arrives, a round runs: the stream never stops.
+        claim_services.release_claim(ResourceClaim.objects.get(name=name).id)
+        submit(admin_client, "ci", f"stream{i}")
+        rounds(1)
+        if ResourceClaim.objects.get(name="big").phase == Phase.ALLOCATED:
+            break
+    big = ResourceClaim.objects.get(name="big")
+    assert big.phase == Phase.ALLOCATED, (big.reason, big.message)
+    # Small claims waited for the head (the trail says so), and the head started before all 16 had ended.
+    from claims.models import ClaimEvent
+
+    assert ClaimEvent.objects.filter(reason="HeldForQueueHead").exists()
+    assert i < 15
+
+
+def test_deleting_a_queue_that_holds_claims_is_409_unless_forced(admin_client, h100_fleet):
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=2, borrowing=0))
+    submit(admin_client, "a", "held")
+    submit(admin_client, "b", "named", labels={"draservice.io/queue": "default"})
+    rounds(1)
+    resp = admin_client.delete(f"{Q}/team-a")
+    assert resp.status_code == 409 and "?force=true" in resp.json()["detail"]
+    assert admin_client.get(f"{Q}/team-a").status_code == 200
+    assert admin_client.delete(f"{Q}/team-a?force=true").status_code == 204
+    # The claim and its charge moved to default.
+    assert admin_client.get(f"{ns('a')}/resourceclaims/held").json()["status"]["queue"] == "default"
+    assert QuotaCharge.objects.get(claim__name="held").queue.name == "default"
+    usage = admin_client.get(f"{Q}/default").json()["status"]["usage"]
+    assert usage == [{"deviceClassName": "gpu.nvidia.com", "unit": "devices", "used": 2}]  # with "named"
