@@ -18,10 +18,4 @@ class QueueHooks:
         return reservation.round_screen(engine)
 
     def status(self, claims: list) -> dict[int, dict]:
-        out = {}
-        for claim_id, (name, position) in order.positions(claims).items():
-            status: dict = {"queue": name}
-            if position is not None:
-                status["positionInQueue"] = position
-            out[claim_id] = status
-        return out
+        return order.positions(claims)

@@ -14,18 +14,9 @@ from fractions import Fraction
 
 from claims.models import Phase, ResourceClaim
 from queues import spec as queue_spec
+from queues.services import estimate
 from queues.services import usage as u
 from queues.services.resolve import Tree, claims_of_queue_q, effective_priority, queue_of
-
-
-def requested_devices(spec: dict) -> list[tuple[str, int]]:
-    """(deviceClassName, count) a claim asks for (first alternative of firstAvailable; All counts 1)."""
-    out = []
-    for req in ((spec or {}).get("devices") or {}).get("requests") or []:
-        exactly = req.get("exactly") or (req.get("firstAvailable") or [{}])[0]
-        count = exactly.get("count", 1) if exactly.get("allocationMode", "ExactCount") == "ExactCount" else 1
-        out.append((exactly.get("deviceClassName", ""), int(count or 1)))
-    return out
 
 
 class Shares:
@@ -89,7 +80,7 @@ def order(groups: list) -> list:
         out.append(group)
         queue = tree.queues.get(name)
         if queue is not None:
-            for cls, n in (r for c in group.claims for r in requested_devices(c.spec)):
+            for cls, n in (r for c in group.claims for r in u.requested_devices(c.spec)):
                 shares.add(queue.id, cls, n)
         if pos[name] < len(per_queue[name]):
             heapq.heappush(heap, _rank(tree, shares, name) + (name,))
@@ -103,24 +94,33 @@ def _rank(tree: Tree, shares: Shares, name: str) -> tuple:
     return (shares.dominant(queue.id) / Fraction(queue.weight).limit_denominator(1000), -queue.priority)
 
 
-def positions(claims: list) -> dict[int, tuple[str, int | None]]:
-    """claim id -> (queue name, 1-based position among the queue's pending claims, or None if not pending)."""
+def positions(claims: list) -> dict[int, dict]:
+    """claim id -> queue status fields: ``queue``, and for pending claims ``positionInQueue`` (1-based)
+    and the start-time estimate (``queues.services.estimate``)."""
     tree = Tree.load()
-    out: dict[int, tuple[str, int | None]] = {}
+    out: dict[int, dict] = {}
     wanted: dict[str, list] = defaultdict(list)
     for c in claims:
         name = queue_of(c, c.namespace.name, tree)
-        out[c.id] = (name, None)
+        out[c.id] = {"queue": name}
         if c.phase == Phase.PENDING:
             wanted[name].append(c)
+    ahead: dict[int, list] = {}
+    queues_of: dict[int, str] = {}
     for name, mine in wanted.items():
         queue = tree.queues.get(name)
         namespaces = queue.spec.get("namespaces") or [] if queue else []
         rows = list(ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
-                    .select_related("namespace").only("id", "labels", "created_at", "namespace__name"))
+                    .select_related("namespace").only("id", "labels", "created_at", "namespace__name", "spec"))
         rows = [r for r in rows if queue_of(r, r.namespace.name, tree) == name]
         rows.sort(key=lambda r: (-effective_priority(r, queue), r.created_at, r.id))
-        index = {r.id: i + 1 for i, r in enumerate(rows)}
+        index = {r.id: i for i, r in enumerate(rows)}
         for c in mine:
-            out[c.id] = (name, index.get(c.id))
+            if c.id in index:
+                out[c.id]["positionInQueue"] = index[c.id] + 1
+                ahead[c.id] = rows[:index[c.id]]
+                queues_of[c.id] = name
+    pending = [c for group in wanted.values() for c in group if c.id in ahead]
+    for claim_id, fields in estimate.estimates(pending, queues_of, ahead).items():
+        out[claim_id].update(fields)
     return out

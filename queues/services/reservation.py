@@ -15,8 +15,8 @@ import dataclasses
 
 from claims.services import queueing
 from dra.engine.selectors import MATCH
-from queues.services.order import requested_devices
 from queues.services.resolve import Tree, queue_of
+from queues.services.usage import requested_devices
 
 
 class RoundReservations:

@@ -44,6 +44,16 @@ def to_decimal(value: Fraction) -> Decimal:
     return Decimal(value.numerator) / Decimal(value.denominator)
 
 
+def requested_devices(spec: dict) -> list[tuple[str, int]]:
+    """(deviceClassName, count) a claim asks for (first alternative of firstAvailable; All counts 1)."""
+    out = []
+    for req in ((spec or {}).get("devices") or {}).get("requests") or []:
+        exactly = req.get("exactly") or (req.get("firstAvailable") or [{}])[0]
+        count = exactly.get("count", 1) if exactly.get("allocationMode", "ExactCount") == "ExactCount" else 1
+        out.append((exactly.get("deviceClassName", ""), int(count or 1)))
+    return out
+
+
 def request_classes(spec: dict) -> dict[str, str]:
     """Result ``request`` name (``req`` or ``req/sub``) -> deviceClassName, from a v1 claim spec."""
     out: dict[str, str] = {}

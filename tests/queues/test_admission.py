@@ -292,3 +292,39 @@ def test_deleting_a_queue_that_holds_claims_is_409_unless_forced(admin_client, h
     assert QuotaCharge.objects.get(claim__name="held").queue.name == "default"
     usage = admin_client.get(f"{Q}/default").json()["status"]["usage"]
     assert usage == [{"deviceClassName": "gpu.nvidia.com", "unit": "devices", "used": 2}]  # with "named"
+
+
+def test_start_time_estimates_from_leases(admin_client, h100_fleet):
+    from datetime import UTC, datetime, timedelta
+
+    from django.utils import timezone
+
+    submit(admin_client, "ci", "r10", 8, annotations={"draservice.io/lease-ttl": "10m"})
+    submit(admin_client, "ci", "r20", 8, annotations={"draservice.io/lease-ttl": "20m"})
+    rounds(1)
+    for name in ("p1", "p2", "p3"):
+        submit(admin_client, "ci", name, 8)
+    rounds(1)
+
+    def status(name):
+        return admin_client.get(f"{ns('ci')}/resourceclaims/{name}").json()["status"]
+
+    def minutes(st):
+        when = datetime.strptime(st["estimatedStartTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return (when - timezone.now()) / timedelta(minutes=1)
+
+    p1, p2, p3 = status("p1"), status("p2"), status("p3")
+    assert (p1["positionInQueue"], p2["positionInQueue"], p3["positionInQueue"]) == (1, 2, 3)
+    assert 9 <= minutes(p1) <= 10.1 and 19 <= minutes(p2) <= 20.1, (p1, p2)
+    assert "free the 8 gpu.nvidia.com devices" in p1["estimate"]["message"]
+    assert p3["estimate"]["reason"] == "NotEnoughRunningClaims" and "estimatedStartTime" not in p3
+
+
+def test_no_estimate_without_leases_or_history(admin_client, h100_fleet):
+    submit(admin_client, "ci", "r0", 8)
+    submit(admin_client, "ci", "r1", 8)
+    rounds(1)
+    submit(admin_client, "ci", "p", 8)
+    rounds(1)
+    st = admin_client.get(f"{ns('ci')}/resourceclaims/p").json()["status"]
+    assert st["estimate"]["reason"] == "NoLeaseOrHistory" and "estimatedStartTime" not in st
