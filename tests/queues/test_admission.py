@@ -224,7 +224,9 @@ def test_mixed_queues_in_one_consumer_is_422(admin_client, h100_fleet):
     assert "must all belong to one queue" in resp.json()["detail"]
     assert "default, team-a" in resp.json()["detail"]
     body["spec"]["resourceClaims"].pop()
-    assert admin_client.post(f"{ns('a')}/consumers", body, format="json").status_code == 201
+    resp = admin_client.post(f"{ns('a')}/consumers", body, format="json")
+    assert resp.status_code == 201
+    assert resp.json()["status"]["queue"] == "team-a" and resp.json()["status"]["positionInQueue"] == 1
 
 
 def test_a_gang_is_admitted_whole_or_not_at_all(admin_client, h100_fleet):
@@ -241,6 +243,8 @@ def test_a_gang_is_admitted_whole_or_not_at_all(admin_client, h100_fleet):
     gang = Gang.objects.get(name="train")
     assert gang.phase == GangPhase.PENDING and gang.reason == "WaitingForQuota", (gang.reason, gang.message)
     assert DeviceAllocation.objects.count() == 0 and QuotaCharge.objects.count() == 0  # not one member
+    st = admin_client.get(f"{ns('a')}/gangs/train").json()["status"]
+    assert st["queue"] == "team-a" and st["positionInQueue"] == 1, st
     admin_client.patch(f"{Q}/team-a", {"spec": {"quotas": [{"deviceClassName": "gpu.nvidia.com",
                                                              "devices": {"nominal": 8, "borrowingLimit": 0}}]}},
                        format="json")
