@@ -79,3 +79,27 @@ class QuotaCharge(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["queue", "device_class"], name="queues_charge_queue")]
+
+
+class PreemptionState(models.TextChoices):
+    PENDING = "PreemptionPending"  # marked; the victim holds its devices until the deadline
+    DONE = "Preempted"  # requeued: devices freed, the claim Pending again
+
+
+class Preemption(models.Model):
+    """One victim claim of one preemption decision, from its notice to its requeue."""
+
+    victim = models.ForeignKey("claims.ResourceClaim", on_delete=models.CASCADE, related_name="preemptions")
+    preemptor = models.ForeignKey("claims.ResourceClaim", on_delete=models.SET_NULL, null=True, blank=True,
+                                  related_name="+")
+    queue = models.CharField(max_length=63)  # the victim's queue (its policy set the grace period)
+    state = models.CharField(max_length=32, choices=PreemptionState.choices, default=PreemptionState.PENDING)
+    deadline = models.DateTimeField()
+    webhook_status = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["deadline"], condition=models.Q(state="PreemptionPending"),
+                                name="queues_preemption_due")]
