@@ -126,7 +126,7 @@ def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None)
 
 
 def _confirm(claim, pool, need, held, used, nominal, own: int) -> list[ResourceClaim]:
-    """Take candidates in order until the engine places ``claim``; the engine is left as it was."""
+    """Load what the engine check needs (the round's cached engine, the candidates' devices) and run it."""
     if not pool:
         return []
     view = fleet.current_view()
@@ -136,10 +136,17 @@ def _confirm(claim, pool, need, held, used, nominal, own: int) -> list[ResourceC
         devices[row.claim_id].append(AllocatedDevice(row.cluster, row.driver, row.pool, row.device,
                                                      row.share_id or None, row.consumed_capacity or None,
                                                      row.admin_access))
-    left = dict(used)
-    chosen: list[ResourceClaim] = []
-    freed = Fraction(0)
     group = allocation.engine_group(Group(claims=[claim]), view)
+    return confirm_with_engine(engine, group, pool, need, held, used, nominal, own, devices)
+
+
+def confirm_with_engine(engine, group, pool, need, held, used, nominal, own, devices) -> list:
+    """Take candidates of ``pool`` in order (a queue's only while it still borrows, unless it is ``own``)
+    until ``engine`` places ``group``; the engine is left as it was. ``held``: victim id -> (queue id,
+    devices); ``used`` / ``nominal``: queue id -> devices; ``devices``: victim id -> its AllocatedDevices."""
+    left = dict(used)
+    chosen: list = []
+    freed = Fraction(0)
     try:
         for v in pool:
             qid, amount = held[v.id]
