@@ -15,18 +15,25 @@ from datetime import timedelta
 from django.db.models import Avg, DurationField, ExpressionWrapper, F
 from django.utils import timezone
 
-from claims.models import Phase
-from queues.models import QuotaCharge
+from claims.models import Phase, ResourceClaim
+from queues import spec as queue_spec
+from queues.models import DEFAULT_QUEUE, QuotaCharge
 from queues.services.usage import requested_devices
 
 HISTORY = 200  # released claims per queue the mean holding time is taken over
 
 
-def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, list]) -> dict[int, dict]:
+def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, list], tree=None) -> dict[int, dict]:
     """claim id -> status fields (``estimatedStartTime`` + ``estimate.message``, or ``estimate.reason``).
-    ``ahead``: claim id -> the pending claims before it in its queue."""
+    ``ahead``: claim id -> the pending claims before it in its queue; ``tree``: the queues (for the share of
+    freed devices each gets while several wait, ``fair_fraction``)."""
     if not pending:
         return {}
+    waiting = set(queues_of.values())
+    if tree is not None:  # queues with waiting claims, by namespace (claims naming a queue by label aside)
+        for namespace in ResourceClaim.objects.filter(phase=Phase.PENDING).values_list(
+                "namespace__name", flat=True).distinct():
+            waiting.add(tree.by_namespace.get(namespace, DEFAULT_QUEUE))
     classes = {cls for c in pending for cls, _ in requested_devices(c.spec)}
     running = list(QuotaCharge.objects.filter(claim__phase=Phase.ALLOCATED, unit="devices", device_class__in=classes)
                    .values_list("claim_id", "device_class", "amount", "queue__name", "claim__lease_expires_at",
@@ -52,13 +59,12 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, list]) 
                 unknown += int(amount)
             else:
                 ends.append((max(end, now), int(amount)))
-        ends.sort()
-        freed, when = 0, None
-        for end, amount in ends:
-            freed += amount
-            if freed >= need:
-                when = end
-                break
+        share = 1.0
+        if tree is not None and not own_queue:
+            share = fair_fraction(tree.queues.get(queues_of[claim.id]),
+                                  [tree.queues[q] for q in waiting if q in tree.queues], cls,
+                                  sum(n for _, n in ends) + unknown)
+        when = expected_start(sorted(ends), need, now, share)
         if when is None:
             reason = "NoLeaseOrHistory" if unknown else "NotEnoughRunningClaims"
             out[claim.id] = {"estimate": {"reason": reason, "message": (
@@ -70,6 +76,36 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, list]) 
             f"about {minutes} min: running claims ending by {when.strftime('%H:%M')} free the {need} {cls} "
             f"devices this claim and those before it need")}}
     return out
+
+
+def expected_start(ends: list, need: int, now, share: float = 1.0):
+    """The first end (of ``(end, devices)`` sorted by end) by which ``need`` devices are freed for this
+    queue, or None. ``share``: the part of what frees up that goes to this queue while others wait too (its
+    weight over the weights of the queues with waiting claims: the fair-share order interleaves them)."""
+    freed = 0.0
+    for end, amount in ends:
+        freed += amount * share
+        if freed >= need:
+            return max(end, now)
+    return None
+
+
+def fair_fraction(queue, waiting: list, cls: str, capacity: float) -> float:
+    """The part of the devices of ``cls`` that ``queue`` holds in the steady state of the fair-share order
+    while the ``waiting`` queues (it among them) all have claims waiting: its nominal, plus its weight's part of
+    what no waiting queue is nominally given. ``capacity``: devices of the class (those running, in practice)."""
+    if capacity <= 0 or queue is None:
+        return 1.0
+
+    def nominal(q) -> float:
+        for entry in q.spec.get("quotas") or []:
+            if entry.get("deviceClassName") == cls and entry.get("devices"):
+                return float(queue_spec.amount_of(entry["devices"].get("nominal", 0)) or 0)
+        return 0.0
+
+    surplus = max(0.0, capacity - sum(nominal(q) for q in waiting))
+    weights = sum(q.weight for q in waiting) or 1.0
+    return max(0.01, min(1.0, (nominal(queue) + surplus * queue.weight / weights) / capacity))
 
 
 def _history(queues: set[str]) -> dict[str, timedelta]:

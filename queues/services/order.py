@@ -121,6 +121,6 @@ def positions(claims: list) -> dict[int, dict]:
                 ahead[c.id] = rows[:index[c.id]]
                 queues_of[c.id] = name
     pending = [c for group in wanted.values() for c in group if c.id in ahead]
-    for claim_id, fields in estimate.estimates(pending, queues_of, ahead).items():
+    for claim_id, fields in estimate.estimates(pending, queues_of, ahead, tree).items():
         out[claim_id].update(fields)
     return out
