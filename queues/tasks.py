@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from celery import shared_task
 
-from queues.services import preemption, webhooks
+from queues.services import reclaim, webhooks
 
 SCHEDULE = {
     "queues-preempt": {"task": "queues.tasks.preempt", "schedule": timedelta(seconds=5)},
@@ -15,7 +15,7 @@ SCHEDULE = {
 @shared_task(name="queues.tasks.preempt", ignore_result=True)
 def preempt() -> dict:
     """Requeue victims past their deadline; choose and mark victims for claims waiting for room."""
-    return preemption.run()
+    return reclaim.run()
 
 
 @shared_task(name="queues.tasks.notify_preemption", bind=True, ignore_result=True, max_retries=5)

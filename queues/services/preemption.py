@@ -19,7 +19,6 @@ cluster agent to confirm that no pod uses the devices any more is not implemente
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from datetime import timedelta
 from fractions import Fraction
@@ -45,35 +44,7 @@ CAPACITY_REASONS = ("Unsatisfiable",)
 NOTIFY_TASK = "queues.tasks.notify_preemption"
 
 
-def run(limit: int = 20) -> dict:
-    """One pass: requeue victims whose deadline passed; decide for up to ``limit`` waiting claims."""
-    out = {"requeued": sweep(), "preemptions": 0, "victims": 0, "seconds": 0.0}
-    started = time.perf_counter()
-    waiting = set(Preemption.objects.filter(state=PreemptionState.PENDING).values_list("preemptor_id", flat=True))
-    candidates = (ResourceClaim.objects.filter(phase=Phase.PENDING, reason__in=CAPACITY_REASONS)
-                  .exclude(id__in=waiting).select_related("namespace").order_by("created_at")[:limit])
-    tree = Tree.load()
-    # Devices already being reclaimed for a queue count as its use: two waiting claims of one queue do not
-    # both reclaim against the same idle nominal.
-    coming: dict[tuple[str, str], int] = defaultdict(int)
-    for p in (ResourceClaim.objects.filter(id__in=waiting - {None}, phase=Phase.PENDING)
-              .select_related("namespace")):
-        for cls, n in requested_devices(p.spec):
-            coming[(queue_of(p, p.namespace.name, tree), cls)] += n
-    for claim in candidates:
-        victims = choose_victims(claim, tree, coming)
-        if victims:
-            out["preemptions"] += 1
-            out["victims"] += mark(claim, victims, tree)
-            for cls, n in requested_devices(claim.spec):
-                coming[(queue_of(claim, claim.namespace.name, tree), cls)] += n
-    out["seconds"] = time.perf_counter() - started
-    if out["victims"]:
-        out["requeued"] += sweep()  # grace 0: released at once
-    return out
-
-
-def _nominal(queue: Queue, cls: str) -> Fraction:
+def nominal_of(queue: Queue, cls: str) -> Fraction:
     for entry in queue.spec.get("quotas") or []:
         if entry.get("deviceClassName") == cls and entry.get("devices") and not entry.get("clusterSelector"):
             return Fraction(queue_spec.amount_of(entry["devices"].get("nominal", 0)) or 0)
@@ -87,11 +58,20 @@ def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None)
     if not wanted:
         return []
     cls = wanted[0][0]
-    need = sum(n for c, n in wanted if c == cls)
+    found = candidates(claim, sum(n for c, n in wanted if c == cls), cls, tree, coming)
+    if found is None:
+        return []
+    pool, held, used, nominal, own = found
+    return _confirm(claim, pool, sum(n for c, n in wanted if c == cls), held, used, nominal, own)
+
+
+def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: dict | None):
+    """(victim candidates in order, held, used, nominal, own queue id) for a unit of ``claim``'s queue that
+    needs ``need`` devices of ``cls`` -- or None when it may preempt nobody."""
     name = queue_of(claim, claim.namespace.name, tree)
     queue = tree.queues.get(name)
     if queue is None:
-        return []
+        return None
     policy = queue.spec.get("preemption") or {}
     charges = list(QuotaCharge.objects.filter(claim__phase=Phase.ALLOCATED, unit="devices", device_class=cls)
                    .values_list("claim_id", "queue_id", "amount"))
@@ -101,9 +81,9 @@ def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None)
         used[queue_id] += Fraction(amount)
         held[claim_id] = (queue_id, Fraction(amount))
     by_id = {q.id: q for q in tree.queues.values()}
-    within = used[queue.id] + (coming or {}).get((name, cls), 0) + need <= _nominal(queue, cls)
+    within = used[queue.id] + (coming or {}).get((name, cls), 0) + need <= nominal_of(queue, cls)
     borrowers = {qid for qid, amount in used.items()
-                 if qid != queue.id and qid in by_id and amount > _nominal(by_id[qid], cls)}
+                 if qid != queue.id and qid in by_id and amount > nominal_of(by_id[qid], cls)}
     ids = [cid for cid, (qid, _) in held.items()
            if (within and policy.get("reclaimBorrowed", "Always") == "Always" and qid in borrowers)
            or (qid == queue.id and policy.get("withinQueue", "LowerPriority") == "LowerPriority")]
@@ -121,8 +101,17 @@ def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None)
             continue  # within its own queue, only lower priority gives way
         pool.append((prio, -(v.allocated_at.timestamp() if v.allocated_at else 0), v.id, v))
     pool.sort(key=lambda t: t[:3])
-    nominal = {qid: _nominal(q, cls) for qid, q in by_id.items()}
-    return _confirm(claim, [p[-1] for p in pool], need, held, used, nominal, queue.id)
+    nominal = {qid: nominal_of(q, cls) for qid, q in by_id.items()}
+    return [p[-1] for p in pool], held, used, nominal, queue.id
+
+
+def victim_devices(pool) -> dict[int, list[AllocatedDevice]]:
+    devices: dict[int, list[AllocatedDevice]] = defaultdict(list)
+    for row in DeviceAllocation.objects.filter(claim_id__in=[v.id for v in pool]):
+        devices[row.claim_id].append(AllocatedDevice(row.cluster, row.driver, row.pool, row.device,
+                                                     row.share_id or None, row.consumed_capacity or None,
+                                                     row.admin_access))
+    return devices
 
 
 def _confirm(claim, pool, need, held, used, nominal, own: int) -> list[ResourceClaim]:
@@ -131,11 +120,7 @@ def _confirm(claim, pool, need, held, used, nominal, own: int) -> list[ResourceC
         return []
     view = fleet.current_view()
     engine = engines.engine_for(view, fleet.rows_in_use())
-    devices: dict[int, list[AllocatedDevice]] = defaultdict(list)
-    for row in DeviceAllocation.objects.filter(claim_id__in=[v.id for v in pool]):
-        devices[row.claim_id].append(AllocatedDevice(row.cluster, row.driver, row.pool, row.device,
-                                                     row.share_id or None, row.consumed_capacity or None,
-                                                     row.admin_access))
+    devices = victim_devices(pool)
     group = allocation.engine_group(Group(claims=[claim]), view)
     return confirm_with_engine(engine, group, pool, need, held, used, nominal, own, devices)
 
@@ -168,7 +153,7 @@ def confirm_with_engine(engine, group, pool, need, held, used, nominal, own, dev
             engine.commit(devices[v.id])
 
 
-def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree) -> int:
+def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree, label: str | None = None) -> int:
     """Notice to ``victims`` (one transaction); webhooks after commit. Returns how many were marked."""
     now = timezone.now()
     with transaction.atomic():
@@ -181,8 +166,8 @@ def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree) -> 
             grace = ((vq.spec.get("preemption") or {}).get("graceSeconds", 30)) if vq else 30
             deadline = now + timedelta(seconds=grace)
             made.append(Preemption(victim=v, preemptor=preemptor, queue=vq.name if vq else "", deadline=deadline))
-            message = (f"preempted for {preemptor.namespace.name}/{preemptor.name}; devices are released at "
-                       f"{deadline.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+            who = label or f"{preemptor.namespace.name}/{preemptor.name}"
+            message = f"preempted for {who}; devices are released at {deadline.strftime('%Y-%m-%dT%H:%M:%SZ')}"
             claim_preemption.mark([v], message, {"preemptor": preemptor.name, "deadline": deadline.isoformat()}, now)
         Preemption.objects.bulk_create(made)
         ids = [p.id for p in made if _has_webhook(tree, p.queue)]
