@@ -268,6 +268,11 @@ def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> Re
             if (claim.annotations or {}).get(key) != parsed["annotations"].get(key):
                 raise FieldError([(f"metadata.annotations[{key}]", "field is managed by draservice and immutable")])
         placement = parse_annotations(parsed["annotations"])
+        # New labels may name another queue or priority: the same rules as at creation; and an admitted claim's
+        # queue cannot change (its quota is charged there).
+        errors = queueing.check_label_change(claim, parsed["labels"])
+        if errors:
+            raise FieldError(errors)
         _apply_lease_change(claim, placement.lease, timezone.now())
         claim.labels, claim.annotations = parsed["labels"], parsed["annotations"]
         claim.allowed_cluster_selector = placement.allowed_cluster_selector

@@ -8,6 +8,7 @@ queues).
 The provider is asked:
 - ``check_new_claims(namespace, [(path, claim)], unit)`` at creation: field errors (a queue the namespace may not
   name, a priority over the queue's ``maxPriority``, mixed queues in one unit);
+- ``check_label_change(claim, labels)`` when a claim's labels are replaced;
 - ``admit(units, view, now)`` by ``commit`` inside the commit transaction, after the race checks: which units are
   refused and why (``Verdict``); admitted units' quota is charged in the same transaction;
 - ``order(groups)`` by the claims round, before the engine: the order in which the taken groups are tried;
@@ -39,6 +40,8 @@ class Provider(Protocol):
     def check_new_claims(self, namespace: str, claims: list[tuple[str, Any]],
                          unit: bool = False) -> list[tuple[str, str]]: ...
 
+    def check_label_change(self, claim: Any, labels: dict) -> list[tuple[str, str]]: ...
+
     def admit(self, units: list, view, now) -> dict[int, Verdict]: ...
 
     def order(self, groups: list) -> list: ...
@@ -59,6 +62,12 @@ def register(provider: Provider) -> None:
 def check_new_claims(namespace: str, claims: list[tuple[str, Any]], unit: bool = False) -> list[tuple[str, str]]:
     """``claims``: (field path, claim). ``unit``: they are allocated together (must share one queue)."""
     return _provider.check_new_claims(namespace, claims, unit) if _provider and claims else []
+
+
+def check_label_change(claim: Any, labels: dict) -> list[tuple[str, str]]:
+    """Field errors for new ``labels`` of an existing claim (a queue it may not use, a priority over the cap,
+    another queue once it is admitted)."""
+    return _provider.check_label_change(claim, labels) if _provider else []
 
 
 def admit(units: list, view, now) -> dict[int, Verdict]:

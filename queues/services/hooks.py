@@ -8,6 +8,9 @@ class QueueHooks:
     def check_new_claims(self, namespace: str, claims: list, unit: bool = False) -> list[tuple[str, str]]:
         return resolve.check_new_claims(namespace, claims, unit)
 
+    def check_label_change(self, claim, labels: dict) -> list[tuple[str, str]]:
+        return resolve.check_label_change(claim, labels)
+
     def admit(self, units: list, view, now) -> dict:
         return admission.admit(units, view, now)
 

@@ -8,6 +8,7 @@ A queue deleted with ``?force=true`` leaves a redirect so the claims that named 
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
@@ -141,4 +142,19 @@ def check_new_claims(namespace: str, claims: list[tuple[str, object]], unit: boo
         errors.append((claims[0][0] or "metadata.labels",
                        "Invalid value: claims allocated together (a consumer's, a gang's) must all belong to one "
                        f"queue; these go to {', '.join(sorted(seen))}"))
+    return errors
+
+
+def check_label_change(claim, labels: dict) -> list[tuple[str, str]]:
+    """New labels of an existing claim: the creation rules, and no other queue once it is admitted."""
+    changed = copy.copy(claim)
+    changed.labels = labels
+    errors = check_new_claims(claim.namespace.name, [("", changed)], unit=False)
+    if claim.phase == "Allocated":
+        tree = Tree.load()
+        before, after = queue_of(claim, claim.namespace.name, tree), queue_of(changed, claim.namespace.name, tree)
+        if before != after:
+            key = (labelled_queue(labels) or labelled_queue(claim.labels) or (QUEUE_LABEL, ""))[0]
+            errors.append((f"metadata.labels[{key}]", f'Forbidden: the claim is admitted to queue "{before}"; its '
+                                                      "queue cannot change until it is released"))
     return errors

@@ -332,3 +332,41 @@ def test_no_estimate_without_leases_or_history(admin_client, h100_fleet):
     rounds(1)
     st = admin_client.get(f"{ns('ci')}/resourceclaims/p").json()["status"]
     assert st["estimate"]["reason"] == "NoLeaseOrHistory" and "estimatedStartTime" not in st
+
+
+def test_labels_of_an_existing_claim_follow_the_rules_and_an_admitted_claim_keeps_its_queue(admin_client,
+                                                                                             h100_fleet):
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=4, maxPriority=2),
+         queue_body("team-b", namespaces=["b"], gpus=4))
+    submit(admin_client, "a", "c")
+    url = f"{ns('a')}/resourceclaims/c"
+
+    def put(labels):
+        body = admin_client.get(url).json()
+        body["metadata"]["labels"] = labels
+        return admin_client.put(url, body, format="json")
+
+    assert put({"draservice.io/priority": "3"}).status_code == 422  # over maxPriority
+    resp = put({"draservice.io/queue": "team-b"})  # a queue its namespace may not use
+    assert resp.status_code == 422 and "may not use" in resp.json()["detail"]
+    assert put({"draservice.io/priority": "2"}).status_code == 200
+    rounds(1)
+    assert phases("a")["c"] == Phase.ALLOCATED
+    resp = put({"draservice.io/queue": "default"})  # admitted: its queue is fixed
+    assert resp.status_code == 422 and "cannot change until it is released" in resp.json()["detail"]
+    assert put({"draservice.io/priority": "2", "team": "x"}).status_code == 200  # other labels may change
+
+
+def test_mixed_queues_in_one_gang_is_422(admin_client, h100_fleet):
+    from gangs.models import Gang
+
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8))
+    submit(admin_client, "a", "mine")  # team-a
+    submit(admin_client, "a", "elsewhere", labels={"draservice.io/queue": "default"})
+    body = {"metadata": {"name": "mixed"}, "spec": {"members": [
+        {"name": "m0", "resourceClaims": [{"name": "gpus", "resourceClaimName": "mine"}]},
+        {"name": "m1", "resourceClaims": [{"name": "gpus", "resourceClaimName": "elsewhere"}]}]}}
+    resp = admin_client.post(f"{ns('a')}/gangs", body, format="json")
+    assert resp.status_code == 422, resp.content
+    assert "must all belong to one queue" in resp.json()["detail"]
+    assert not Gang.objects.exists()
