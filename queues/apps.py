@@ -7,8 +7,10 @@ class QueuesConfig(AppConfig):
 
     def ready(self):
         from django.conf import settings
+        from prometheus_client import REGISTRY
 
         from claims.services import queueing
+        from queues.metrics import QueuesCollector
         from queues.services import hooks
         from queues.tasks import SCHEDULE
 
@@ -17,3 +19,6 @@ class QueuesConfig(AppConfig):
         # Celery reads settings lazily, so filling the dict here reaches beat (as the claims app does).
         for name, entry in SCHEDULE.items():
             settings.CELERY_BEAT_SCHEDULE.setdefault(name, entry)
+        if not getattr(REGISTRY, "_draservice_queues", False):
+            REGISTRY.register(QueuesCollector())
+            REGISTRY._draservice_queues = True

@@ -370,3 +370,18 @@ def test_mixed_queues_in_one_gang_is_422(admin_client, h100_fleet):
     assert resp.status_code == 422, resp.content
     assert "must all belong to one queue" in resp.json()["detail"]
     assert not Gang.objects.exists()
+
+
+def test_prometheus_per_queue_metrics(admin_client, h100_fleet):
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=2))
+    for i in range(3):
+        submit(admin_client, "a", f"c{i}")
+    submit(admin_client, "a", "big", 16)  # cannot fit anywhere: stays pending
+    rounds(1)
+    text = admin_client.get("/metrics").content.decode()
+    key = 'device_class="gpu.nvidia.com",queue="team-a",resource="",unit="devices"'
+    assert f"draservice_queue_nominal{{{key}}} 2.0" in text
+    assert f"draservice_queue_used{{{key}}} 3.0" in text
+    assert f"draservice_queue_borrowed{{{key}}} 1.0" in text
+    assert 'draservice_queue_pending_claims{queue="team-a"} 1.0' in text
+    assert 'draservice_queue_dominant_share{queue="team-a"}' in text
