@@ -385,3 +385,16 @@ def test_prometheus_per_queue_metrics(admin_client, h100_fleet):
     assert f"draservice_queue_borrowed{{{key}}} 1.0" in text
     assert 'draservice_queue_pending_claims{queue="team-a"} 1.0' in text
     assert 'draservice_queue_dominant_share{queue="team-a"}' in text
+
+
+def test_explain_says_the_place_in_the_queue_and_the_estimate(admin_client, h100_fleet):
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=16))
+    submit(admin_client, "a", "r0", 8, annotations={"draservice.io/lease-ttl": "10m"})
+    submit(admin_client, "a", "r1", 8, annotations={"draservice.io/lease-ttl": "20m"})
+    rounds(1)
+    submit(admin_client, "a", "p1", 8)
+    submit(admin_client, "a", "p2", 8)
+    rounds(1)
+    out = admin_client.get(f"{ns('a')}/resourceclaims/p2/explain").json()
+    summary = out["queue"]["summary"]
+    assert summary.startswith("position 2 in team-a; about ") and "free the 16 gpu.nvidia.com devices" in summary
