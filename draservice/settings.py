@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "claims",
     "frontend",
     "gangs",
+    "queues",
 ]
 
 MIDDLEWARE = [
@@ -191,3 +192,6 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"},
                 "celery.app.trace": {"level": os.environ.get("CELERY_TRACE_LOG_LEVEL", "WARNING")}},
 }
+
+# Queues: preemption webhooks may only call URLs starting with one of these (comma-separated prefixes).
+QUEUE_WEBHOOK_ALLOWED_PREFIXES = [p for p in os.environ.get("QUEUE_WEBHOOK_ALLOWED_PREFIXES", "").split(",") if p]

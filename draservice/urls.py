@@ -15,6 +15,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("gangs.api.urls")),
     path("gangs/", include("gangs.urls")),
+    path("api/v1/", include("queues.api.urls")),
+    path("queues/", include("queues.urls")),
     path("", include("frontend.urls")),
 ]
 

@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from claims import k8s
 from claims.models import ClaimEvent, Consumer, Phase, ResourceClaim, ResourceClaimTemplate, UtilisationSnapshot
+from claims.services import queueing
 from claims.services.consumers import API_VERSION as CONSUMER_API_VERSION
 
 
@@ -29,8 +30,9 @@ def _metadata(obj, namespace: str) -> dict:
     return meta
 
 
-def render_claim(claim: ResourceClaim, reservations: list | None = None) -> dict:
-    """``reservations``: the claim's Reservation rows with their consumers (prefetched by the caller)."""
+def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: dict | None = None) -> dict:
+    """``reservations``: the claim's Reservation rows with their consumers (prefetched by the caller);
+    ``queue``: its queue status fields (``queueing.status``), looked up when not given."""
     meta = _metadata(claim, claim.namespace.name)
     if claim.owner_id:
         owner = claim.owner
@@ -63,6 +65,7 @@ def render_claim(claim: ResourceClaim, reservations: list | None = None) -> dict
     if claim.lease_seconds:
         status["lease"] = {"leaseDurationSeconds": claim.lease_seconds, "expireTime": ts(claim.lease_expires_at),
                            "renewTime": ts(claim.lease_renewed_at)}
+    status.update(queue if queue is not None else queueing.status([claim]).get(claim.id, {}))
     return {"apiVersion": k8s.V1, "kind": "ResourceClaim", "metadata": meta, "spec": claim.spec, "status": status}
 
 
@@ -72,7 +75,9 @@ def claims_queryset(qs):
 
 def render_claims(claims) -> list[dict]:
     """Render claims loaded through ``claims_queryset`` (no query per claim)."""
-    return [render_claim(c, list(c.reservations.all())) for c in claims]
+    claims = list(claims)
+    queues = queueing.status(claims)
+    return [render_claim(c, list(c.reservations.all()), queues.get(c.id, {})) for c in claims]
 
 
 def current_rendering(payload: dict) -> dict:
@@ -121,6 +126,7 @@ def render_consumer(consumer: Consumer, reservations: list | None = None) -> dic
                 for e in consumer.spec.get("resourceClaims", []) if e["name"] in by_entry]
     claims = list(by_entry.values())
     status = {"phase": str(consumer_phase(claims)), "resourceClaimStatuses": statuses}
+    status.update(_unit_queue_status(claims))
     nodes = {(c.cluster, c.node) for c in claims if c.phase == Phase.ALLOCATED}
     if len(nodes) == 1:
         cluster, node = nodes.pop()
@@ -129,6 +135,22 @@ def render_consumer(consumer: Consumer, reservations: list | None = None) -> dic
             status["node"] = node
     return {"apiVersion": CONSUMER_API_VERSION, "kind": "Consumer",
             "metadata": _metadata(consumer, consumer.namespace.name), "spec": consumer.spec, "status": status}
+
+
+def _unit_queue_status(claims: list[ResourceClaim]) -> dict:
+    """A consumer's (or gang's) queue fields: its claims' queue, and the first place one of them holds."""
+    queues = queueing.status(claims)
+    if not queues:
+        return {}
+    out = dict(next(iter(queues.values())))
+    out.pop("positionInQueue", None)
+    places = [q["positionInQueue"] for q in queues.values() if "positionInQueue" in q]
+    if places:
+        out["positionInQueue"] = min(places)
+    return out
+
+
+unit_queue_status = _unit_queue_status
 
 
 def render_event(event: ClaimEvent) -> dict:

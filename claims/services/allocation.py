@@ -36,7 +36,7 @@ from django.utils import timezone
 from claims import k8s, notify
 from claims.models import FleetState, Phase, ResourceClaim
 from claims.placement import clusters_matching
-from claims.services import commit, external, fleet
+from claims.services import commit, external, fleet, queueing
 from claims.services.engines import engines
 from claims.services.grouping import Group, build_groups
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
@@ -64,6 +64,7 @@ REASONS = {
     "invalid_claim": "InvalidClaim",
     "engine_error": "EngineError",
     CEL_BUDGET: "CELBudgetExceeded",
+    queueing.HELD_FOR_QUEUE_HEAD: "HeldForQueueHead",
 }
 # CEL cost units one group's allocation may spend in all (dra.cel's units; one evaluation's own limit is
 # dra.cel.MAX_SELECTOR_COST). Deterministic, unlike a timer. Enough for any claim a person writes (a real
@@ -131,6 +132,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
     leased = {c.id for c in claims}
     try:
         groups, left_out = build_groups(claims, take_members)
+        groups = queueing.order(groups)  # priority, then fair share between queues
         leased |= {c.id for g in groups for c in g.claims}
         result.left_out = len(left_out)
         view = fleet.current_view()
@@ -270,6 +272,7 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
     """
     outcomes = []
     failed: dict[str, tuple[int, object, ResourceClaim]] = {}  # shape -> (successes then, outcome, claim)
+    screen = queueing.round_screen(engine)
     successes = 0
     for group in groups:
         if group.blocked:
@@ -299,6 +302,7 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
             outcome = GroupOutcome(allocated=False, key=cg.key, reason="engine_error",
                                    message=f"internal error in the allocation engine: {exc!r}")
             engines.poisoned = True  # its in-use state may be half-updated: rebuild after this round
+        outcome = screen(group, outcome)  # a queue head's reserved node is not given to a claim behind it
         if outcome.allocated:
             successes += 1
         elif shape and outcome.error is None:
@@ -344,16 +348,24 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
             commit.touch_attempt(claim, now)
     committed = commit.commit(units, view, rows_seen, now)
     # Keep the cached engine in step: lost groups give their devices back; written rows are now counted.
-    for i in committed.lost:
+    for i in committed.lost | set(committed.refused):
         engine.release(wins[i][1].devices)
     engines.note_written(committed.written)
     lost_groups = {id(wins[i][0]) for i in committed.lost}
-    won_groups = {id(g) for g, _ in wins} - lost_groups
+    refused = {id(wins[i][0]): v for i, v in committed.refused.items()}
+    won_groups = {id(g) for g, _ in wins} - lost_groups - set(refused)
     events: list = []
     updated: list[ResourceClaim] = []
     for group, outcome in live:
-        if id(group) not in won_groups:
-            _record_outcome(group, outcome, id(group) in lost_groups, version, now, result, events)
+        if id(group) in refused:
+            commit.set_waiting_for_quota(group.claims, refused[id(group)], version, now, events)
+            result.pending += len(group.claims)
+            updated.extend(group.claims)
+        elif id(group) not in won_groups:
+            # Devices a refused unit held in this round's engine were not there for the groups after it: they
+            # are decided again next round rather than waiting for the fleet to change (no queue blocks another).
+            _record_outcome(group, outcome, id(group) in lost_groups, None if refused else version, now, result,
+                            events)
             updated.extend(group.claims)
         else:
             result.allocated += len(group.claims)

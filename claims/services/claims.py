@@ -15,7 +15,7 @@ from django.utils import timezone
 from claims import dispatch, k8s, notify
 from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
-from claims.services import bulk, external
+from claims.services import bulk, external, queueing
 from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
 from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
@@ -124,6 +124,9 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
     if errors:
         raise FieldError(errors)
     check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths, strict=False)])
+    errors = queueing.check_new_claims(ns_name, [(p, c) for c, p in zip(claims, paths, strict=False)])
+    if errors:  # a queue the namespace may not use, a priority over the queue's maxPriority
+        raise FieldError(errors)
     names = [(c.name, p) for c, p in zip(claims, paths, strict=False)]
     _check_duplicates(names)
     # Insert first: the unique (namespace, name) index answers "is the name free" without a query of its
@@ -265,6 +268,11 @@ def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> Re
             if (claim.annotations or {}).get(key) != parsed["annotations"].get(key):
                 raise FieldError([(f"metadata.annotations[{key}]", "field is managed by draservice and immutable")])
         placement = parse_annotations(parsed["annotations"])
+        # New labels may name another queue or priority: the same rules as at creation; and an admitted claim's
+        # queue cannot change (its quota is charged there).
+        errors = queueing.check_label_change(claim, parsed["labels"])
+        if errors:
+            raise FieldError(errors)
         _apply_lease_change(claim, placement.lease, timezone.now())
         claim.labels, claim.annotations = parsed["labels"], parsed["annotations"]
         claim.allowed_cluster_selector = placement.allowed_cluster_selector

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
-from claims.services import bulk, fleet, locking
+from claims.services import bulk, fleet, locking, queueing
 from claims.services import events as ev
-from claims.services.conditions import set_allocated_condition
+from claims.services.conditions import set_allocated_condition, set_condition
 
 LOCK_TIMEOUT = "2s"
 ROW_KEY = ("id", "cluster", "driver", "pool", "device", "share_id", "consumed_capacity", "admin_access")
@@ -77,6 +77,7 @@ class CommitResult:
     lost: set[int] = field(default_factory=set)  # unit indexes that lost a race: retry soon
     written: list[tuple] = field(default_factory=list)  # ROW_KEY tuples of the inserted rows
     allocated: list[ResourceClaim] = field(default_factory=list)
+    refused: dict[int, queueing.Verdict] = field(default_factory=dict)  # unit index -> why quota said no
 
 
 def results_of(allocation: dict | None) -> list[dict]:
@@ -129,15 +130,21 @@ def commit(units: list[Unit], view, rows_seen, now) -> CommitResult:
     """Verify and write ``units`` in the caller's transaction; claims of won units are updated in memory
     (Allocated) and saved. Claims must have been checked with ``changed_claims`` in this transaction."""
     out = CommitResult(lost=verify(units, view, rows_seen))
+    # Quota is decided here and only here, in this transaction, on what the engine actually placed.
+    live = [i for i in range(len(units)) if i not in out.lost]
+    verdicts = {live[j]: v for j, v in queueing.admit([units[i] for i in live], view, now).items()}
+    out.refused = {i: v for i, v in verdicts.items() if v.reason != queueing.ADMITTED}
     rows: list[DeviceAllocation] = []
     events = []
     for i, unit in enumerate(units):
-        if i in out.lost:
+        if i in out.lost or i in out.refused:
             continue
         for p in unit.placements:
             for claim, allocation in zip(p.claims, p.allocations, strict=True):
                 rows.extend(device_rows(claim, p.cluster, allocation))
                 set_allocated(claim, p, allocation, now, events)
+                if i in verdicts:
+                    set_quota_condition([claim], verdicts[i], now)
                 out.allocated.append(claim)
     out.written = bulk.insert_rows(rows, returning=ROW_KEY)
     record(out.allocated, events)
@@ -202,6 +209,21 @@ def set_pending(claims, reason: str, message: str, diagnostics, version, now, ev
         if not repeat:
             events.append(ev.event(claim, ev.ATTEMPT, reason, claim.message,
                                    {"outcome": "pending", "attempt": claim.attempts}))
+
+
+def set_quota_condition(claims, verdict: queueing.Verdict, now) -> None:
+    admitted = verdict.reason == queueing.ADMITTED
+    for claim in claims:
+        claim.conditions = set_condition(claim.conditions, queueing.QUOTA_RESERVED, admitted, verdict.reason,
+                                         verdict.message, now)
+
+
+def set_waiting_for_quota(claims, verdict: queueing.Verdict, version, now, events: list) -> None:
+    """Placed by the engine but refused by its queue's quota: pending, holding nothing; retried once the
+    fleet version moves (a release, a queue change)."""
+    set_pending(claims, verdict.reason, verdict.message, {"queue": verdict.queue, "reason": verdict.reason},
+                version, now, events)
+    set_quota_condition(claims, verdict, now)
 
 
 def set_failed(claims, error, reason: str, version, now, events: list) -> None:

@@ -15,6 +15,7 @@ from django.utils import timezone
 from claims import dispatch, k8s
 from claims.models import Consumer, Namespace, Phase, Reservation, ResourceClaim, ResourceClaimTemplate
 from claims.services import events as ev
+from claims.services import queueing
 from claims.services.claims import _release_locked, build_claim, check_precondition, get_namespace_for_write
 from draservice.problems import Conflict, FieldError
 
@@ -128,6 +129,8 @@ def _claims_for(ns: Namespace, consumer: Consumer, entries: list[dict], path: st
                                  "spec": template.spec["spec"]}, now=now)
         claim.template, claim.owner = template, consumer
         made.append((entry["name"], claim))
+    # A consumer's claims are admitted together: one queue for all of them.
+    errors += queueing.check_new_claims(ns.name, [(path, c) for _, c in out + made], unit=True)
     if errors:
         raise FieldError(errors)
     if made:

@@ -7,7 +7,7 @@ the fleet's version. ``refresh`` runs the engine now on a throw-away copy (no wr
 from __future__ import annotations
 
 from claims.models import Phase, ResourceClaim
-from claims.services import allocation, fleet
+from claims.services import allocation, fleet, queueing
 from claims.services.grouping import Group
 
 
@@ -23,6 +23,14 @@ def explain(claim: ResourceClaim, *, refresh: bool = False) -> dict:
         "current": claim.phase != Phase.PENDING or claim.attempted_version == version,
         "diagnostics": claim.diagnostics,
     }
+    queue = queueing.status([claim]).get(claim.id)
+    if queue:  # e.g. "position 3 in team-a; about 12 min: running claims ending by 14:11 free the 8 ..."
+        words = [f"position {queue['positionInQueue']} in {queue['queue']}" if "positionInQueue" in queue
+                 else f"queue {queue['queue']}"]
+        estimate = queue.get("estimate") or {}
+        if estimate.get("message"):
+            words.append(estimate["message"])
+        out["queue"] = {**queue, "summary": "; ".join(words)}
     if refresh and claim.phase == Phase.PENDING:
         out["diagnostics"] = dry_run(claim)
         out["current"] = True

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from claims.api.serializers import ts
+from claims.api.serializers import ts, unit_queue_status
+from claims.models import ResourceClaim
 from gangs.models import Gang, GangEvent, GangPhase
 from gangs.spec import API_VERSION, KIND
 
@@ -28,6 +29,8 @@ def render_gang(gang: Gang, members: list | None = None) -> dict:
                     "waiting": gang.waiting_count, "attempts": gang.attempts}
     if gang.conditions:
         status["conditions"] = gang.conditions
+    status.update(unit_queue_status(list(ResourceClaim.objects.select_related("namespace").filter(
+        reservations__consumer__gang_member__gang=gang).distinct())))  # its queue, its first place there
     if gang.cluster:
         status["placement"] = {"cluster": gang.cluster, "domain": gang.in_level_order(gang.domain),
                                "preferredDomains": gang.preferred_domains}

@@ -19,6 +19,7 @@ from django.utils import timezone
 from claims.models import Phase, Reservation, ResourceClaim
 from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
+from claims.services import queueing
 from claims.services.conditions import set_condition
 from draservice.problems import Conflict, FieldError
 from gangs import dispatch
@@ -101,6 +102,8 @@ def _hold_member_claims(gang: Gang, consumers: list, now) -> list[ResourceClaim]
         elif len(by_claim[c.id]) > 1 or others.get(c.id):
             errors.append(("spec.members", f'resourceclaims "{c.name}" is shared: a gang member\'s claims are its '
                                            "own (share devices through the claims API instead)"))
+    # The whole gang is one unit of admission: one queue for every member's claims.
+    errors += queueing.check_new_claims(gang.namespace.name, [("spec.members", c) for c in claims], unit=True)
     if errors:
         raise FieldError(errors)
     hold.hold(claims, gang.name, f"allocated together with gang {gang.name}", now)

@@ -17,6 +17,7 @@ device, and the loser of a race writes nothing, gives its devices back to the en
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -196,9 +197,10 @@ def _commit_locked(p: Prepared, outcome, view, rows_seen, placer) -> str:
         return "failed"
     if outcome.placed:
         first = gang.phase == GangPhase.PENDING
-        if not _write(gang, outcome, {mc.member.name: mc for mc in p.pending}, view, rows_seen, placer, p.version,
-                      p.now):
-            return "lost_race"
+        written = _write(gang, outcome, {mc.member.name: mc for mc in p.pending}, view, rows_seen, placer,
+                         p.version, p.now)
+        if written is not True:
+            return written or "lost_race"
         return "placed" if first else "added"
     if outcome.error is not None and outcome.error.code in TERMINAL_ERRORS:
         mcs, _ = member_claims(gang, lock=True)
@@ -245,8 +247,9 @@ def summary(outcome) -> dict:
 # --------------------------------------------------------------------------------------------- writing
 
 def _write(gang: Gang, outcome, by_name: dict[str, MemberClaims], view, rows_seen, placer, version: int,
-           now) -> bool:
-    """Persist a placement, all of it or nothing; False when it lost a race (the engine gets its devices back)."""
+           now) -> bool | str:
+    """Persist a placement, all of it or nothing; False when it lost a race, "pending" when its queue refused
+    it (either way the engine gets its devices back)."""
     cluster = outcome.cluster
     placements = []
     for pl in outcome.placements:
@@ -262,6 +265,12 @@ def _write(gang: Gang, outcome, by_name: dict[str, MemberClaims], view, rows_see
     for c in (c for pl in placements for c in pl.claims):
         commit.touch_attempt(c, now)
     committed = commit.commit([commit.Unit(placements)], view, rows_seen, now)
+    if committed.refused:  # the whole gang is one unit of admission: its queue's quota said no
+        placer.release_placements(outcome.placements)
+        verdict = committed.refused[0]
+        _record_pending(gang, dataclasses.replace(outcome, reason=verdict.reason, message=verdict.message),
+                        list(by_name.values()), version, now)
+        return "pending"
     if committed.lost:
         placer.release_placements(outcome.placements)
         Gang.objects.filter(pk=gang.pk).update(taken_until=None)

@@ -16,3 +16,9 @@ if os.environ.get("CLAIMS_TEST_RACE") == "1":
     from django.conf import settings
 
     settings.CLAIMS_SERIALIZE_ALLOCATION = False
+
+if os.environ.get("QUEUES_TEST_ADMIT_DELAY"):
+    # The queue race tests widen the window between quota check and write (queues.services.admission).
+    from django.conf import settings
+
+    settings.QUEUES_ADMIT_DELAY_SECONDS = float(os.environ["QUEUES_TEST_ADMIT_DELAY"])

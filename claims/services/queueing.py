@@ -1,0 +1,94 @@
+"""The claims app's door to queue admission (quota, fair share, priority), which the ``queues`` app provides.
+
+``queues`` sits above ``claims`` (it reads claims, namespaces and allocations), so claims may not import it;
+it registers its hooks here in ``AppConfig.ready`` instead, as gangs register their claims with
+``external``. Without a registered provider every unit is admitted, in arrival order (the behaviour before
+queues).
+
+The provider is asked:
+- ``check_new_claims(namespace, [(path, claim)], unit)`` at creation: field errors (a queue the namespace may not
+  name, a priority over the queue's ``maxPriority``, mixed queues in one unit);
+- ``check_label_change(claim, labels)`` when a claim's labels are replaced;
+- ``admit(units, view, now)`` by ``commit`` inside the commit transaction, after the race checks: which units are
+  refused and why (``Verdict``); admitted units' quota is charged in the same transaction;
+- ``order(groups)`` by the claims round, before the engine: the order in which the taken groups are tried;
+- ``round_screen(engine)`` by the claims round: a per-round filter of the engine's outcomes (reservations);
+- ``status(claims)`` by the renderers: extra ``status`` fields (queue, positionInQueue, estimate).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+QUOTA_RESERVED = "QuotaReserved"
+PREEMPTED = "Preempted"
+ADMITTED = "Admitted"
+WAITING_FOR_QUOTA = "WaitingForQuota"
+NO_QUOTA_FOR_CLASS = "NoQuotaForClass"
+QUEUE_DOES_NOT_EXIST = "QueueDoesNotExist"
+HELD_FOR_QUEUE_HEAD = "held_for_queue_head"  # an engine outcome reason (the round maps it to HeldForQueueHead)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reason: str  # WaitingForQuota | NoQuotaForClass | QueueDoesNotExist
+    message: str
+    queue: str = ""
+
+
+class Provider(Protocol):
+    def check_new_claims(self, namespace: str, claims: list[tuple[str, Any]],
+                         unit: bool = False) -> list[tuple[str, str]]: ...
+
+    def check_label_change(self, claim: Any, labels: dict) -> list[tuple[str, str]]: ...
+
+    def admit(self, units: list, view, now) -> dict[int, Verdict]: ...
+
+    def order(self, groups: list) -> list: ...
+
+    def status(self, claims: list) -> dict[int, dict]: ...
+
+    def round_screen(self, engine) -> Any: ...
+
+
+_provider: Provider | None = None
+
+
+def register(provider: Provider) -> None:
+    global _provider
+    _provider = provider
+
+
+def check_new_claims(namespace: str, claims: list[tuple[str, Any]], unit: bool = False) -> list[tuple[str, str]]:
+    """``claims``: (field path, claim). ``unit``: they are allocated together (must share one queue)."""
+    return _provider.check_new_claims(namespace, claims, unit) if _provider and claims else []
+
+
+def check_label_change(claim: Any, labels: dict) -> list[tuple[str, str]]:
+    """Field errors for new ``labels`` of an existing claim (a queue it may not use, a priority over the cap,
+    another queue once it is admitted)."""
+    return _provider.check_label_change(claim, labels) if _provider else []
+
+
+def admit(units: list, view, now) -> dict[int, Verdict]:
+    """A verdict per index of ``units`` (claims.services.commit.Unit): ``ADMITTED`` (its quota is charged in
+    the caller's transaction) or why not; ``view``: the fleet view the units were placed on."""
+    return _provider.admit(units, view, now) if _provider and units else {}
+
+
+def order(groups: list) -> list:
+    return _provider.order(groups) if _provider and len(groups) > 1 else groups
+
+
+def _no_screen(group, outcome):
+    return outcome
+
+
+def round_screen(engine):
+    """``screen(group, outcome) -> outcome`` for one round's engine decisions, in order (head-of-queue
+    reservations: a placement on a node held for a queue's head is undone and reported as held)."""
+    return _provider.round_screen(engine) if _provider else _no_screen
+
+
+def status(claims: list) -> dict[int, dict]:
+    return _provider.status(claims) if _provider and claims else {}

@@ -1,0 +1,8 @@
+from django.urls import re_path
+
+from queues.api import views
+
+urlpatterns = [
+    re_path(r"^queues/?$", views.QueueListView.as_view(), name="queue-list"),
+    re_path(r"^queues/(?P<name>[^/]+)/?$", views.QueueDetailView.as_view(), name="queue-detail"),
+]

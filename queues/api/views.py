@@ -1,0 +1,86 @@
+"""Queues API: fleet-wide ``draservice.io/v1alpha1`` Queue objects. Everyone reads; admins write.
+
+Thin views: check access (``IsAdminOrReadOnly``), parse (JSON or YAML), call ``queues.services.queues``,
+render with the ETag (``resourceVersion``); ``If-Match`` is compared by the service under its row lock.
+"""
+from __future__ import annotations
+
+from django.core.exceptions import ObjectDoesNotExist
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from draservice.parsers import JSONParser
+from draservice.yaml import YAMLParser
+from inventory.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
+from inventory.permissions import IsAdminOrReadOnly
+from queues.models import API_VERSION, Queue
+from queues.services import queues as queue_services
+from queues.services import status as queue_status
+
+FORCE = OpenApiParameter("force", OpenApiTypes.BOOL, description="delete a queue that holds claims: they move "
+                                                                  "to the default queue")
+
+
+class QueueBase(APIView):
+    permission_classes = [IsAdminOrReadOnly]
+    parser_classes = [JSONParser, YAMLParser]
+
+    def handle_exception(self, exc):
+        if isinstance(exc, ObjectDoesNotExist):
+            exc = exceptions.NotFound("queue not found")
+        return super().handle_exception(exc)
+
+    def render(self, queue: Queue, code: int = 200) -> Response:
+        body = queue_services.rendered(queue)
+        body["status"] = queue_status.queue_status(queue)
+        response = Response(body, status=code)
+        response["ETag"] = etag_for(queue.resource_version)
+        return response
+
+
+class QueueListView(QueueBase):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List Queues (the tree, with usage)")
+    def get(self, request):
+        queues = list(Queue.objects.order_by("id"))
+        statuses = queue_status.statuses(queues)
+        items = [{**queue_services.rendered(q), "status": statuses[q.id]} for q in queues]
+        return Response({"apiVersion": API_VERSION, "kind": "QueueList", "metadata": {}, "items": items})
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT},
+                   summary="Create a Queue (admins)")
+    def post(self, request):
+        queue = queue_services.create_queue(request.data)
+        response = self.render(queue, status.HTTP_201_CREATED)
+        response["Location"] = f"{request.path.rstrip('/')}/{queue.name}"
+        return response
+
+
+class QueueDetailView(QueueBase):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Read a Queue")
+    def get(self, request, name):
+        queue = Queue.objects.get(name=name)
+        if not_modified(request, queue.resource_version):
+            response = Response(status=status.HTTP_304_NOT_MODIFIED)
+            response["ETag"] = etag_for(queue.resource_version)
+            return response
+        return self.render(queue)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, parameters=[IF_MATCH_PARAMETER],
+                   responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT}, summary="Replace a Queue")
+    def put(self, request, name):
+        queue, created = queue_services.replace_queue(name, request.data, if_match(request))
+        return self.render(queue, 201 if created else 200)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, parameters=[IF_MATCH_PARAMETER],
+                   responses={200: OpenApiTypes.OBJECT}, summary="Change a Queue (JSON merge patch)")
+    def patch(self, request, name):
+        return self.render(queue_services.patch_queue(name, request.data, if_match(request)))
+
+    @extend_schema(parameters=[IF_MATCH_PARAMETER, FORCE], responses={204: None}, summary="Delete a Queue")
+    def delete(self, request, name):
+        force = (request.query_params.get("force") or "").lower() in ("true", "1", "yes")
+        queue_services.delete_queue(name, if_match(request), force=force)
+        return Response(status=status.HTTP_204_NO_CONTENT)

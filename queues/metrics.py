@@ -1,0 +1,67 @@
+"""Prometheus gauges per queue, read from the database at scrape time (as ``claims.metrics``): quota
+(nominal), use and borrowing per class and unit, pending claims, dominant share, preemptions."""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from fractions import Fraction
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+log = logging.getLogger(__name__)
+LABELS = ["queue", "device_class", "unit", "resource"]
+
+
+class QueuesCollector:
+    def collect(self):
+        from django.db.models import Count
+
+        from queues import spec as queue_spec
+        from queues.models import Preemption, Queue
+        from queues.services import status, usage
+        from queues.services.order import Shares
+        from queues.services.resolve import Tree
+
+        nominal = GaugeMetricFamily("draservice_queue_nominal", "Nominal quota per queue, class and unit",
+                                    labels=LABELS)
+        used = GaugeMetricFamily("draservice_queue_used", "In use by the queue's admitted claims (its subtree)",
+                                 labels=LABELS)
+        borrowed = GaugeMetricFamily("draservice_queue_borrowed", "In use beyond the nominal quota", labels=LABELS)
+        pending = GaugeMetricFamily("draservice_queue_pending_claims", "Pending claims of the queue", labels=["queue"])
+        share = GaugeMetricFamily("draservice_queue_dominant_share", "Dominant share of what the queue borrows, "
+                                  "over its weight (the fair-share order's key)", labels=["queue"])
+        preempted = CounterMetricFamily("draservice_queue_preemptions", "Claims of the queue preempted",
+                                        labels=["queue"])
+        try:
+            queues = list(Queue.objects.order_by("id"))
+            statuses = status.statuses(queues)
+            tree = Tree(queues={q.name: q for q in queues}, by_namespace={}, redirects={})
+            shares = Shares(tree, usage.load())
+            for q in queues:
+                quota: dict[tuple, Fraction] = defaultdict(Fraction)
+                for entry in q.spec.get("quotas") or []:
+                    if entry.get("devices"):
+                        quota[(entry["deviceClassName"], "devices", "")] += Fraction(
+                            queue_spec.amount_of(entry["devices"]["nominal"]))
+                    for unit in ("counters", "capacity"):
+                        for res, limits in (entry.get(unit) or {}).items():
+                            quota[(entry["deviceClassName"], unit, res)] += Fraction(
+                                queue_spec.amount_of(limits["nominal"]))
+                for key, amount in quota.items():
+                    nominal.add_metric([q.name, *key], float(amount))
+                for row in statuses[q.id]["usage"]:
+                    key = (row["deviceClassName"], row["unit"], row.get("name", ""))
+                    value = float(row["used"])
+                    used.add_metric([q.name, *key], value)
+                    borrowed.add_metric([q.name, *key], max(0.0, value - float(quota.get(key, 0))))
+                pending.add_metric([q.name], statuses[q.id]["pendingClaims"])
+                share.add_metric([q.name], float(shares.dominant(q.id)) / max(q.weight, 1e-9))
+            for name, n in Preemption.objects.values_list("queue").annotate(n=Count("id")).values_list("queue", "n"):
+                preempted.add_metric([name], n)
+        except Exception as exc:  # a scrape must not fail because the database is briefly away
+            log.warning("queue metrics unavailable: %s", exc)
+            return
+        yield from (nominal, used, borrowed, pending, share, preempted)
+
+    def describe(self):
+        return []

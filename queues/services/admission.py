@@ -1,0 +1,235 @@
+"""Admission: does a placed unit (a claim, a consumer's claims, a gang) fit its queue's quota?
+
+Called by ``claims.services.commit`` (through ``claims.services.queueing``) in the commit's transaction, after
+the race checks, with what the engine actually placed. Under locks held to commit:
+
+1. one advisory lock for the root (``ROOT_LOCK``): borrowing reads every queue's usage, so admissions that
+   borrow from the same root must not interleave (they are milliseconds each); then
+2. the queue rows of every unit's queue and its ancestors, ``SELECT ... FOR UPDATE`` in ascending id (the
+   fixed order that rules out deadlocks; a queue update waits for them, so a commit sees one version);
+3. usage is read (charges of Allocated claims), each unit checked in order (earlier admitted units of the same
+   commit count for the later ones) and the admitted units' charges inserted.
+
+A unit that does not fit holds nothing: its devices are not written and nothing is charged.
+
+The rule, for every (deviceClassName, unit, resource) the placement uses, at the leaf and every ancestor that
+has a quota entry for the class (and whose ``clusterSelector`` covers the cluster):
+``use after <= nominal + borrowingLimit`` (absent borrowingLimit: unlimited). At the root, a queue going
+beyond its nominal borrows: what the other top-level queues keep for themselves (``nominal - lendingLimit``,
+where idle) must stay free, so ``sum over the others of max(use, kept) + use after <= fleet capacity`` (for
+devices, whose fleet capacity per class the engine counts). A class the leaf does not list is refused
+(``NoQuotaForClass``), except in ``default`` (nominal 0 and unlimited borrowing for every class).
+"""
+from __future__ import annotations
+
+import time
+import zlib
+from collections import defaultdict
+from fractions import Fraction
+
+from django.conf import settings
+from django.db import connection
+
+from claims.placement import clusters_matching
+from claims.services import queueing
+from claims.services.engines import engines
+from dra.engine.selectors import MATCH
+from queues import spec as queue_spec
+from queues.models import DEFAULT_QUEUE, Queue, QuotaCharge
+from queues.services import usage as u
+from queues.services.resolve import Tree, queue_of
+
+ROOT_LOCK = zlib.crc32(b"draservice.queues.root")
+_capacity_cache: dict = {"key": None, "classes": {}}
+
+
+def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
+    tree = Tree.load()
+    verdicts: dict[int, queueing.Verdict] = {}
+    queue_names: dict[int, str] = {}
+    for i, unit in enumerate(units):
+        claims = [c for p in unit.placements for c in p.claims]
+        if not claims:
+            continue
+        name = queue_of(claims[0], claims[0].namespace.name, tree)
+        if name not in tree.queues:
+            verdicts[i] = queueing.Verdict(queueing.QUEUE_DOES_NOT_EXIST, f'queue "{name}" does not exist (yet); the '
+                                           "claim waits for it", name)
+        elif not tree.is_leaf(name):
+            verdicts[i] = queueing.Verdict(queueing.WAITING_FOR_QUOTA, f'queue "{name}" has child queues; only leaf '
+                                           "queues take claims", name)
+        else:
+            queue_names[i] = name
+    if not queue_names:
+        return verdicts
+    _lock(tree, set(queue_names.values()))
+    state = _State(tree, u.load(), view)
+    charges: list[QuotaCharge] = []
+    for i, name in queue_names.items():
+        verdict, unit_charges = state.try_admit(units[i], name)
+        verdicts[i] = verdict
+        charges.extend(unit_charges)
+    delay = getattr(settings, "QUEUES_ADMIT_DELAY_SECONDS", 0)
+    if delay:  # fault injection for the race tests: widen the window between the check and the write
+        time.sleep(delay)
+    admitted = [c.claim_id for c in charges]
+    QuotaCharge.objects.filter(claim_id__in=admitted).delete()  # a re-admitted claim (after preemption)
+    QuotaCharge.objects.bulk_create(charges)
+    return verdicts
+
+
+def _lock(tree: Tree, names: set[str]) -> None:
+    ids = sorted({q.id for name in names for q in tree.chain(name)})
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ROOT_LOCK])
+    fresh = list(Queue.objects.select_for_update().filter(id__in=ids).order_by("id"))
+    for q in fresh:  # the rows as they are now that nobody can change them
+        tree.queues[q.name] = q
+
+
+class _State:
+    """Usage under the locks, plus what this commit admitted so far."""
+
+    def __init__(self, tree: Tree, usage: u.Usage, view) -> None:
+        self.tree, self.usage, self.view = tree, usage, view
+        self.labels = dict(view.cluster_labels) if view is not None else {}
+        self.by_id = {q.id: q for q in tree.queues.values()}
+        self.children: dict[int | None, list[int]] = defaultdict(list)
+        for q in tree.queues.values():
+            self.children[q.parent_id].append(q.id)
+
+    def subtree(self, queue: Queue) -> set[int]:
+        out, todo = set(), [queue.id]
+        while todo:
+            qid = todo.pop()
+            out.add(qid)
+            todo.extend(self.children.get(qid, ()))
+        return out
+
+    def used(self, queue: Queue, key: tuple[str, str, str], clusters: set[str] | None) -> Fraction:
+        ids = self.subtree(queue)
+        return sum((amount for (qid, cls, unit, res, cluster), amount in self.usage.items()
+                    if qid in ids and (cls, unit, res) == key and (clusters is None or cluster in clusters)),
+                   Fraction(0))
+
+    def entry(self, queue: Queue, cls: str, cluster: str) -> dict | None:
+        """The queue's quota entry for ``cls`` covering ``cluster`` (a selector-specific one first)."""
+        found = None
+        for q in queue.spec.get("quotas") or []:
+            if q.get("deviceClassName") != cls:
+                continue
+            selector = q.get("clusterSelector")
+            if selector is None:
+                found = found or q
+            elif cluster in (clusters_matching(selector["matchLabels"], list(self.labels.items())) or []):
+                return q
+        return found
+
+    def covered(self, entry: dict) -> set[str] | None:
+        selector = entry.get("clusterSelector")
+        if selector is None:
+            return None
+        return set(clusters_matching(selector["matchLabels"], list(self.labels.items())) or [])
+
+    def try_admit(self, unit, name: str) -> tuple[queueing.Verdict, list[QuotaCharge]]:
+        leaf = self.tree.queues[name]
+        chain = self.tree.chain(name)
+        per_claim = [(claim, p.cluster, u.needs([_one(p, claim, a)], self.view).get(p.cluster, {}))
+                     for p in unit.placements for claim, a in zip(p.claims, p.allocations, strict=True)]
+        total: dict[tuple[str, tuple], Fraction] = defaultdict(Fraction)
+        for _, cluster, need in per_claim:
+            for key, amount in need.items():
+                total[(cluster, key)] += amount
+        for (cluster, key), amount in sorted(total.items()):
+            why = self.check(leaf, chain, cluster, key, amount)
+            if why is not None:
+                return why, []
+        charges = []
+        for claim, cluster, need in per_claim:
+            for (cls, unit_name, res), amount in need.items():
+                self.usage[(leaf.id, cls, unit_name, res, cluster)] = \
+                    self.usage.get((leaf.id, cls, unit_name, res, cluster), Fraction(0)) + amount
+                charges.append(QuotaCharge(claim_id=claim.id, queue_id=leaf.id, device_class=cls, unit=unit_name,
+                                           resource=res, amount=u.to_decimal(amount), cluster=cluster))
+        return queueing.Verdict(queueing.ADMITTED, f'admitted to queue "{name}"', name), charges
+
+    def check(self, leaf: Queue, chain: list[Queue], cluster: str, key: tuple[str, str, str],
+              amount: Fraction) -> queueing.Verdict | None:
+        cls, unit_name, res = key
+        what = f"{cls} {unit_name}" + (f" {res}" if res else "")
+        if self.entry(leaf, cls, cluster) is None and leaf.name != DEFAULT_QUEUE:
+            return queueing.Verdict(queueing.NO_QUOTA_FOR_CLASS, f'queue "{leaf.name}" has no quota for device '
+                                    f'class "{cls}" on cluster {cluster}', leaf.name)
+        for queue in chain:
+            entry = self.entry(queue, cls, cluster)
+            limits = _limits(entry, unit_name, res) if entry else None
+            if limits is None:
+                continue
+            after = self.used(queue, key, self.covered(entry)) + amount
+            nominal = Fraction(queue_spec.amount_of(limits.get("nominal", 0)) or 0)
+            borrowing = limits.get("borrowingLimit")
+            if borrowing is not None and after > nominal + Fraction(queue_spec.amount_of(borrowing)):
+                return queueing.Verdict(queueing.WAITING_FOR_QUOTA, (
+                    f'queue "{queue.name}": {what} in use would be {_fmt(after)}, over nominal {_fmt(nominal)} + '
+                    f"borrowingLimit {borrowing}"), leaf.name)
+            if queue.parent_id is None and after > nominal and unit_name == "devices" and entry.get(
+                    "clusterSelector") is None and not self.fits_root(queue, cls, after):
+                return queueing.Verdict(queueing.WAITING_FOR_QUOTA, (
+                    f'queue "{queue.name}" would borrow {what} that other queues keep for themselves (their nominal '
+                    "beyond lendingLimit)"), leaf.name)
+        return None
+
+    def fits_root(self, borrower: Queue, cls: str, after: Fraction) -> bool:
+        kept_total = Fraction(0)
+        for qid in self.children.get(None, ()):
+            other = self.by_id[qid]
+            if other.id == borrower.id:
+                continue
+            entry = self.entry(other, cls, "")
+            limits = _limits(entry, "devices", "") if entry else None
+            used = self.used(other, (cls, "devices", ""), None)
+            kept = Fraction(0)
+            if limits is not None and limits.get("lendingLimit") is not None:
+                kept = Fraction(queue_spec.amount_of(limits["nominal"])) - Fraction(
+                    queue_spec.amount_of(limits["lendingLimit"]))
+            kept_total += max(used, kept)
+        if not kept_total:
+            return True  # nobody keeps anything: the engine's placement is the only bound
+        capacity = class_capacity(self.view, cls)
+        return capacity is None or kept_total + after <= capacity
+
+
+def _limits(entry: dict, unit_name: str, res: str) -> dict | None:
+    value = entry.get(unit_name)
+    if value is None:
+        return None
+    return value if unit_name == "devices" else value.get(res)
+
+
+def _one(p, claim, allocation):
+    return type("One", (), {"claims": [claim], "allocations": [allocation], "cluster": p.cluster})
+
+
+def _fmt(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+
+
+def class_capacity(view, cls: str) -> int | None:
+    """Devices of the fleet the class selects, counted by the claims round's cached engine (None when that
+    engine is not for this view: the guarantee check is then left to the next commit)."""
+    engine = engines.engine
+    if engine is None or view is None or engines.key != view.key:
+        return None
+    if _capacity_cache["key"] != view.key:
+        _capacity_cache.update(key=view.key, classes={})
+    cached = _capacity_cache["classes"].get(cls)
+    if cached is None:
+        klass = engine.get_class(None, cls)
+        if klass is None:
+            return None
+        exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
+                      for s in (klass.get("spec") or {}).get("selectors") or [])
+        sel = engine.selector_set(cls, exprs, ())
+        cached = _capacity_cache["classes"][cls] = sum(1 for d in engine.devices if sel.evaluate(d) is MATCH)
+    return cached

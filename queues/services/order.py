@@ -1,0 +1,126 @@
+"""The order in which pending claims are tried, and a claim's place in its queue.
+
+Inside a queue: claim priority (label ``draservice.io/priority``, capped by the queue's ``maxPriority``), then
+age. Among queues: dominant-resource fair share of what each borrows beyond its nominal quota, divided by its
+``weight`` (lowest first), then queue ``priority`` (highest first). The round interleaves queues by that rule,
+charging each group's requested devices to its queue as it goes, so a heavier-weighted queue gets
+proportionally more of the surplus in every round.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from fractions import Fraction
+
+from claims.models import Phase, ResourceClaim
+from queues import spec as queue_spec
+from queues.services import estimate
+from queues.services import usage as u
+from queues.services.resolve import Tree, claims_of_queue_q, effective_priority, queue_of
+
+
+class Shares:
+    """Each queue's dominant share of what it borrows (use beyond nominal, over the fleet's use or quota)."""
+
+    def __init__(self, tree: Tree, usage: u.Usage) -> None:
+        self.tree = tree
+        self.used: dict[tuple[int, str], Fraction] = defaultdict(Fraction)  # (queue, class) -> devices
+        for (qid, cls, unit, _res, _cluster), amount in usage.items():
+            if unit == "devices":
+                self.used[(qid, cls)] += amount
+        self.nominal: dict[tuple[int, str], Fraction] = {}
+        for q in tree.queues.values():
+            for entry in q.spec.get("quotas") or []:
+                nominal = (entry.get("devices") or {}).get("nominal")
+                if nominal is not None:
+                    key = (q.id, entry["deviceClassName"])
+                    self.nominal[key] = self.nominal.get(key, Fraction(0)) + Fraction(queue_spec.amount_of(nominal))
+        self.total: dict[str, Fraction] = defaultdict(Fraction)
+        for (_, cls), amount in list(self.used.items()) + list(self.nominal.items()):
+            self.total[cls] += amount
+
+    def add(self, qid: int, cls: str, n: int) -> None:
+        self.used[(qid, cls)] += n
+        self.total[cls] += n
+
+    def dominant(self, qid: int) -> Fraction:
+        best = Fraction(0)
+        for (q, cls), used in self.used.items():
+            if q != qid:
+                continue
+            borrowed = used - self.nominal.get((q, cls), Fraction(0))
+            if borrowed > 0:
+                best = max(best, borrowed / max(self.total[cls], Fraction(1)))
+        return best
+
+
+def order(groups: list) -> list:
+    """The claims round's groups in queue order (see the module docstring)."""
+    tree = Tree.load()
+    per_queue: dict[str, list] = defaultdict(list)
+    for g in groups:
+        first = g.claims[0]
+        name = queue_of(first, first.namespace.name, tree)
+        queue = tree.queues.get(name)
+        prio = max(effective_priority(c, queue) for c in g.claims)
+        per_queue[name].append((-prio, min(c.created_at for c in g.claims), first.id, g))
+    if len(per_queue) == 1:
+        return [item[-1] for item in sorted(next(iter(per_queue.values())), key=lambda t: t[:3])]
+    shares = Shares(tree, u.load())
+    heap = []
+    for name, items in per_queue.items():
+        items.sort(key=lambda t: t[:3])
+        heap.append(_rank(tree, shares, name) + (name,))
+    heapq.heapify(heap)
+    out, pos = [], dict.fromkeys(per_queue, 0)
+    while heap:
+        name = heapq.heappop(heap)[-1]
+        group = per_queue[name][pos[name]][-1]
+        pos[name] += 1
+        out.append(group)
+        queue = tree.queues.get(name)
+        if queue is not None:
+            for cls, n in (r for c in group.claims for r in u.requested_devices(c.spec)):
+                shares.add(queue.id, cls, n)
+        if pos[name] < len(per_queue[name]):
+            heapq.heappush(heap, _rank(tree, shares, name) + (name,))
+    return out
+
+
+def _rank(tree: Tree, shares: Shares, name: str) -> tuple:
+    queue = tree.queues.get(name)
+    if queue is None:
+        return (Fraction(0), 0)
+    return (shares.dominant(queue.id) / Fraction(queue.weight).limit_denominator(1000), -queue.priority)
+
+
+def positions(claims: list) -> dict[int, dict]:
+    """claim id -> queue status fields: ``queue``, and for pending claims ``positionInQueue`` (1-based)
+    and the start-time estimate (``queues.services.estimate``)."""
+    tree = Tree.load()
+    out: dict[int, dict] = {}
+    wanted: dict[str, list] = defaultdict(list)
+    for c in claims:
+        name = queue_of(c, c.namespace.name, tree)
+        out[c.id] = {"queue": name}
+        if c.phase == Phase.PENDING:
+            wanted[name].append(c)
+    ahead: dict[int, list] = {}
+    queues_of: dict[int, str] = {}
+    for name, mine in wanted.items():
+        queue = tree.queues.get(name)
+        namespaces = queue.spec.get("namespaces") or [] if queue else []
+        rows = list(ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
+                    .select_related("namespace").only("id", "labels", "created_at", "namespace__name", "spec"))
+        rows = [r for r in rows if queue_of(r, r.namespace.name, tree) == name]
+        rows.sort(key=lambda r: (-effective_priority(r, queue), r.created_at, r.id))
+        index = {r.id: i for i, r in enumerate(rows)}
+        for c in mine:
+            if c.id in index:
+                out[c.id]["positionInQueue"] = index[c.id] + 1
+                ahead[c.id] = rows[:index[c.id]]
+                queues_of[c.id] = name
+    pending = [c for group in wanted.values() for c in group if c.id in ahead]
+    for claim_id, fields in estimate.estimates(pending, queues_of, ahead, tree).items():
+        out[claim_id].update(fields)
+    return out

@@ -1,0 +1,260 @@
+"""The ``Queue`` object (``draservice.io/v1alpha1``): parsing, defaulting and validation of one object.
+
+Pure checks of the object itself live here (field paths in Kubernetes style); checks against other queues
+(a cycle, a missing parent, a namespace another queue lists) are ``queues.services.queues``'s, under its lock.
+"""
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from django.conf import settings
+
+from dra.engine.quantity import QuantityError, parse_quantity
+from dra.k8s import fields as f
+from queues.models import API_VERSION, KIND
+
+UNITS = ("devices", "counters", "capacity")
+LIMITS = ("nominal", "borrowingLimit", "lendingLimit")
+WITHIN_QUEUE = ("Never", "LowerPriority")
+RECLAIM_BORROWED = ("Never", "Always")
+SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption")
+PREEMPTION_DEFAULTS = {"withinQueue": "LowerPriority", "reclaimBorrowed": "Always", "minRuntimeSeconds": 0,
+                       "graceSeconds": 30}
+MAX_QUOTAS = 64
+MAX_NAMESPACES = 1024
+
+
+def normalize(body: Any, url_name: str | None = None) -> tuple[dict, list[tuple[str, str]]]:
+    """(normalized object, field errors). The object is ``{apiVersion, kind, metadata, spec}`` with defaults."""
+    errors: list[tuple[str, str]] = []
+    if not isinstance(body, dict):
+        return {}, [("", "must be a Queue object")]
+    if body.get("apiVersion", API_VERSION) != API_VERSION:
+        errors.append(f.unsupported("apiVersion", body.get("apiVersion"), [API_VERSION]))
+    if body.get("kind", KIND) != KIND:
+        errors.append(f.unsupported("kind", body.get("kind"), [KIND]))
+    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    name = meta.get("name") or url_name
+    if not name:
+        errors.append(f.required("metadata.name"))
+    else:
+        errors += f.check_dns_label(name, "metadata.name")
+        if url_name and name != url_name:
+            errors.append(f.invalid("metadata.name", name, f"must match the name in the URL ({url_name!r})"))
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    for key, value in (("metadata.labels", labels), ("metadata.annotations", annotations)):
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            errors.append(f.invalid(key, value, "must be a map of strings"))
+    raw = body.get("spec", {})
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        return {}, errors + [f.invalid("spec", raw, "must be an object")]
+    spec, spec_errors = _spec(raw)
+    obj = {"apiVersion": API_VERSION, "kind": KIND,
+           "metadata": {"name": name or "", "labels": labels if isinstance(labels, dict) else {},
+                        "annotations": annotations if isinstance(annotations, dict) else {}},
+           "spec": spec}
+    return obj, errors + spec_errors
+
+
+def _spec(raw: dict) -> tuple[dict, list[tuple[str, str]]]:
+    errors: list[tuple[str, str]] = []
+    for key in raw:
+        if key not in SPEC_FIELDS:
+            errors.append(f.unsupported(f"spec.{key}", key, SPEC_FIELDS))
+    spec: dict[str, Any] = {}
+    parent = raw.get("parent")
+    if parent not in (None, ""):
+        errors += f.check_dns_label(parent, "spec.parent")
+        spec["parent"] = parent
+    namespaces = raw.get("namespaces") or []
+    if not isinstance(namespaces, list):
+        errors.append(f.invalid("spec.namespaces", namespaces, "must be a list of namespace names"))
+        namespaces = []
+    elif len(namespaces) > MAX_NAMESPACES:
+        errors.append(f.too_many("spec.namespaces", len(namespaces), MAX_NAMESPACES))
+    seen: set[str] = set()
+    for i, ns in enumerate(namespaces):
+        errors += f.check_dns_label(ns, f"spec.namespaces[{i}]")
+        if ns in seen:
+            errors.append(f.duplicate(f"spec.namespaces[{i}]", ns))
+        seen.add(ns) if isinstance(ns, str) else None
+    spec["namespaces"] = [n for n in namespaces if isinstance(n, str)]
+    quotas = raw.get("quotas") or []
+    if not isinstance(quotas, list):
+        errors.append(f.invalid("spec.quotas", quotas, "must be a list"))
+        quotas = []
+    elif len(quotas) > MAX_QUOTAS:
+        errors.append(f.too_many("spec.quotas", len(quotas), MAX_QUOTAS))
+    spec["quotas"] = []
+    keys: set[tuple] = set()
+    for i, q in enumerate(quotas):
+        entry, entry_errors = _quota(q, f"spec.quotas[{i}]")
+        errors += entry_errors
+        key = (entry.get("deviceClassName"), repr(entry.get("clusterSelector")))
+        if entry.get("deviceClassName") and key in keys:
+            errors.append(f.duplicate(f"spec.quotas[{i}].deviceClassName", entry["deviceClassName"]))
+        keys.add(key)
+        spec["quotas"].append(entry)
+    spec["weight"] = _number(raw, "weight", 1, errors, positive=True)
+    spec["priority"] = _integer(raw, "priority", 0, errors, minimum=None)
+    spec["maxPriority"] = _integer(raw, "maxPriority", 0, errors, minimum=0)
+    spec["preemption"] = _preemption(raw.get("preemption"), errors)
+    return spec, errors
+
+
+def _quota(q: Any, path: str) -> tuple[dict, list[tuple[str, str]]]:
+    if not isinstance(q, dict):
+        return {}, [f.invalid(path, q, "must be an object")]
+    errors: list[tuple[str, str]] = []
+    allowed = ("deviceClassName", "clusterSelector", *UNITS)
+    for key in q:
+        if key not in allowed:
+            errors.append(f.unsupported(f"{path}.{key}", key, allowed))
+    entry: dict[str, Any] = {}
+    cls = q.get("deviceClassName")
+    if not cls:
+        errors.append(f.required(f"{path}.deviceClassName", "every quota names the DeviceClass it covers"))
+    else:
+        errors += f.check_dns_subdomain(cls, f"{path}.deviceClassName")
+        entry["deviceClassName"] = cls
+    selector = q.get("clusterSelector")
+    if selector is not None:
+        labels = selector.get("matchLabels") if isinstance(selector, dict) else None
+        if not isinstance(labels, dict) or set(selector) - {"matchLabels"} or \
+                not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            errors.append(f.invalid(f"{path}.clusterSelector", selector, "must be {matchLabels: {label: value}}"))
+        else:
+            entry["clusterSelector"] = {"matchLabels": dict(labels)}
+    if not any(u in q for u in UNITS):
+        errors.append(f.required(path, "a quota gives at least one of devices, counters, capacity"))
+    if "devices" in q:
+        entry["devices"] = _limits(q["devices"], f"{path}.devices", errors, integer=True)
+    for unit in ("counters", "capacity"):
+        if unit in q:
+            named = q[unit]
+            if not isinstance(named, dict) or not named:
+                errors.append(f.invalid(f"{path}.{unit}", named, "must map a name to {nominal, borrowingLimit, "
+                                                                  "lendingLimit}"))
+                continue
+            entry[unit] = {}
+            for name, limits in named.items():
+                if not isinstance(name, str) or not name:
+                    errors.append(f.invalid(f"{path}.{unit}", name, "names must be non-empty strings"))
+                    continue
+                entry[unit][name] = _limits(limits, f"{path}.{unit}[{name}]", errors, integer=False)
+    return entry, errors
+
+
+def _limits(raw: Any, path: str, errors: list, integer: bool) -> dict:
+    if not isinstance(raw, dict):
+        errors.append(f.invalid(path, raw, "must be {nominal, borrowingLimit, lendingLimit}"))
+        return {}
+    out: dict[str, Any] = {}
+    for key in raw:
+        if key not in LIMITS:
+            errors.append(f.unsupported(f"{path}.{key}", key, LIMITS))
+    if "nominal" not in raw:
+        errors.append(f.required(f"{path}.nominal"))
+    for key in LIMITS:
+        if key not in raw or raw[key] is None:
+            continue
+        value = raw[key]
+        amount = amount_of(value)
+        if amount is None or (integer and (isinstance(value, bool) or not isinstance(value, int))):
+            errors.append(f.invalid(f"{path}.{key}", value, "must be a non-negative integer" if integer
+                                    else "must be a non-negative quantity (e.g. 160Gi)"))
+        elif amount < 0:
+            errors.append(f.invalid(f"{path}.{key}", value, "must be greater than or equal to 0"))
+        else:
+            out[key] = value
+    if "lendingLimit" in out and "nominal" in out and amount_of(out["lendingLimit"]) > amount_of(out["nominal"]):
+        errors.append(f.invalid(f"{path}.lendingLimit", out["lendingLimit"], "must not exceed nominal"))
+    return out
+
+
+def amount_of(value: Any):
+    """A limit as an exact number (int or Fraction), or None when it is not a quantity."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_quantity(value)
+        except (QuantityError, TypeError):
+            return None
+    return None
+
+
+def _number(raw: dict, key: str, default, errors: list, positive: bool = False):
+    value = raw.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0):
+        errors.append(f.invalid(f"spec.{key}", value, "must be a number greater than 0"))
+        return default
+    return value
+
+
+def _integer(raw: dict, key: str, default: int, errors: list, minimum: int | None) -> int:
+    value = raw.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        errors.append(f.invalid(f"spec.{key}", value, "must be an integer" +
+                                (f" greater than or equal to {minimum}" if minimum is not None else "")))
+        return default
+    return value
+
+
+def _preemption(raw: Any, errors: list) -> dict:
+    if raw is None:
+        return dict(PREEMPTION_DEFAULTS)
+    if not isinstance(raw, dict):
+        errors.append(f.invalid("spec.preemption", raw, "must be an object"))
+        return dict(PREEMPTION_DEFAULTS)
+    allowed = (*PREEMPTION_DEFAULTS, "webhook")
+    for key in raw:
+        if key not in allowed:
+            errors.append(f.unsupported(f"spec.preemption.{key}", key, allowed))
+    out = dict(PREEMPTION_DEFAULTS)
+    for key, choices in (("withinQueue", WITHIN_QUEUE), ("reclaimBorrowed", RECLAIM_BORROWED)):
+        if key in raw:
+            if raw[key] not in choices:
+                errors.append(f.unsupported(f"spec.preemption.{key}", raw[key], choices))
+            else:
+                out[key] = raw[key]
+    for key in ("minRuntimeSeconds", "graceSeconds"):
+        value = raw.get(key, out[key])
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            errors.append(f.invalid(f"spec.preemption.{key}", value, "must be an integer greater than or equal to 0"))
+        else:
+            out[key] = value
+    if raw.get("webhook") is not None:
+        out["webhook"] = _webhook(raw["webhook"], errors)
+    return out
+
+
+def _webhook(raw: Any, errors: list) -> dict:
+    path = "spec.preemption.webhook"
+    if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
+        errors.append(f.invalid(path, raw, "must be {url, secret}"))
+        return {}
+    url = raw["url"]
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        errors.append(f.invalid(f"{path}.url", url, "must be an http(s) URL"))
+    elif not any(url.startswith(prefix) for prefix in settings.QUEUE_WEBHOOK_ALLOWED_PREFIXES):
+        errors.append(f.forbidden(f"{path}.url", "not on the allow-list of webhook URLs "
+                                                 "(setting QUEUE_WEBHOOK_ALLOWED_PREFIXES)"))
+    out = {"url": url}
+    secret = raw.get("secret")
+    if secret is not None:
+        if not isinstance(secret, str) or len(secret) < 16:
+            errors.append(f.invalid(f"{path}.secret", "<hidden>", "must be a string of at least 16 characters"))
+        else:
+            out["secret"] = secret
+    return out

@@ -1,0 +1,10 @@
+"""Dashboard pages for queues, under /queues/ (the API is in ``queues.api.urls``)."""
+from django.urls import path
+
+from queues import views_ui
+
+app_name = "queues"
+
+urlpatterns = [
+    path("", views_ui.queue_list, name="list"),
+]

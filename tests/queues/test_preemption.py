@@ -1,0 +1,153 @@
+"""Preemption with notice through the whole safe-release flow (in this process; the webhook is a real HTTP
+receiver on a local port, or a dead one)."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from claims.models import ClaimEvent, DeviceAllocation, Phase, ResourceClaim
+from claims.services.allocation import allocate_round
+from queues.models import Preemption, PreemptionState
+from queues.services import preemption, reclaim
+from tests.queues.conftest import queue_body
+from tests.queues.test_admission import make, ns, rounds, submit
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "0123456789abcdef-secret"
+
+
+def borrowed_fleet(admin_client, grace=0, webhook=None, min_runtime=0):
+    """team-a: nominal 8, idle. The default queue borrows all 16 GPUs (16 one-GPU claims in "ci")."""
+    pre = {"graceSeconds": grace, "minRuntimeSeconds": min_runtime}
+    if webhook:
+        pre["webhook"] = {"url": webhook, "secret": SECRET}
+    assert admin_client.patch("/api/v1/queues/default", {"spec": {"preemption": pre}}, format="json").status_code == 200
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8))
+    for i in range(16):
+        submit(admin_client, "ci", f"ci{i}")
+    rounds(1)
+    assert ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count() == 16
+
+
+def test_a_within_quota_claim_reclaims_from_a_borrower(admin_client, h100_fleet):
+    borrowed_fleet(admin_client, grace=30)
+    submit(admin_client, "a", "mine", 4)
+    rounds(1)
+    assert ResourceClaim.objects.get(name="mine").reason == "Unsatisfiable"
+    out = reclaim.run()
+    assert out["preemptions"] == 1 and out["victims"] == 4, out  # fewest: four 1-GPU claims on one node
+    victims = ResourceClaim.objects.filter(preemptions__state=PreemptionState.PENDING)
+    assert victims.count() == 4 and {v.namespace.name for v in victims} == {"ci"}
+    for v in victims:
+        cond = next(c for c in v.conditions if c["type"] == "Preempted")
+        assert cond["status"] == "True" and cond["reason"] == "PreemptionPending" and "released at" in cond["message"]
+        assert v.phase == Phase.ALLOCATED  # notice first: it keeps its devices until the deadline
+    got = admin_client.get(f"{ns('ci')}/resourceclaims/{victims[0].name}").json()["status"]
+    assert any(c["type"] == "Preempted" and c["reason"] == "PreemptionPending" for c in got["conditions"])
+    # Nothing happens before the deadline; a second pass does not pick more victims for the same claim.
+    assert reclaim.run()["victims"] == 0 and preemption.sweep() == 0
+    Preemption.objects.update(deadline=Preemption.objects.first().created_at)  # the deadline passes
+    assert preemption.sweep() == 4
+    for v in ResourceClaim.objects.filter(id__in=[v.id for v in victims]):
+        assert v.phase == Phase.PENDING and v.reason == "Preempted" and not DeviceAllocation.objects.filter(claim=v)
+        assert next(c for c in v.conditions if c["type"] == "Preempted")["reason"] == "Preempted"
+    allocate_round()
+    assert ResourceClaim.objects.get(name="mine").phase == Phase.ALLOCATED
+    assert ClaimEvent.objects.filter(reason="PreemptionPending").count() == 4
+    assert ClaimEvent.objects.filter(type="Preempted", reason="Preempted").count() == 4
+    # The victims wait at their original place: before any younger claim of their queue.
+    submit(admin_client, "ci", "younger")
+    allocate_round()
+    pos = admin_client.get(f"{ns('ci')}/resourceclaims/younger").json()["status"]["positionInQueue"]
+    assert pos == 5
+
+
+def test_no_victims_when_over_nominal_or_too_young(admin_client, h100_fleet):
+    borrowed_fleet(admin_client, min_runtime=3600)
+    submit(admin_client, "a", "mine", 4)
+    rounds(1)
+    assert reclaim.run()["victims"] == 0  # the borrowers are younger than minRuntimeSeconds
+    ResourceClaim.objects.filter(namespace__name="ci").update(allocated_at="2020-01-01T00:00:00Z")
+    submit(admin_client, "a", "over", 8)  # 4 + 8 > nominal 8: not within quota, reclaims nothing
+    rounds(1)
+    Preemption.objects.all().delete()
+    out = reclaim.run()
+    assert out["victims"] == 4 and not Preemption.objects.filter(preemptor__name="over").exists()
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    got: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Receiver.got.append((body, self.headers.get("X-Draservice-Signature")))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_webhook_is_signed_and_a_dead_receiver_still_preempts(admin_client, h100_fleet, settings):
+    server = HTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/notice"
+    settings.QUEUE_WEBHOOK_ALLOWED_PREFIXES = ["http://127.0.0.1:"]
+    try:
+        borrowed_fleet(admin_client, webhook=url)
+        submit(admin_client, "a", "mine", 1)
+        rounds(1)
+        with pytest.MonkeyPatch.context() as mp:  # on_commit runs at once inside this test's transaction
+            mp.setattr("django.db.transaction.on_commit", lambda fn, *a, **k: fn())
+            assert reclaim.run()["victims"] == 1
+    finally:
+        server.shutdown()
+    body, signature = _Receiver.got[-1]
+    assert signature == "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    notice = json.loads(body)
+    assert notice["kind"] == "PreemptionNotice" and notice["preemptor"] == {"namespace": "a", "name": "mine"}
+    assert Preemption.objects.get().webhook_status.startswith("delivered (HTTP 204")
+    # A dead receiver: every retry fails, the victim is requeued all the same.
+    allocate_round()
+    assert ResourceClaim.objects.get(name="mine").phase == Phase.ALLOCATED
+    submit(admin_client, "a", "mine2", 1)
+    rounds(1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("django.db.transaction.on_commit", lambda fn, *a, **k: fn())
+        out = reclaim.run()
+    assert out["victims"] == 1 and out["requeued"] == 1
+    dead = Preemption.objects.get(preemptor__name="mine2")
+    assert dead.state == PreemptionState.DONE and "failed" in dead.webhook_status
+    allocate_round()
+    assert ResourceClaim.objects.get(name="mine2").phase == Phase.ALLOCATED
+
+
+def test_a_gang_within_quota_reclaims_whole_nodes(admin_client, h100_fleet):
+    from claims.services import claims as claim_services
+    from gangs.models import Gang, GangPhase
+    from gangs.services.placement import place_next
+    from tests.gangs.fleet import gang_body, template_body
+
+    borrowed_fleet(admin_client, grace=0)
+    claim_services.create_template("a", template_body("h100x4", 4))
+    resp = admin_client.post(f"{ns('a')}/gangs", gang_body("train", 2, template="h100x4", required=None,
+                                                           preferred=None), format="json")
+    assert resp.status_code == 201, resp.content
+    place_next()
+    gang = Gang.objects.get(name="train")
+    assert gang.phase == GangPhase.PENDING, gang.reason
+    out = reclaim.run()
+    # 8 GPUs for a gang of two 4-GPU members on one node or two: the fewest victims are one whole node's 8.
+    assert out["preemptions"] == 1 and out["victims"] == 8 and out["requeued"] == 8, out
+    victims = ResourceClaim.objects.filter(preemptions__state=PreemptionState.DONE)
+    assert {v.namespace.name for v in victims} == {"ci"} and all(v.phase == Phase.PENDING for v in victims)
+    assert ClaimEvent.objects.filter(reason="PreemptionPending", message__contains="for gang a/train").count() == 8
+    place_next()
+    gang.refresh_from_db()
+    assert gang.phase == GangPhase.PLACED, (gang.reason, gang.message)
