@@ -22,12 +22,13 @@ run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py serve --demo --port $(PORT)
 
-## test: the whole suite against the machine's real PostgreSQL and Redis (and Debian Chromium for browser tests)
+## test: ruff, mypy, then the whole suite (with coverage) against the machine's real PostgreSQL and Redis (and Debian Chromium for browser tests)
 test: venv
 	./scripts/ensure-services.sh
 	./scripts/ensure-chromium.sh
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) $(PY) -m pytest --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: venv
 	./scripts/ensure-services.sh

@@ -16,6 +16,7 @@ and token refresh), TLS, connection pooling.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -220,11 +221,9 @@ class KubeClient:
     def close_watches(self) -> None:
         """Unblock threads sitting in a watch read, for a prompt shutdown."""
         for resp in list(self._open_watches):
-            try:
-                # urllib3 >= 2.3 can shut the socket from another thread; close() is the fallback.
+            # urllib3 >= 2.3 can shut the socket from another thread; close() is the fallback. Best effort.
+            with contextlib.suppress(Exception):
                 getattr(resp, "shutdown", resp.close)()
-            except Exception:  # noqa: BLE001 - best effort at shutdown
-                pass
 
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict:
         obj = self._call("GET", resource.path(namespace, name))

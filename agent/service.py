@@ -189,5 +189,6 @@ def _problem_text(problem: dict) -> str:
             parts.append(f"at {problem[key]}")
     for err in (problem.get("errors") or [])[:3]:
         if isinstance(err, dict):
-            parts.append(f"{err.get('field') or err.get('path') or ''}: {err.get('reason') or err.get('detail') or err}")
+            where = err.get("field") or err.get("path") or ""
+            parts.append(f"{where}: {err.get('reason') or err.get('detail') or err}")
     return "; ".join(parts) or json.dumps(problem)[:300]

@@ -18,7 +18,8 @@ What it does:
 
 Knobs (environment): BENCH_NODES (500), BENCH_SINGLE (1500), BENCH_BATCHED (3000), BENCH_BATCH (100),
 BENCH_CLIENTS (16), BENCH_STEADY_RATE (50), BENCH_STEADY_SECONDS (20), BENCH_WEB_WORKERS (2),
-BENCH_WEB_THREADS (32), BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (single,batch,steady). Results are printed and written to bench-results/claims_e2e.json.
+BENCH_WEB_THREADS (32), BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (single,batch,steady). Results are printed and
+written to bench-results/claims_e2e.json.
 
 Everything runs on this one machine, so clients, web server, worker and PostgreSQL share its CPUs.
 """
@@ -291,7 +292,8 @@ def phase_batch(port: int, token: str) -> dict:
     from django.utils import timezone
 
     ns = "bench-batch"
-    batches = [[claim(f"b-{i}") for i in range(start, min(BATCHED, start + BATCH))] for start in range(0, BATCHED, BATCH)]
+    batches = [[claim(f"b-{i}") for i in range(start, min(BATCHED, start + BATCH))]
+               for start in range(0, BATCHED, BATCH)]
     it = iter(batches)
     lock = threading.Lock()
     errors = []

@@ -73,8 +73,8 @@ def run(nodes: int):
           f"load average {os.getloadavg()[0]:.1f} at start")
     body = _timed("generate the push body", lambda: demo.synthetic_cluster(nodes), figures)
     payload = _timed("encode JSON", lambda: json.dumps(body, separators=(",", ":")), figures)
-    print(f"  body: {len(body['resourceSlices'])} slices, {sum(len(s['spec']['devices']) for s in body['resourceSlices'])}"
-          f" devices, {len(payload) / 1e6:.1f} MB")
+    devices = sum(len(s["spec"]["devices"]) for s in body["resourceSlices"])
+    print(f"  body: {len(body['resourceSlices'])} slices, {devices} devices, {len(payload) / 1e6:.1f} MB")
     _, secret = create_cluster(name="bench", labels={"provider": "bench"})
     _, admin = issue_token(kind=APIToken.ADMIN)
     client = Client()

@@ -115,7 +115,7 @@ class Gunicorn:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         gunicorn = str(Path(sys.executable).with_name("gunicorn"))
-        self.log = open(log_path, "w")
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop(), it outlives this method
         # --bind on the command line overrides the configuration file's, as an operator's would.
         self.proc = subprocess.Popen([gunicorn, *args, "--bind", f"127.0.0.1:{self.port}",
                                       app], cwd=ROOT, env=env,

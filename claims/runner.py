@@ -62,6 +62,7 @@ class PeriodicRunner(threading.Thread):
                     if due[name] <= now:
                         self._run_task(entry["task"])
                         every = entry["schedule"]
-                        due[name] = time.monotonic() + (every.total_seconds() if hasattr(every, "total_seconds") else float(every))
+                        seconds = every.total_seconds() if hasattr(every, "total_seconds") else float(every)
+                        due[name] = time.monotonic() + seconds
         finally:
             dispatch.set_local_runner(None)

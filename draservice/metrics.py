@@ -45,7 +45,9 @@ def _refusal(request) -> JsonResponse | None:
     if not header:
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated and user.is_active:
-            return None if user.is_staff else _refused(403, "Forbidden", "/metrics needs a staff user or an admin token")
+            if user.is_staff:
+                return None
+            return _refused(403, "Forbidden", "/metrics needs a staff user or an admin token")
         return _refused(401, "Unauthorized", "an admin token is required (Authorization: Bearer <token>), "
                                              "or set METRICS_PUBLIC=true")
     if len(header) != 2 or header[0].lower() != b"bearer":

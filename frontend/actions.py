@@ -27,7 +27,8 @@ def taint_scope(driver: str, pool: str, device: str) -> int:
     return Device.objects.filter(driver=driver, pool_name=pool, name=device).values("cluster_id").distinct().count()
 
 
-def taint_device(cluster: Cluster, driver: str, pool: str, device: str, *, effect: str, reason: str, user) -> DeviceTaintRule:
+def taint_device(cluster: Cluster, driver: str, pool: str, device: str, *, effect: str, reason: str,
+                 user) -> DeviceTaintRule:
     """Keep new claims off one device with a fleet-wide DeviceTaintRule (v1alpha3 shape).
 
     DeviceTaintRule selects by driver/pool/device only (no cluster), so the rule reaches the same

@@ -31,7 +31,8 @@ def claim(name: str, requests: list[dict], constraints: list[dict] | None = None
             "spec": {"devices": devices}}
 
 
-def request(name: str, device_class: str, count: int = 1, selectors: list[str] = (), capacity: dict | None = None) -> dict:
+def request(name: str, device_class: str, count: int = 1, selectors: list[str] = (),
+            capacity: dict | None = None) -> dict:
     exactly: dict = {"deviceClassName": device_class, "count": count}
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
@@ -53,17 +54,21 @@ def lab_inventory() -> dict:
             "attributes": {"model": {"string": "LATEST-GPU-MODEL"}, "index": {"int": i},
                            "uuid": {"string": f"gpu-lab-{i:04d}"}, "driverVersion": {"version": "1.0.0"}},
             "capacity": {
-                "memory": {"value": "80Gi", "requestPolicy": {"default": "8Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}},
-                "compute": {"value": "100", "requestPolicy": {"default": "10", "validRange": {"min": "1", "step": "1"}}},
+                "memory": {"value": "80Gi",
+                           "requestPolicy": {"default": "8Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}},
+                "compute": {"value": "100",
+                            "requestPolicy": {"default": "10", "validRange": {"min": "1", "step": "1"}}},
             },
         }
 
     slices = [
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{LAB_NODE}-gpu.example.com-shared"},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+         "metadata": {"name": f"{LAB_NODE}-gpu.example.com-shared"},
          "spec": {"driver": EXAMPLE, "pool": {"name": LAB_NODE, "generation": 1, "resourceSliceCount": 1},
                   "nodeName": LAB_NODE, "devices": [shared_gpu(0), shared_gpu(1)]}},
         # Pool lab-node-02 announces two slices but only one has arrived: an incomplete pool.
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "lab-node-02-gpu.example.com-0"},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+         "metadata": {"name": "lab-node-02-gpu.example.com-0"},
          "spec": {"driver": EXAMPLE, "pool": {"name": "lab-node-02", "generation": 3, "resourceSliceCount": 2},
                   "nodeName": "lab-node-02", "devices": [shared_gpu(0)]}},
     ]
@@ -113,12 +118,14 @@ def build_workload(*, stale: bool = True) -> dict:
     create_claims("inference", [claim("shared-l4", [request("gpu", GPU, 1, [L4])])])
     for i in range(3):
         create_consumer("inference", consumer(f"web-{i}", "shared-l4"))
-    create_claims("research", [claim("mig-pair", [request("mig", MIG, 2, ['device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'])],
+    profile = 'device.attributes["gpu.nvidia.com"].profile == "{}"'
+    create_claims("research", [claim("mig-pair", [request("mig", MIG, 2, [profile.format("1g.10gb")])],
                                      [{"requests": ["mig"], "matchAttribute": "gpu.nvidia.com/parentUUID"}])])
-    create_claims("research", [claim("mig-3g", [request("mig", MIG, 1, ['device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'])])])
+    create_claims("research", [claim("mig-3g", [request("mig", MIG, 1, [profile.format("3g.40gb")])])])
     multi = "device.allowMultipleAllocations == true"
-    create_claims("lab", [claim("notebook-a", [request("gpu", EXAMPLE, 1, [multi], {"memory": "24Gi", "compute": "30"})])])
-    create_claims("lab", [claim("notebook-b", [request("gpu", EXAMPLE, 1, [multi], {"memory": "16Gi", "compute": "20"})])])
+    for name, memory, compute in (("notebook-a", "24Gi", "30"), ("notebook-b", "16Gi", "20")):
+        share = {"memory": memory, "compute": compute}
+        create_claims("lab", [claim(name, [request("gpu", EXAMPLE, 1, [multi], share)])])
     # Two that cannot be placed: too many GPUs for one node, and a GPU generation the fleet does not have.
     create_claims("ci", [claim("needs-16-h100", [request("gpus", GPU, 16, [H100])])])
     create_claims("ci", [claim("b200-job", [request("gpu", GPU, 1, [

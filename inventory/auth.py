@@ -100,7 +100,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         try:
             secret = header[1].decode("ascii")
         except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed("Invalid token.")
+            raise exceptions.AuthenticationFailed("Invalid token.") from None
         token = self.authenticate_secret(secret)
         return TokenPrincipal(token), token
 

@@ -50,7 +50,8 @@ class PairFilter(filters.CharFilter):
 
     def filter(self, qs, value):  # value is ignored: we read every occurrence from the request
         request = getattr(self.parent, "request", None)
-        raw_values = request.query_params.getlist(self.field_name) if request is not None else ([value] if value else [])
+        raw_values = (request.query_params.getlist(self.field_name) if request is not None
+                      else ([value] if value else []))
         for raw in raw_values:
             if raw:
                 qs = qs.filter(self.condition(qs, *_split_pair(raw, self.field_name)))
@@ -165,7 +166,8 @@ class DeviceFilterSet(filters.FilterSet):
     name = MultiValueFilter(field_name="name")
     resource_slice = MultiValueFilter(field_name="resource_slice__name")
     attribute = AttributeFilter(field_name="attribute",
-                                help_text="name=value; repeat to AND, e.g. gpu.nvidia.com/productName=NVIDIA H100 80GB HBM3")
+                                help_text="name=value; repeat to AND, "
+                                          "e.g. gpu.nvidia.com/productName=NVIDIA H100 80GB HBM3")
     node_label = LabelFilter(field_name="node_label", label_field="node__labels",
                              help_text="name=value on the device's node labels")
     tainted = filters.BooleanFilter(method="filter_tainted",

@@ -41,8 +41,10 @@ def refresh_demo_clusters() -> int:
 
     if not settings.DEMO_FLEET:
         return 0  # a beat schedule persisted by an older version, or a hand-sent task: not in production
-    demo_clusters = Cluster.objects.filter(labels__contains={DEMO_LABEL: "true"}) \
-        if _json_contains_supported() else [c for c in Cluster.objects.all() if (c.labels or {}).get(DEMO_LABEL) == "true"]
+    if _json_contains_supported():
+        demo_clusters = Cluster.objects.filter(labels__contains={DEMO_LABEL: "true"})
+    else:
+        demo_clusters = [c for c in Cluster.objects.all() if (c.labels or {}).get(DEMO_LABEL) == "true"]
     count = 0
     for cluster in demo_clusters:
         record_heartbeat(cluster, agent_version="demo-fleet", status={"simulated": True})

@@ -182,8 +182,8 @@ def main():
         print("preparing the demo fleet, workload and a day of history ...", flush=True)
         info = prepare(args.nodes)
         connection.close()  # the server process uses the database from here on
-        url = f"postgresql://{db['USER']}{':' + db['PASSWORD'] if db.get('PASSWORD') else ''}@{db['HOST'] or '127.0.0.1'}:" \
-              f"{db['PORT'] or 5432}/{db['NAME']}"
+        password = ":" + db["PASSWORD"] if db.get("PASSWORD") else ""
+        url = f"postgresql://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
         proc, base = serve(url)
         for path in shoot(base, args.out, info, args.width, args.height):
             print(path)

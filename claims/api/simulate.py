@@ -146,7 +146,7 @@ def run_simulation(body: Any) -> dict:
                          detail=f"the simulation was stopped: {exc.reason}") from exc
     except AllocationError as exc:
         raise FieldError([(_error_field(exc, parsed["claims"]), exc.message)], detail=exc.message,
-                         title="Cannot simulate this input")
+                         title="Cannot simulate this input") from exc
     out = outcome.to_dict()
     return {
         "allocated": outcome.allocated,

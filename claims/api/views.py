@@ -120,7 +120,8 @@ class ClaimsBase(generics.GenericAPIView):
 # --------------------------------------------------------------------------------------------- namespaces
 
 class NamespaceListView(ClaimsBase):
-    @extend_schema(operation_id="namespaces_list", responses={200: OpenApiTypes.OBJECT}, summary="Namespaces this caller can read")
+    @extend_schema(operation_id="namespaces_list",
+                   responses={200: OpenApiTypes.OBJECT}, summary="Namespaces this caller can read")
     def get(self, request):
         qs = Namespace.objects.all()
         allowed = readable_namespaces(request)
@@ -137,12 +138,14 @@ class ClaimListView(ClaimsBase):
     def get_queryset(self):
         return s.claims_queryset(ResourceClaim.objects.filter(namespace__name=self.kwargs["namespace"]))
 
-    @extend_schema(operation_id="resourceclaims_list", responses={200: s.KubeListSerializer}, summary="List ResourceClaims")
+    @extend_schema(operation_id="resourceclaims_list",
+                   responses={200: s.KubeListSerializer}, summary="List ResourceClaims")
     def get(self, request, namespace):
         check_read(request, namespace)
         return self.paginated(self.get_queryset(), s.render_claims, "ResourceClaimList")
 
-    @extend_schema(operation_id="resourceclaims_create", request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_create",
+                   request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
                    summary="Create a ResourceClaim (v1, v1beta2 or v1beta1; JSON or YAML)")
     def post(self, request, namespace):
@@ -185,7 +188,8 @@ class ClaimBatchView(ClaimsBase):
     def delete(self, request, namespace, name):
         return ClaimDetailView.delete(self, request, namespace, name)
 
-    @extend_schema(operation_id="resourceclaims_batch_create", request=s.KubeListSerializer, responses={201: s.KubeListSerializer},
+    @extend_schema(operation_id="resourceclaims_batch_create",
+                   request=s.KubeListSerializer, responses={201: s.KubeListSerializer},
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
                    summary="Create many claims (and Consumers) in one transaction: all or none")
     def post(self, request, namespace, name=None):
@@ -199,8 +203,9 @@ class ClaimBatchView(ClaimsBase):
         check_write(request, namespace, pins.pop() if len(pins) == 1 else None)
 
         def create():
-            claim_items = [(i, o) for i, o in enumerate(items) if not (isinstance(o, dict) and o.get("kind") == "Consumer")]
-            consumer_items = [(i, o) for i, o in enumerate(items) if isinstance(o, dict) and o.get("kind") == "Consumer"]
+            is_consumer = [isinstance(o, dict) and o.get("kind") == "Consumer" for o in items]
+            claim_items = [(i, o) for i, o in enumerate(items) if not is_consumer[i]]
+            consumer_items = [(i, o) for i, o in enumerate(items) if is_consumer[i]]
             claims = claim_services.create_claims(namespace, [o for _, o in claim_items],
                                                   paths=[f"items[{i}]" for i, _ in claim_items]) if claim_items else []
             consumers = [consumer_services.create_consumer(namespace, o, f"items[{i}]") for i, o in consumer_items]
@@ -221,7 +226,8 @@ class ClaimBatchView(ClaimsBase):
 
 
 class ClaimDetailView(ClaimsBase):
-    @extend_schema(operation_id="resourceclaims_read", parameters=[OpenApiParameter("wait", str, description="long poll: return as soon as the claim "
+    @extend_schema(operation_id="resourceclaims_read",
+                   parameters=[OpenApiParameter("wait", str, description="long poll: return as soon as the claim "
                                                 "is no longer Pending, or after this long (e.g. 60s, max 120s)")],
                    responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaim (optionally wait)")
     def get(self, request, namespace, name):
@@ -237,7 +243,8 @@ class ClaimDetailView(ClaimsBase):
             claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
-    @extend_schema(operation_id="resourceclaims_replace", request=s.KubeObjectSerializer, responses={200: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_replace",
+                   request=s.KubeObjectSerializer, responses={200: s.KubeObjectSerializer},
                    summary="Replace labels/annotations (spec is immutable); If-Match honoured")
     def put(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
@@ -246,7 +253,8 @@ class ClaimDetailView(ClaimsBase):
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
-    @extend_schema(operation_id="resourceclaims_patch", request=OpenApiTypes.OBJECT, responses={200: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_patch",
+                   request=OpenApiTypes.OBJECT, responses={200: s.KubeObjectSerializer},
                    summary="JSON merge patch of labels/annotations; If-Match honoured")
     def patch(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
@@ -258,7 +266,8 @@ class ClaimDetailView(ClaimsBase):
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
-    @extend_schema(operation_id="resourceclaims_delete", responses={200: s.KubeObjectSerializer}, summary="Release the devices and delete the claim")
+    @extend_schema(operation_id="resourceclaims_delete",
+                   responses={200: s.KubeObjectSerializer}, summary="Release the devices and delete the claim")
     def delete(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
         check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector) or claim.cluster or None)
@@ -279,7 +288,8 @@ class ClaimReleaseView(ClaimsBase):
 
 
 class ClaimRenewView(ClaimsBase):
-    @extend_schema(operation_id="resourceclaims_renew", request=s.RenewSerializer, responses={200: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaims_renew",
+                   request=s.RenewSerializer, responses={200: s.KubeObjectSerializer},
                    summary="Renew the claim's lease (optionally with a new ttl)")
     def post(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
@@ -291,7 +301,8 @@ class ClaimRenewView(ClaimsBase):
 
 
 class ClaimExplainView(ClaimsBase):
-    @extend_schema(operation_id="resourceclaims_explain", parameters=[OpenApiParameter("refresh", bool, description="run the engine now (no write)")],
+    @extend_schema(operation_id="resourceclaims_explain",
+                   parameters=[OpenApiParameter("refresh", bool, description="run the engine now (no write)")],
                    responses={200: s.ExplainSerializer}, summary="Why a claim is (not) allocated")
     def get(self, request, namespace, name):
         check_read(request, namespace)
@@ -322,7 +333,8 @@ class AllClaimsView(ClaimsBase):
     filterset_class = filtersets.ResourceClaimFilterSet
     queryset = ResourceClaim.objects.none()  # for the schema; get() builds the real one
 
-    @extend_schema(operation_id="resourceclaims_list_all_namespaces", responses={200: s.KubeListSerializer}, summary="List ResourceClaims in all readable namespaces")
+    @extend_schema(operation_id="resourceclaims_list_all_namespaces",
+                   responses={200: s.KubeListSerializer}, summary="List ResourceClaims in all readable namespaces")
     def get(self, request):
         qs = s.claims_queryset(ResourceClaim.objects.all())
         allowed = readable_namespaces(request)
@@ -337,13 +349,15 @@ class TemplateListView(ClaimsBase):
     filterset_class = filtersets.ResourceClaimTemplateFilterSet
     queryset = ResourceClaimTemplate.objects.none()  # for the schema; get() builds the real one
 
-    @extend_schema(operation_id="resourceclaimtemplates_list", responses={200: s.KubeListSerializer}, summary="List ResourceClaimTemplates")
+    @extend_schema(operation_id="resourceclaimtemplates_list",
+                   responses={200: s.KubeListSerializer}, summary="List ResourceClaimTemplates")
     def get(self, request, namespace):
         check_read(request, namespace)
         qs = ResourceClaimTemplate.objects.select_related("namespace").filter(namespace__name=namespace)
         return self.paginated(qs, lambda rows: [s.render_template(t) for t in rows], "ResourceClaimTemplateList")
 
-    @extend_schema(operation_id="resourceclaimtemplates_create", request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+    @extend_schema(operation_id="resourceclaimtemplates_create",
+                   request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    summary="Create a ResourceClaimTemplate")
     def post(self, request, namespace):
         check_write(request, namespace)
@@ -356,13 +370,15 @@ class TemplateDetailView(ClaimsBase):
         return get_object_or_404(ResourceClaimTemplate.objects.select_related("namespace"),
                                  namespace__name=namespace, name=name)
 
-    @extend_schema(operation_id="resourceclaimtemplates_read", responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaimTemplate")
+    @extend_schema(operation_id="resourceclaimtemplates_read",
+                   responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaimTemplate")
     def get(self, request, namespace, name):
         check_read(request, namespace)
         template = self._get(namespace, name)
         return _etag(Response(s.render_template(template)), template)
 
-    @extend_schema(operation_id="resourceclaimtemplates_delete", responses={200: s.KubeObjectSerializer}, summary="Delete a ResourceClaimTemplate")
+    @extend_schema(operation_id="resourceclaimtemplates_delete",
+                   responses={200: s.KubeObjectSerializer}, summary="Delete a ResourceClaimTemplate")
     def delete(self, request, namespace, name):
         check_write(request, namespace)
         template = self._get(namespace, name)
@@ -385,7 +401,8 @@ class ConsumerListView(ClaimsBase):
         return self.paginated(qs, lambda rows: [s.render_consumer(c, list(c.reservations.all())) for c in rows],
                               "ConsumerList", consumer_services.API_VERSION)
 
-    @extend_schema(operation_id="consumers_create", request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
+    @extend_schema(operation_id="consumers_create",
+                   request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    summary="Create a Consumer: reserves its claims, makes claims from its templates")
     def post(self, request, namespace):
         check_write(request, namespace)
@@ -406,7 +423,8 @@ class ConsumerDetailView(ClaimsBase):
     def _get(self, namespace, name):
         return get_object_or_404(Consumer.objects.select_related("namespace"), namespace__name=namespace, name=name)
 
-    @extend_schema(operation_id="consumers_read", parameters=[OpenApiParameter("wait", str, description="long poll until all its claims are "
+    @extend_schema(operation_id="consumers_read",
+                   parameters=[OpenApiParameter("wait", str, description="long poll until all its claims are "
                                                 "allocated (or one failed), e.g. 60s")],
                    responses={200: s.KubeObjectSerializer}, summary="Read a Consumer (optionally wait)")
     def get(self, request, namespace, name):

@@ -151,9 +151,9 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
         try:
             with transaction.atomic():  # a savepoint, so that the culprit can be looked up after a failure
                 ids = {name: pk for pk, name in bulk.insert_rows(claims, returning=("id", "name"))}
-        except IntegrityError:
+        except IntegrityError as exc:
             _check_names_free(ns, names)
-            raise Conflict("a claim with one of these names was created concurrently")
+            raise Conflict("a claim with one of these names was created concurrently") from exc
     for c in claims:
         c.pk = c.id = ids[c.name]
     mark_saved(claims)
@@ -412,8 +412,8 @@ def create_template(ns_name: str, obj: dict) -> ResourceClaimTemplate:
                 return ResourceClaimTemplate.objects.create(namespace=ns, name=meta["name"], labels=meta["labels"],
                                                             annotations=meta["annotations"], spec=spec,
                                                             source_api_version=api_version)
-        except IntegrityError:
-            raise Conflict(f'resourceclaimtemplates "{meta["name"]}" was created concurrently')
+        except IntegrityError as exc:
+            raise Conflict(f'resourceclaimtemplates "{meta["name"]}" was created concurrently') from exc
 
 
 def delete_template(template_id: int, *, if_match: str | None = None) -> None:

@@ -77,8 +77,8 @@ def create_consumer(ns_name: str, obj: dict, path: str = "") -> Consumer:
             with transaction.atomic():
                 consumer = Consumer.objects.create(namespace=ns, name=meta["name"], labels=meta["labels"],
                                                    annotations=meta["annotations"], spec={"resourceClaims": entries})
-        except IntegrityError:
-            raise Conflict(f'consumers "{meta["name"]}" was created concurrently')
+        except IntegrityError as exc:
+            raise Conflict(f'consumers "{meta["name"]}" was created concurrently') from exc
         claims = _claims_for(ns, consumer, entries, f"{prefix}spec")
         Reservation.objects.bulk_create([Reservation(claim=c, consumer=consumer, entry=e) for e, c in claims])
         ev.record([ev.event(c, ev.RESERVED, "Reserved", f"reserved for consumer {consumer.name}",

@@ -48,7 +48,7 @@ def trail(namespace: str, name: str, uid: str | None = None) -> QuerySet | None:
         try:
             wanted = uuid.UUID(uid)
         except ValueError:
-            raise FieldError([("uid", f"Invalid value: {uid!r}: must be a UUID")], status_code=400)
+            raise FieldError([("uid", f"Invalid value: {uid!r}: must be a UUID")], status_code=400) from None
     else:
         wanted = (ResourceClaim.objects.filter(namespace__name=namespace, name=name).values_list("uid", flat=True)
                   .first())

@@ -59,7 +59,8 @@ def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *
     if len(key) > MAX_KEY_LENGTH:
         raise FieldError([("Idempotency-Key", f"must be at most {MAX_KEY_LENGTH} characters")], status_code=400)
     digest = body_hash(body)
-    existing = IdempotencyRecord.objects.filter(scope=scope, key=key, created_at__gte=timezone.now() - RETENTION).first()
+    existing = IdempotencyRecord.objects.filter(scope=scope, key=key,
+                                                created_at__gte=timezone.now() - RETENTION).first()
     if existing is not None:
         return _replay(existing, digest, refresh)
     try:

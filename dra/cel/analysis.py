@@ -25,7 +25,8 @@ _NESTING = frozenset(
     {"paren_expr", "list_lit", "map_lit", "ident_arg", "member_dot_arg", "member_index", "member_dot",
      "relation", "addition", "multiplication", "unary", "expr"}
 )
-_BINDERS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter", "transformList", "transformMap", "bind"})
+_BINDERS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter", "transformList", "transformMap",
+                      "bind"})
 
 
 def unwrap(node):
@@ -141,8 +142,8 @@ def footprint(tree: lark.Tree) -> Footprint | None:
             elif outer.data == "member_dot":
                 domain = str(outer.children[1])
         if domain is None:
-            if outer is not None and outer.data == "relation" and len(outer.children) == 2 and outer.children[1] is child \
-                    and outer.children[0].data == "relation_in":
+            if (outer is not None and outer.data == "relation" and len(outer.children) == 2
+                    and outer.children[1] is child and outer.children[0].data == "relation_in"):
                 domain_sets = True  # `"x" in device.attributes` needs only the domain names
                 continue
             return None

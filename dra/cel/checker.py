@@ -123,7 +123,8 @@ class _Checker:
             self.error(f"found no matching overload for '_?_:_' applied to '({fmt(cond)}, {fmt(a)}, {fmt(b)})'", node)
         joined = unify(a, b)
         if joined is None:
-            return self.error(f"found no matching overload for '_?_:_' applied to '({fmt(cond)}, {fmt(a)}, {fmt(b)})'", node)
+            return self.error(
+                f"found no matching overload for '_?_:_' applied to '({fmt(cond)}, {fmt(a)}, {fmt(b)})'", node)
         return joined
 
     def _logic(self, node, name: str, op: str):
@@ -280,7 +281,8 @@ class _Checker:
         if t == DEVICE:
             if name not in self.fields:
                 if name == "allowMultipleAllocations":
-                    hint = "device.allowMultipleAllocations exists only when the DRAConsumableCapacity feature is enabled"
+                    hint = ("device.allowMultipleAllocations exists only when the DRAConsumableCapacity feature is "
+                            "enabled")
                 else:
                     hint = _did_you_mean(name, self.fields) + "the device variable has the fields: " + ", ".join(
                         sorted(self.fields))
@@ -325,8 +327,8 @@ class _Checker:
         kind = "attributes" if t == ATTRIBUTES else "capacity"
         if "/" in domain:
             d, _, n = domain.partition("/")
-            self.warn(f'"{domain}" is a qualified name, not a domain: no device has that {kind} domain', _pos(index_node),
-                      f'write device.{kind}["{d}"].{n}')
+            self.warn(f'"{domain}" is a qualified name, not a domain: no device has that {kind} domain',
+                      _pos(index_node), f'write device.{kind}["{d}"].{n}')
         elif "." not in domain:
             self.warn(f'"{domain}" does not look like a domain (domains are DNS names such as "gpu.nvidia.com")',
                       _pos(index_node), f'names go after the domain: device.{kind}["<driver domain>"].{domain}')
@@ -379,10 +381,12 @@ class _Checker:
 
     def comprehension(self, node, name, range_node, args):
         names = [analysis.ident_name(a) for a in args]
-        two_var = name in ("transformList", "transformMap") or (len(args) >= 3 and names[1] is not None and name != "map")
+        two_var = name in ("transformList", "transformMap") or (
+            len(args) >= 3 and names[1] is not None and name != "map")
         nvars = 2 if two_var else 1
         if len(args) < nvars + 1 or any(n is None for n in names[:nvars]):
-            return self.error(f"{name}() needs {'two variable names' if two_var else 'a variable name'} and an expression", node)
+            needs = "two variable names" if two_var else "a variable name"
+            return self.error(f"{name}() needs {needs} and an expression", node)
         if name in ("all", "exists", "exists_one", "existsOne", "filter") and len(args) != nvars + 1:
             return self.error(f"{name}() takes {nvars + 1} arguments, not {len(args)}", node)
         if name in ("map", "transformList", "transformMap") and len(args) not in (nvars + 1, nvars + 2):
@@ -437,7 +441,8 @@ class _Checker:
                 results.append(substitute(result, bindings))
         if not results:
             return self.error(
-                f"found no matching overload for '{name}' applied to '{fmt(receiver) + '.' if receiver is not None else ''}"
+                f"found no matching overload for '{name}' applied to "
+                f"'{fmt(receiver) + '.' if receiver is not None else ''}"
                 f"({', '.join(fmt(t) for t in arg_types)})'", node, _call_hint(name, receiver), position)
         if name in _REGEX_FUNCTIONS:
             pattern_node = arg_nodes[1] if receiver is None else arg_nodes[0]
@@ -485,7 +490,8 @@ def _did_you_mean(name: str, candidates) -> str:
 
 
 def _call_hint(name: str, receiver) -> str | None:
-    if name in ("isGreaterThan", "isLessThan", "compareTo") and receiver is not None and receiver not in (QUANTITY, SEMVER):
+    if name in ("isGreaterThan", "isLessThan", "compareTo") and receiver is not None \
+            and receiver not in (QUANTITY, SEMVER):
         return (f"{name} compares two quantities or two semantic versions; "
                 'wrap literals as quantity("40Gi") or semver("1.2.3")')
     if name == "contains" and receiver is not None and isinstance(receiver, tuple):

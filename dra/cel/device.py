@@ -193,7 +193,10 @@ class DeviceView:
             flat[("a", domain, ident)] = frozen
         for name, text in frozen_capacity:
             domain, ident = split_qualified_name(name, device.driver)
-            value, error = _capacity_quantity(text) if isinstance(text, str) else (None, f"capacity value must be a quantity string, got {text!r}")
+            if isinstance(text, str):
+                value, error = _capacity_quantity(text)
+            else:
+                value, error = None, f"capacity value must be a quantity string, got {text!r}"
             if error is not None:
                 self.error = self.error or f"capacity {name}: {error}"
                 continue
@@ -214,7 +217,8 @@ class DeviceView:
             dict.update(value, {
                 celtypes.StringType("driver"): celtypes.StringType(self.driver),
                 celtypes.StringType("attributes"): DomainsMap("attributes", {
-                    celtypes.StringType(d): DomainMap("attributes", d, {celtypes.StringType(k): v for k, v in m.items()})
+                    celtypes.StringType(d): DomainMap("attributes", d,
+                                                      {celtypes.StringType(k): v for k, v in m.items()})
                     for d, m in self._attributes.items()
                 }),
                 celtypes.StringType("capacity"): DomainsMap("capacity", {
@@ -242,7 +246,8 @@ def _capacity_quantity(text: str):
 def _attribute_value(frozen: Any):
     """One v1 DeviceAttribute, frozen ((("int", 3),) etc.) -> (CEL value, error). Cached:
     the same attribute values repeat across a fleet. Exactly one kind must be set."""
-    items = dict(frozen) if isinstance(frozen, tuple) and all(isinstance(i, tuple) and len(i) == 2 for i in frozen) else None
+    pairs = isinstance(frozen, tuple) and all(isinstance(i, tuple) and len(i) == 2 for i in frozen)
+    items = dict(frozen) if pairs else None
     if items is None:
         return None, "unsupported attribute value"
     present = [k for k in ATTRIBUTE_VALUE_KINDS if items.get(k) is not None]

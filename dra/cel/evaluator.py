@@ -97,7 +97,8 @@ class Budget:
                 )
 
 
-def error_at(message: str, tree: lark.Tree | None, hint: dict | None = None, position: int | None = None) -> CELEvalError:
+def error_at(message: str, tree: lark.Tree | None, hint: dict | None = None,
+             position: int | None = None) -> CELEvalError:
     """A CEL error value; `position` (a character offset) is more precise than the tree's
     start, e.g. the operator of a comparison or the name in a field selection."""
     e = CELEvalError(message, ValueError, None, tree=tree)
@@ -356,7 +357,8 @@ class DRAEvaluator(ComprehensionMixin, Evaluator):
             pass
         hint = None
         if isinstance(member, MissingDomain):
-            hint = {"missing_domain": member.domain, "kind": member.kind, "available": member.available, "name": str(key)}
+            hint = {"missing_domain": member.domain, "kind": member.kind, "available": member.available,
+                    "name": str(key)}
         elif isinstance(member, DomainMap):
             names = tuple(sorted(str(k) for k in member))
             hint = {"domain": member.domain, "kind": member.kind, "names": names, "name": str(key)}

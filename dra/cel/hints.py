@@ -5,10 +5,12 @@ _ORDERING_OPS = {"_<_": "<", "_<=_": "<=", "_>_": ">", "_>=_": ">="}
 _COMPARE_SUFFIX = {"<": "< 0", "<=": "<= 0", ">": "> 0", ">=": ">= 0"}
 
 
-def ordering_on_library_type(op: str, type_name: str, left_text: str | None = None, right_text: str | None = None) -> str:
+def ordering_on_library_type(op: str, type_name: str, left_text: str | None = None,
+                             right_text: str | None = None) -> str:
     """`q >= quantity("40Gi")` is not defined for quantities or versions in Kubernetes CEL."""
     symbol = _ORDERING_OPS.get(op, op)
-    left = left_text or ("device.capacity[...].memory" if type_name == "Quantity" else "device.attributes[...].driverVersion")
+    left = left_text or (
+        "device.capacity[...].memory" if type_name == "Quantity" else "device.attributes[...].driverVersion")
     right = right_text or ('quantity("40Gi")' if type_name == "Quantity" else 'semver("1.2.3")')
     method = "isGreaterThan" if symbol in (">", ">=") else "isLessThan"
     return (
@@ -36,7 +38,8 @@ def runtime_hint(info: dict | None) -> str | None:
     if "domain" in info:
         names = ", ".join(info["names"]) or "none"
         return (
-            f'domain "{info["domain"]}" of this device has no {"attribute" if info["kind"] == "attributes" else "capacity"} '
+            f'domain "{info["domain"]}" of this device has no '
+            f'{"attribute" if info["kind"] == "attributes" else "capacity"} '
             f'"{info["name"]}" (it has: {names}); guard optional ones with '
             f'has(device.{info["kind"]}["{info["domain"]}"].{info["name"]})'
         )

@@ -138,7 +138,8 @@ def strings_quote(s=None, *extra):
     if extra or not _s(s):
         return no_overload("strings.quote", s, *extra)
     escaped = str(s).replace("\\", "\\\\").replace('"', '\\"')
-    for raw, esc in (("\a", "\\a"), ("\b", "\\b"), ("\f", "\\f"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"), ("\v", "\\v")):
+    for raw, esc in (("\a", "\\a"), ("\b", "\\b"), ("\f", "\\f"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
+                     ("\v", "\\v")):
         escaped = escaped.replace(raw, esc)
     return celtypes.StringType(f'"{escaped}"')
 
@@ -147,7 +148,8 @@ def strings_quote(s=None, *extra):
 def _orderable(values: list) -> bool:
     kinds = {type(v) for v in values}
     numeric = {celtypes.IntType, celtypes.UintType, celtypes.DoubleType}
-    return bool(kinds) and (kinds <= numeric or len(kinds) == 1) and not kinds & {celtypes.BoolType, celtypes.ListType, celtypes.MapType}
+    containers = {celtypes.BoolType, celtypes.ListType, celtypes.MapType}
+    return bool(kinds) and (kinds <= numeric or len(kinds) == 1) and not kinds & containers
 
 
 def _key(v: Any):
@@ -190,7 +192,8 @@ def sum(lst=None, *extra):  # noqa: A001 - the CEL function is called sum
             return no_overload("sum", lst)
         except operators.OperatorError as exc:
             return err(str(exc))
-    if not isinstance(total, (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)) or isinstance(total, celtypes.BoolType):
+    if not isinstance(total, (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)) \
+            or isinstance(total, celtypes.BoolType):
         return no_overload("sum", lst)
     return total
 

@@ -12,7 +12,8 @@ from typing import Any
 DYN = "dyn"
 ANY = "any"
 BOOL, INT, UINT, DOUBLE, STRING, BYTES, NULL = "bool", "int", "uint", "double", "string", "bytes", "null_type"
-QUANTITY, SEMVER, TIMESTAMP, DURATION, TYPE = "Quantity", "Semver", "google.protobuf.Timestamp", "google.protobuf.Duration", "type"
+QUANTITY, SEMVER, TYPE = "Quantity", "Semver", "type"
+TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
 DEVICE = "kubernetes.DRADevice"
 NUMERIC = (INT, UINT, DOUBLE)
 

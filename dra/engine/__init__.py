@@ -69,6 +69,7 @@ from .types import (
 )
 
 __all__ = [
-    "Engine", "simulate", "POLICY_NAME", "AllocatedDevice", "AllocationError", "ClaimGroup", "ClaimOutcome", "ClusterInventory", "ErrorCode",
+    "Engine", "simulate", "POLICY_NAME", "AllocatedDevice", "AllocationError", "ClaimGroup", "ClaimOutcome",
+    "ClusterInventory", "ErrorCode",
     "Features", "FleetSnapshot", "GroupOutcome", "Reason", "SearchBudget", "allocated_from_dicts",
 ]

@@ -122,7 +122,8 @@ def build_plan(claims: list[dict], features: Features, get_class: Callable[[str]
                 min_devices += alts[0].count
             requests.append(RequestPlan(rname, alts, bool(subs)))
         if min_devices > ALLOCATION_RESULTS_MAX:
-            raise AllocationError(ErrorCode.LIMIT, f"{ref}: number of requested devices {min_devices} exceeds the claim "
+            raise AllocationError(ErrorCode.LIMIT,
+                                  f"{ref}: number of requested devices {min_devices} exceeds the claim "
                                   f"limit of {ALLOCATION_RESULTS_MAX}", claim=ref)
         constraints: list[Constraint] = []
         for i, c in enumerate(devices.get("constraints") or []):

@@ -79,7 +79,8 @@ def cluster_freshness(now: datetime | None = None) -> list[Cluster]:
 
 def _tally_rows(group_by: str, where: str = "", params: list | None = None) -> list[dict]:
     units, unit_params = units_sql(where, params or [])
-    return fetch_dicts(f"SELECT {group_by}, {STATE_SQL} FROM ({units}) u GROUP BY {group_by}", unit_params, analytic=True)
+    return fetch_dicts(f"SELECT {group_by}, {STATE_SQL} FROM ({units}) u GROUP BY {group_by}", unit_params,
+                       analytic=True)
 
 
 def pending_summary() -> dict:

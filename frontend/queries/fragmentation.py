@@ -29,7 +29,8 @@ def pending_shapes() -> list[dict]:
         for req in ((spec or {}).get("devices") or {}).get("requests") or []:
             alternatives = [req["exactly"]] if req.get("exactly") else list(req.get("firstAvailable") or [])
             for body in alternatives:
-                exprs = tuple(s["cel"]["expression"] for s in body.get("selectors") or [] if (s.get("cel") or {}).get("expression"))
+                exprs = tuple(s["cel"]["expression"] for s in body.get("selectors") or []
+                              if (s.get("cel") or {}).get("expression"))
                 key = (body.get("deviceClassName", ""), exprs)
                 shape = shapes.setdefault(key, {"class": key[0], "selectors": list(exprs), "claims": set()})
                 shape["claims"].add(claim_id)

@@ -105,6 +105,11 @@ def taintrule_list() -> dict:
         if r.device_name:
             q &= Q(name=r.device_name)
         # Rules name at least a driver in practice, so this is an indexed count; no selector selects nothing.
-        r.selected = Device.objects.filter(q).count() if r.selector is not None and (r.driver or r.pool_name or r.device_name) else (0 if r.selector is None else None)
+        if r.selector is None:
+            r.selected = 0
+        elif r.driver or r.pool_name or r.device_name:
+            r.selected = Device.objects.filter(q).count()
+        else:
+            r.selected = None
         r.annotations = ((r.object or {}).get("metadata") or {}).get("annotations") or {}
     return {"rules": rules}

@@ -366,7 +366,8 @@ def node_detail(cluster: Cluster, node_name: str) -> NodeLayout:
     return layout(cluster, build_views(cluster, devices))
 
 
-def device_detail(cluster: Cluster, driver: str, pool: str, name: str) -> tuple[DeviceView | None, CounterSetView | None]:
+def device_detail(cluster: Cluster, driver: str, pool: str,
+                  name: str) -> tuple[DeviceView | None, CounterSetView | None]:
     """One device, and for a partition the whole layout of the GPU it is cut from."""
     device = (Device.objects.filter(cluster=cluster, driver=driver, pool_name=pool, name=name)
               .order_by("-pool_generation").first())

@@ -52,8 +52,8 @@ def shared_devices(*, namespace: str = "", cluster: str = "", limit: int = 200, 
     having_ns = ""
     if namespace:
         # Keep a device when any of its claims is in the namespace (the others still show, for context).
-        having_ns = (" AND SUM(CASE WHEN da.claim_id IN (SELECT c.id FROM claims_resourceclaim c JOIN claims_namespace n"
-                     " ON n.id = c.namespace_id WHERE n.name = %s) THEN 1 ELSE 0 END) > 0")
+        having_ns = (" AND SUM(CASE WHEN da.claim_id IN (SELECT c.id FROM claims_resourceclaim c"
+                     " JOIN claims_namespace n ON n.id = c.namespace_id WHERE n.name = %s) THEN 1 ELSE 0 END) > 0")
     base = f"""
         SELECT da.cluster, da.driver, da.pool, da.device, COUNT(DISTINCT da.claim_id) AS claims,
                COALESCE(MAX(r.n), 0) AS consumers

@@ -57,8 +57,8 @@ def create_gang(ns_name: str, obj: dict) -> Gang:
         try:
             with transaction.atomic():
                 gang.save()
-        except IntegrityError:
-            raise Conflict(f'gangs "{gang.name}" was created concurrently')
+        except IntegrityError as exc:
+            raise Conflict(f'gangs "{gang.name}" was created concurrently') from exc
         consumers = [_member_consumer(ns_name, gang, i, m) for i, m in enumerate(spec["members"])]
         claims = _hold_member_claims(gang, consumers, now)
         GangMember.objects.bulk_create([GangMember(gang=gang, name=m["name"], index=i, consumer=c)
@@ -80,7 +80,7 @@ def _member_consumer(ns_name: str, gang: Gang, i: int, member: dict):
         # The claims app words paths for a Consumer body; say them in terms of the gang's spec.
         errors = [(e["field"].replace(f"{path}.spec.", f"{path}.").replace(f"{path}.metadata.name", f"{path}.name"),
                    e["reason"]) for e in exc.errors]
-        raise FieldError(errors, status_code=exc.status_code, title=exc.title)
+        raise FieldError(errors, status_code=exc.status_code, title=exc.title) from exc
 
 
 def _hold_member_claims(gang: Gang, consumers: list, now) -> list[ResourceClaim]:

@@ -318,8 +318,8 @@ def _spread(gang_id: int, topo: Topology) -> list[dict]:
                                                                                                   flat=True):
         key = tuple((labels or {}).get(level, "") for level in keep)
         counts[key] = counts.get(key, 0) + 1
-    return [{"domain": dict(zip(keep, k, strict=False)), "members": n} for k, n in sorted(counts.items(), key=lambda kv: (-kv[1],
-                                                                                                           kv[0]))]
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [{"domain": dict(zip(keep, k, strict=False)), "members": n} for k, n in ranked]
 
 
 def _record_pending(gang: Gang, outcome, pending: list[MemberClaims], version: int, now) -> None:

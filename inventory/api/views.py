@@ -70,7 +70,8 @@ class ClusterViewSet(InventoryViewMixin, viewsets.ModelViewSet):
     ordering = ["id"]
 
     def get_queryset(self):
-        return Cluster.objects.annotate(node_count=_count(Node, cluster="pk"), device_count=_count(Device, cluster="pk"))
+        return Cluster.objects.annotate(node_count=_count(Node, cluster="pk"),
+                                        device_count=_count(Device, cluster="pk"))
 
     def get_permissions(self):
         if self.action in ("inventory", "heartbeat", "resource_slice", "node"):

@@ -27,7 +27,7 @@ def _normalize(model, body, url_name: str | None):
     try:
         obj = normalize(body)
     except k8s.ObjectInvalid as exc:
-        raise FieldError(exc.errors)
+        raise FieldError(exc.errors) from exc
     if url_name and obj["metadata"]["name"] != url_name:
         raise FieldError([("metadata.name", f"Invalid value: {obj['metadata']['name']!r}: must match the name "
                                             f"in the URL ({url_name!r})")])
@@ -40,8 +40,8 @@ def create_fleet_object(model, body):
     try:
         with transaction.atomic():
             row = model.objects.create(cluster=None, name=obj["metadata"]["name"], object=obj, **columns(obj))
-    except IntegrityError:
-        raise Conflict(f"{model.__name__} {obj['metadata']['name']!r} already exists.")
+    except IntegrityError as exc:
+        raise Conflict(f"{model.__name__} {obj['metadata']['name']!r} already exists.") from exc
     send_after_commit(cluster=None, cluster_id=None, inventory_version=None, reason=reason)
     return row
 

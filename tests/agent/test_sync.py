@@ -340,7 +340,8 @@ def test_a_token_file_that_appears_late_and_is_rotated_is_picked_up(kube_api, sl
     agent = Agent(kube_client_for(kube_api, tmp_path), service, Settings(**FAST))
     agent.start()
     try:
-        wait_for(lambda: agent.inventory.synced and "cannot read the service token" in (agent.inventory.last_error or ""),
+        wait_for(lambda: agent.inventory.synced
+                 and "cannot read the service token" in (agent.inventory.last_error or ""),
                  message="the missing token to be reported")
         token_file.parent.mkdir()
         token_file.write_text("dra_wrong_token")

@@ -176,7 +176,8 @@ def test_concurrent_use_gives_the_same_results(fixture_devices, real_selectors):
 
 
 def test_device_key_is_content_based():
-    a = CELDevice("d.io", {"x": {"int": 1}, "y": {"string": "s"}}, {"m": {"value": "1Gi", "requestPolicy": {"default": "1"}}})
+    a = CELDevice("d.io", {"x": {"int": 1}, "y": {"string": "s"}},
+                  {"m": {"value": "1Gi", "requestPolicy": {"default": "1"}}})
     b = CELDevice("d.io", {"y": {"string": "s"}, "x": {"int": 1}}, {"m": {"value": "1Gi"}})
     assert a.key() == b.key() and a == b and hash(a) == hash(b)
     assert CELDevice("d.io", {"x": {"int": 1}}).key() != CELDevice("d.io", {"x": {"bool": True}}).key()

@@ -18,7 +18,8 @@ from dra.cel import (
 DEVICE = CELDevice("d.example.com", {"s": {"string": "a" * 60}})
 TEN = "[" + ",".join(str(i) for i in range(10)) + "]"
 # 10^7 innermost evaluations: would take hours in cel-python without a budget.
-RUNAWAY = f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, {TEN}.all(d, {TEN}.all(e, {TEN}.all(f, {TEN}.all(g, a + b + c + d + e + f + g >= 0)))))))"
+RUNAWAY = (f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, {TEN}.all(d, {TEN}.all(e, {TEN}.all(f, {TEN}.all(g, "
+           "a + b + c + d + e + f + g >= 0)))))))")
 
 
 def test_runaway_expression_is_stopped_by_the_default_budget():

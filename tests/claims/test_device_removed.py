@@ -52,7 +52,8 @@ def test_a_full_push_without_the_node_marks_the_claim_and_restoring_it_clears(
         admin_client, small_fleet, django_capture_on_commit_callbacks, client, django_user_model):
     claim = allocate(admin_client, gpu_claim("train", count=2))
     node = claim["status"]["node"]
-    devices = sorted(f"gpu.nvidia.com/{r['pool']}/{r['device']}" for r in claim["status"]["allocation"]["devices"]["results"])
+    results = claim["status"]["allocation"]["devices"]["results"]
+    devices = sorted(f"gpu.nvidia.com/{r['pool']}/{r['device']}" for r in results)
     assert condition(claim) is None and metric(admin_client) == 0
     version = claim["metadata"]["resourceVersion"]
 
@@ -92,7 +93,8 @@ def test_an_incremental_delete_marks_and_a_released_claim_is_not_counted(admin_c
     other = allocate(admin_client, gpu_claim("elsewhere", count=8))
     assert other["status"]["node"] != claim["status"]["node"]
     (slice_name,) = [s["metadata"]["name"] for s in small_fleet["c1"]["resourceSlices"]
-                     if s["spec"].get("nodeName") == claim["status"]["node"] and s["spec"]["driver"] == "gpu.nvidia.com"]
+                     if s["spec"].get("nodeName") == claim["status"]["node"]
+                     and s["spec"]["driver"] == "gpu.nvidia.com"]
     with django_capture_on_commit_callbacks(execute=True):
         assert admin_client.delete(f"/api/v1/clusters/c1/resourceslices/{slice_name}").status_code == 204
     assert condition(read(admin_client, "job"))["status"] == "True"
@@ -147,4 +149,5 @@ def test_with_a_broker_a_worker_does_the_check(admin_client, small_fleet, live_b
         assert time.monotonic() < deadline, live_broker.log_tail()
         time.sleep(0.1)
     claim = ResourceClaim.objects.get(name="remote")
-    assert claim.phase == Phase.ALLOCATED and condition({"status": {"conditions": claim.conditions}})["status"] == "True"
+    assert claim.phase == Phase.ALLOCATED
+    assert condition({"status": {"conditions": claim.conditions}})["status"] == "True"

@@ -193,7 +193,8 @@ def test_a_taint_rule_without_a_selector_taints_nothing_and_an_empty_one_everyth
     are matched." The device API shows the same (inventory.services.taints)."""
     taint = {"key": "k", "effect": "NoSchedule"}
     none = {"metadata": {"name": "none"}, "spec": {"taint": taint}}
-    assert engine(cluster("c1", {"n1": gpus(1)}, taint_rules=[none])).allocate(group(claim("a", [request("r")]))).allocated
+    fleet = engine(cluster("c1", {"n1": gpus(1)}, taint_rules=[none]))
+    assert fleet.allocate(group(claim("a", [request("r")]))).allocated
     everything = {"metadata": {"name": "all"}, "spec": {"deviceSelector": {}, "taint": taint}}
     out = engine(cluster("c1", {"n1": gpus(1)}, taint_rules=[everything])).allocate(group(claim("a", [request("r")])))
     assert not out.allocated and out.diagnostics["requests"][0]["dropped"] == {"taint": 1}

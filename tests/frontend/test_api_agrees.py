@@ -27,7 +27,8 @@ def test_allocation_states_and_rule_taints_agree_with_the_dashboard(admin_client
             api = listed[(cluster.name, d.driver, d.pool_name, d.name)]
             expected = view.state if view.holders else "free"
             assert api["allocation"]["state"] == expected, (d, api["allocation"], view.holders)
-            assert sorted(c["name"] for c in api["allocation"].get("claims", [])) == sorted(h.name for h in view.holders)
+            holders = sorted(h.name for h in view.holders)
+            assert sorted(c["name"] for c in api["allocation"].get("claims", [])) == holders
             rules = sorted(t["source"]["name"] for t in api["taints"] if "source" in t
                            and t["effect"] in BLOCKING_EFFECTS)
             assert rules == sorted(t["rule"] for t in view.taints if "rule" in t), d

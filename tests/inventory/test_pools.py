@@ -79,7 +79,8 @@ def test_unknown_counter_sets_and_counters_make_the_pool_invalid(cluster_factory
     a100[2]["spec"]["devices"][0]["consumesCounters"][0]["counters"]["warp-drives"] = {"value": "1"}
     push(agent, a100)
     pool = pool_of(agent, name="a100-dgx-node-01")
-    assert (pool["state"], pool["reason"]) == ("invalid", "counter warp-drives not found in counter set gpu-1-counter-set")
+    assert pool["state"] == "invalid"
+    assert pool["reason"] == "counter warp-drives not found in counter set gpu-1-counter-set"
 
 
 def test_duplicate_counter_sets_and_disagreeing_counts():

@@ -106,7 +106,8 @@ def test_metadata_bookkeeping_is_dropped_and_numbers_become_quantities():
     (lambda s: s["spec"]["devices"][0].update(bindingConditions=["ready"]),
      "spec.devices[0].bindingFailureConditions", "required"),
     (lambda s: s["spec"]["devices"][0].update(nodeName="n"), "spec.devices[0]", "perDeviceNodeSelection"),
-    (lambda s: s["spec"]["devices"][0].update(consumesCounters=[{"counterSet": "a", "counters": {"x": {"value": "1"}}}] * 3),
+    (lambda s: s["spec"]["devices"][0].update(
+        consumesCounters=[{"counterSet": "a", "counters": {"x": {"value": "1"}}}] * 3),
      "spec.devices[0].consumesCounters", "at most 2"),
     (lambda s: s["spec"].update(colour="blue"), "spec.colour", "unknown field"),
     (lambda s: s["metadata"].update(name="Not A Name"), "metadata.name", "subdomain"),

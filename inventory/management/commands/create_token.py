@@ -31,7 +31,7 @@ class Command(BaseCommand):
         try:
             expires_in = parse_duration(opts["expires"]) if opts["expires"] else None
         except ValueError as exc:
-            raise CommandError(str(exc))
+            raise CommandError(str(exc)) from exc
         cluster = None
         with transaction.atomic():
             if opts["cluster"]:
@@ -39,7 +39,8 @@ class Command(BaseCommand):
                 cluster = Cluster.objects.filter(name=opts["cluster"]).first()
                 if cluster is None:
                     if not opts["create_cluster"]:
-                        raise CommandError(f"no cluster named {opts['cluster']!r} (add --create-cluster to register it)")
+                        raise CommandError(
+                            f"no cluster named {opts['cluster']!r} (add --create-cluster to register it)")
                     from inventory.services.clusters import create_cluster
 
                     cluster, _ = create_cluster(name=opts["cluster"], labels={}, with_token=False)
