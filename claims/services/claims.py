@@ -20,7 +20,8 @@ from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
 from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
 from draservice.bulk import mark_saved, pg_execute
-from draservice.problems import Conflict, FieldError, PreconditionFailed
+from draservice.etag import check_precondition
+from draservice.problems import Conflict, FieldError
 
 MAX_BATCH = 1000
 LEASE_EXPIRED = "LeaseExpired"
@@ -240,15 +241,6 @@ def _check_names_free(ns: Namespace, names: list[tuple[str, str]]) -> None:
 
 
 # --------------------------------------------------------------------------------------------- update
-
-def check_precondition(obj, if_match: str | None, body_version: str | None = None) -> None:
-    """If-Match (412 when stale) and Kubernetes' metadata.resourceVersion in the body (409 when stale)."""
-    if if_match and if_match.strip() != "*" and obj.etag not in [t.strip() for t in if_match.split(",")]:
-        raise PreconditionFailed()
-    if body_version not in (None, "") and str(body_version) != str(obj.resource_version):
-        raise Conflict(f"the object has been modified (resourceVersion {obj.resource_version}, "
-                       f"not {body_version}); read it again and retry")
-
 
 def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> ResourceClaim:
     """PUT of a whole claim: only metadata.labels and metadata.annotations may change; spec is immutable."""

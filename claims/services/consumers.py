@@ -16,7 +16,8 @@ from claims import dispatch, k8s
 from claims.models import Consumer, Namespace, Phase, Reservation, ResourceClaim, ResourceClaimTemplate
 from claims.services import events as ev
 from claims.services import queueing
-from claims.services.claims import _release_locked, build_claim, check_precondition, get_namespace_for_write
+from claims.services.claims import _release_locked, build_claim, get_namespace_for_write
+from draservice.etag import check_precondition
 from draservice.problems import Conflict, FieldError
 
 MAX_RESERVED_FOR = 256  # upstream ResourceClaimReservedForMaxSize

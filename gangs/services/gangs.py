@@ -21,6 +21,7 @@ from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from claims.services import queueing
 from claims.services.conditions import set_condition
+from draservice.etag import check_precondition
 from draservice.problems import Conflict, FieldError
 from gangs import dispatch
 from gangs.models import Gang, GangMember, GangPhase, MemberPhase
@@ -191,7 +192,7 @@ def release_gang(gang_id: int, *, if_match: str | None = None) -> Gang:
     """Free everything the gang holds; its claims are released. Releasing twice is a no-op."""
     with transaction.atomic():
         gang = Gang.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=gang_id)
-        claim_services.check_precondition(gang, if_match)
+        check_precondition(gang, if_match)
         if gang.phase in (GangPhase.FAILED, GangPhase.RELEASED):
             return gang
         mcs, _ = member_claims(gang, lock=True)
@@ -203,7 +204,7 @@ def delete_gang(gang_id: int, *, if_match: str | None = None) -> None:
     """Release everything, then delete the members' consumers (and the claims made for them) and the gang."""
     with transaction.atomic():
         gang = Gang.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=gang_id)
-        claim_services.check_precondition(gang, if_match)
+        check_precondition(gang, if_match)
         mcs, _ = member_claims(gang, lock=True)
         if gang.phase not in (GangPhase.FAILED, GangPhase.RELEASED):
             finish_locked(gang, mcs, GangPhase.RELEASED, "Deleted", "deleted", timezone.now())

@@ -10,11 +10,11 @@ from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from draservice.yaml import YAMLParser
 from inventory import filtersets
 from inventory.api import serializers as s
 from inventory.api.parsers import FastJSONParser
-from inventory.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from inventory.hooks import allocation_states
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
 from inventory.permissions import (

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from inventory.etag import check_if_match
+from draservice.etag import check_if_match
 from inventory.models import APIToken, Cluster
 from inventory.services.tokens import issue_token
 from inventory.signals import send_after_commit

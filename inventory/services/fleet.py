@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from dra.k8s import slices as k8s
+from draservice.etag import check_if_match
 from draservice.problems import Conflict, FieldError, PreconditionFailed
-from inventory.etag import check_if_match
 from inventory.models import DeviceClass, DeviceTaintRule
 from inventory.services.sync import cel_compiler, taint_rule_columns
 from inventory.signals import send_after_commit

@@ -23,8 +23,8 @@ from dra.k8s.inventory import Inventory, normalize_node
 from dra.k8s.inventory import parse_inventory as parse_inventory_body
 from dra.k8s.slices import normalize_resource_slice
 from draservice.bulk import bulk_insert, copy_rows
+from draservice.etag import check_if_match
 from draservice.problems import FieldError, PreconditionFailed
-from inventory.etag import check_if_match
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
 from inventory.services.pools import compute_pool_states, device_rows, generation_regressions, mixed_generations
 from inventory.signals import send_after_commit

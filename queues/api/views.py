@@ -12,9 +12,9 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from draservice.parsers import JSONParser
 from draservice.yaml import YAMLParser
-from inventory.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from inventory.permissions import IsAdminOrReadOnly
 from queues.models import API_VERSION, Queue
 from queues.services import queues as queue_services

@@ -13,8 +13,8 @@ from django.db import IntegrityError, connection, transaction
 
 from claims.models import Phase, ResourceClaim
 from claims.services.allocation import bump_fleet_version
+from draservice.etag import check_if_match
 from draservice.problems import Conflict, FieldError
-from inventory.etag import check_if_match
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QueueNamespace, QueueRedirect, QuotaCharge
 from queues.services import resolve

@@ -127,6 +127,23 @@ def test_etag_and_resource_version_preconditions(admin_client, classes):
     assert ResourceClaim.objects.get(name="etag").labels == {"a": "b"}
 
 
+def test_if_match_takes_weak_tags_and_lists_like_every_other_resource(admin_client, classes):
+    """One If-Match for the whole API (inventory's rules): W/ is dropped, a list matches if any tag does."""
+    admin_client.post(URL, gpu_claim("weak"), format="json")
+    etag = admin_client.get(f"{URL}/weak")["ETag"]
+    weak = admin_client.patch(f"{URL}/weak", {"metadata": {"labels": {"a": "1"}}}, format="json",
+                              HTTP_IF_MATCH=f"W/{etag}")
+    assert weak.status_code == 200, weak.content
+    etag = weak["ETag"]
+    listed = admin_client.patch(f"{URL}/weak", {"metadata": {"labels": {"a": "2"}}}, format="json",
+                                HTTP_IF_MATCH=f'"stale-1", W/{etag}')
+    assert listed.status_code == 200, listed.content
+    stale = admin_client.patch(f"{URL}/weak", {"metadata": {"labels": {"a": "3"}}}, format="json",
+                               HTTP_IF_MATCH=f'"stale-1", {etag}')
+    assert stale.status_code == 412 and stale["Content-Type"].startswith("application/problem+json")
+    assert admin_client.delete(f"{URL}/weak", HTTP_IF_MATCH="*").status_code == 200
+
+
 def test_idempotency_key_gives_one_claim(admin_client, classes):
     obj = gpu_claim("")
     obj["metadata"] = {"generateName": "pipeline-"}
