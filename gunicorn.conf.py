@@ -47,6 +47,6 @@ accesslog = "-" if os.environ.get("ACCESS_LOG", "").lower() in ("1", "true", "ye
 def post_worker_init(worker):
     # As `manage.py serve` does with a broker: subscribe to claim changes before the first request, so a
     # long poll is woken by Redis rather than by its next database re-check.
-    from claims import notify
+    from draservice import notify
 
     notify.start_listener()

@@ -7,20 +7,15 @@ class ClaimsConfig(AppConfig):
 
     def ready(self):
         # Imports here, not at the top: models and services may be imported only once the registry is ready.
-        from django.conf import settings
         from prometheus_client import REGISTRY
 
         from claims import receivers
-        from claims.celery_schedule import SCHEDULE
         from claims.metrics import ClaimsCollector
         from claims.services import device_states
         from claims.tasks import on_inventory_changed
         from inventory import hooks
         from inventory.signals import inventory_changed
 
-        # Celery reads settings lazily, so filling the dict here reaches beat.
-        for name, entry in SCHEDULE.items():
-            settings.CELERY_BEAT_SCHEDULE.setdefault(name, entry)
         inventory_changed.connect(on_inventory_changed, dispatch_uid="claims.on_inventory_changed")
         inventory_changed.connect(receivers.mark_removed_devices, dispatch_uid="claims.mark_removed_devices")
         # The inventory's device view shows (and filters by) what claims hold through these hooks.

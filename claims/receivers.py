@@ -9,8 +9,8 @@ import logging
 
 from django.conf import settings
 
-from claims import notify
 from claims.services import device_removed
+from draservice import notify
 from draservice.celery import app
 
 log = logging.getLogger(__name__)

@@ -62,13 +62,6 @@ def expire_leases() -> int:
             return total
 
 
-@shared_task(name="claims.tasks.sweep_stale_clusters", ignore_result=True)
-def sweep_stale_clusters() -> list[str]:
-    from inventory.services.clusters import sweep_stale_clusters as sweep
-
-    return sweep()  # sends inventory_changed for each newly stale cluster, which re-runs allocation
-
-
 @shared_task(name="claims.tasks.record_utilisation", ignore_result=True)
 def record_utilisation() -> int:
     return utilisation.record_snapshot()

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
 
 from celery import shared_task
 
@@ -14,13 +13,6 @@ log = logging.getLogger(__name__)
 
 MAX_TASK_SECONDS = 20.0
 
-# Beat: the sweep enforces timeouts and minMember; the retry is the safety net that notices devices freed
-# by the claims app (it has no hook to tell us, but it bumps FleetState.version, which makes the pending
-# gangs eligible again: a pass costs one query when nothing changed).
-SCHEDULE = {
-    "gangs-sweep": {"task": "gangs.tasks.sweep_gangs", "schedule": timedelta(seconds=5)},
-    "gangs-retry-pending": {"task": "gangs.tasks.place_gangs", "schedule": timedelta(seconds=5)},
-}
 
 
 @shared_task(name="gangs.tasks.place_gangs", ignore_result=True)

@@ -1,37 +1,32 @@
 """Periodic inventory work for Celery beat (registered in InventoryConfig.ready).
 
-The stale-cluster sweep (``inventory.services.clusters.sweep_stale_clusters``) is scheduled by the claims
-app, which re-runs allocation after it. ``refresh_demo_clusters`` stands in for the agents
+The stale-cluster sweep marks clusters that went silent (the allocator hears of it through
+``inventory_changed``). ``refresh_demo_clusters`` stands in for the agents
 of the demo fleet (clusters labelled draservice.io/demo=true): without it the demo would go stale five
 minutes after ``make run``. It only heartbeats clusters that carry that label, and only where the demo fleet
 was asked for (``settings.DEMO_FLEET``, which ``manage.py serve --demo`` turns on): anywhere else it would
 keep fake clusters fresh, and real claims would be allocated on nodes that do not exist.
 """
-from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
 
 from inventory.demo import DEMO_LABEL
-
-DEMO_SCHEDULE = {
-    "inventory-refresh-demo-clusters": {
-        "task": "inventory.tasks.refresh_demo_clusters",
-        "schedule": timedelta(seconds=max(10.0, settings.STALE_CLUSTER_SECONDS / 3)),
-    },
-}
-
-
-def beat_schedule() -> dict:
-    """The inventory's entries for the beat schedule: none unless the demo fleet was asked for."""
-    return dict(DEMO_SCHEDULE) if settings.DEMO_FLEET else {}
+from inventory.schedule import DEMO_SCHEDULE
+from inventory.services import clusters
 
 
 def enable_demo_fleet() -> None:
     """``serve --demo``: keep the demo fleet fresh in this process (and the web workers forked from it)."""
     settings.DEMO_FLEET = True
-    for name, entry in beat_schedule().items():
+    for name, entry in DEMO_SCHEDULE.items():
         settings.CELERY_BEAT_SCHEDULE.setdefault(name, entry)
+
+
+@shared_task(name="inventory.tasks.sweep_stale_clusters", ignore_result=True)
+def sweep_stale_clusters() -> list[str]:
+    """Mark silent clusters stale; each newly stale one sends ``inventory_changed`` (the allocator listens)."""
+    return clusters.sweep_stale_clusters()
 
 
 @shared_task(name="inventory.tasks.refresh_demo_clusters", ignore_result=True)
@@ -42,7 +37,7 @@ def refresh_demo_clusters() -> int:
     if not settings.DEMO_FLEET:
         return 0  # a beat schedule persisted by an older version, or a hand-sent task: not in production
     if _json_contains_supported():
-        demo_clusters = Cluster.objects.filter(labels__contains={DEMO_LABEL: "true"})
+        demo_clusters = list(Cluster.objects.filter(labels__contains={DEMO_LABEL: "true"}))
     else:
         demo_clusters = [c for c in Cluster.objects.all() if (c.labels or {}).get(DEMO_LABEL) == "true"]
     count = 0

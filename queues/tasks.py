@@ -1,15 +1,9 @@
 """Celery tasks of the queues app: they take ids (or nothing) and call services."""
 from __future__ import annotations
 
-from datetime import timedelta
-
 from celery import shared_task
 
 from queues.services import reclaim, webhooks
-
-SCHEDULE = {
-    "queues-preempt": {"task": "queues.tasks.preempt", "schedule": timedelta(seconds=5)},
-}
 
 
 @shared_task(name="queues.tasks.preempt", ignore_result=True)

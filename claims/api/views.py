@@ -16,7 +16,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
 from rest_framework.response import Response
 
-from claims import filtersets, notify
+from claims import filtersets
 from claims.api import serializers as s
 from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write, pinned_cluster, readable_namespaces
 from claims.models import (
@@ -34,6 +34,7 @@ from claims.services import consumers as consumer_services
 from claims.services import events as ev
 from claims.services import explain as explain_service
 from claims.services import idempotency
+from draservice import notify
 from draservice.pagination import CursorPagination
 from draservice.parsers import JSONParser, MergePatchParser
 from draservice.problems import FieldError

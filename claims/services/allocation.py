@@ -33,7 +33,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from claims import k8s, notify
+from claims import k8s
 from claims.models import FleetState, Phase, ResourceClaim
 from claims.placement import clusters_matching
 from claims.services import commit, external, fleet, queueing
@@ -42,6 +42,7 @@ from claims.services.grouping import Group, build_groups
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
 from dra.engine import AllocationError, ClaimGroup, GroupOutcome
 from dra.engine.plan import claim_ref
+from draservice import notify
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,14 @@ from datetime import timedelta
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from claims import dispatch, k8s, notify
+from claims import dispatch, k8s
 from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
 from claims.services import bulk, external, queueing
 from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
 from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
+from draservice import notify
 from draservice.bulk import mark_saved, pg_execute
 from draservice.etag import check_precondition
 from draservice.problems import Conflict, FieldError

@@ -23,11 +23,11 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
-from claims import notify
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services import bulk
 from claims.services import events as ev
 from claims.services.conditions import set_condition
+from draservice import notify
 from inventory.models import Device, Pool
 
 DEVICE_REMOVED = "DeviceRemoved"  # condition type, reason and event type alike

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from claims import dispatch, notify
+from claims import dispatch
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services import bulk
 from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
 from claims.services.conditions import set_allocated_condition, set_condition
+from draservice import notify
 
 PREEMPTED = "Preempted"
 PREEMPTION_PENDING = "PreemptionPending"

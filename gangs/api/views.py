@@ -8,11 +8,11 @@ from rest_framework import generics
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims import notify
 from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write, readable_namespaces
 from claims.api.views import KubeListPagination, parse_wait
 from claims.models import Reservation
 from claims.services import idempotency
+from draservice import notify
 from draservice.parsers import JSONParser
 from draservice.yaml import YAMLParser
 from gangs import simulate

@@ -26,7 +26,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from claims import notify
 from claims.placement import clusters_matching
 from claims.services import allocation, commit, fleet
 from claims.services import claims as claim_services
@@ -35,6 +34,7 @@ from dra.cel import CostBudgetExhausted, CostMeter, metered
 from dra.gang import Gang as LibGang
 from dra.gang import GangMember as LibMember
 from dra.gang import GangSpecError, Topology
+from draservice import notify
 from gangs.models import Gang, GangMember, GangPhase, MemberPhase
 from gangs.services import events as ev
 from gangs.services import hold

@@ -53,7 +53,7 @@ def record_heartbeat(cluster: Cluster, *, agent_version: str = "", status: dict 
     """Agent liveness. A heartbeat that revives a stale cluster tells the allocator its devices are back."""
     now = timezone.now()
     was_stale = cluster.is_stale(now) or cluster.stale_since is not None
-    fields = {"last_heartbeat_at": now, "stale_since": None}
+    fields: dict[str, object] = {"last_heartbeat_at": now, "stale_since": None}
     if agent_version:
         fields["agent_version"] = agent_version[:128]
     if status is not None:

@@ -8,7 +8,9 @@ import time
 import pytest
 import redis
 
-from claims import dispatch, notify
+from claims import dispatch
+from draservice import dispatch as dispatch_core
+from draservice import notify
 from gangs import dispatch as gang_dispatch
 
 pytestmark = pytest.mark.django_db
@@ -56,8 +58,10 @@ def test_the_default_prefix_follows_the_database(settings):
         db["NAME"] = saved
     settings.REDIS_KEY_PREFIX = "eu-prod"
     assert notify.key_prefix() == "eu-prod" and notify.channel() == "eu-prod:claims:changed"
-    assert dispatch.kick_key() == "eu-prod:claims:allocate-queued"
-    assert gang_dispatch._kick_key().startswith("eu-prod:gangs:place-queued:")
+    # One debounce key per deployment AND Celery queue, for every app (gangs' rule won over claims').
+    queue = dispatch_core.app.conf.task_default_queue or "celery"
+    assert dispatch.kick_key() == f"eu-prod:claims.tasks.allocate_pending:queued:{queue}"
+    assert gang_dispatch.kick_key() == f"eu-prod:gangs.tasks.place_gangs:queued:{queue}"
 
 
 def test_claim_changes_wake_only_their_own_deployment(settings, broker):
@@ -73,9 +77,13 @@ def test_claim_changes_wake_only_their_own_deployment(settings, broker):
 
 def test_allocation_kicks_are_debounced_per_deployment(settings, broker, monkeypatch):
     client = redis.Redis.from_url(broker)
-    client.delete("test-a:claims:allocate-queued", "test-b:claims:allocate-queued")
+    keys = {}
+    for name in ("test-a", "test-b"):
+        deployment(settings, name)
+        keys[name] = dispatch.kick_key()
+    client.delete(*keys.values())
     enqueued = []
-    monkeypatch.setattr(dispatch.app, "send_task", lambda name, *a, **k: enqueued.append(notify.key_prefix()))
+    monkeypatch.setattr(dispatch_core.app, "send_task", lambda name, *a, **k: enqueued.append(notify.key_prefix()))
     deployment(settings, "test-a")
     dispatch.request_allocation()
     dispatch.request_allocation()  # a task of A is queued and not started: debounced
@@ -83,5 +91,5 @@ def test_allocation_kicks_are_debounced_per_deployment(settings, broker, monkeyp
     dispatch.request_allocation()  # B's kick is not silenced by A's key
     assert enqueued == ["test-a", "test-b"]
     dispatch.task_started()  # B's task starts: only B's key goes
-    assert client.exists("test-a:claims:allocate-queued") and not client.exists("test-b:claims:allocate-queued")
-    client.delete("test-a:claims:allocate-queued")
+    assert client.exists(keys["test-a"]) and not client.exists(keys["test-b"])
+    client.delete(keys["test-a"])

@@ -1,7 +1,7 @@
 """``manage.py serve --port 8000``: the web server, plus the in-process worker when there is no broker.
 
 * No ``CELERY_BROKER_URL`` (the embedded default, what ``make run`` uses): ONE gunicorn worker process
-  with threads, and in it the ``claims.runner.PeriodicRunner`` thread that allocates claims and runs the
+  with threads, and in it the ``draservice.runner.PeriodicRunner`` thread that allocates claims and runs the
   beat schedule (lease expiry, stale sweep, utilisation snapshots, retries). One process, because the
   runner must exist once and SQLite serializes writers anyway.
 * With a broker: several gunicorn worker processes; allocation and the schedule belong to
@@ -38,7 +38,7 @@ class Command(BaseCommand):
                                  "never in production: claims would land on nodes that do not exist)")
 
     def handle(self, *args, host, port, workers, threads, no_runner, access_log, demo, **opts):
-        from gunicorn.app.base import BaseApplication
+        from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
         broker = bool(settings.CELERY_BROKER_URL)
         run_inline_worker = not broker and not no_runner
@@ -54,11 +54,11 @@ class Command(BaseCommand):
 
         def post_worker_init(worker):
             if run_inline_worker:
-                from claims.runner import PeriodicRunner
+                from draservice.runner import PeriodicRunner
 
                 PeriodicRunner().start()
             else:
-                from claims import notify
+                from draservice import notify
 
                 notify.start_listener()  # long polls are woken from Redis; be subscribed before the first
 

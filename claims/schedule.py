@@ -8,7 +8,6 @@ from datetime import timedelta
 SCHEDULE = {
     "claims-expire-leases": {"task": "claims.tasks.expire_leases", "schedule": timedelta(seconds=5)},
     "claims-retry-pending": {"task": "claims.tasks.allocate_pending", "schedule": timedelta(seconds=15)},
-    "claims-sweep-stale-clusters": {"task": "claims.tasks.sweep_stale_clusters", "schedule": timedelta(seconds=30)},
     "claims-utilisation-snapshot": {"task": "claims.tasks.record_utilisation", "schedule": timedelta(minutes=1)},
     "claims-purge-idempotency-keys": {"task": "claims.tasks.purge_idempotency_keys", "schedule": timedelta(hours=1)},
 }

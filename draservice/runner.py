@@ -1,0 +1,82 @@
+"""The in-process worker of the embedded default (no broker): tasks on demand plus the beat schedule.
+
+``manage.py serve`` starts one ``PeriodicRunner`` thread in its (single) web worker process when no broker is
+configured. Writers then wake it (``draservice.dispatch.request_task``) instead of running a task inside their
+request, and it runs every app's periodic tasks (``draservice.beat.collect``: each app's ``schedule.py``) on
+time. With a broker, Celery workers and ``celery beat`` do this job and no runner is started.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from draservice import dispatch
+from draservice.celery import app
+
+log = logging.getLogger(__name__)
+
+# Tasks the runner runs when woken (the others run inline, as without a runner). Allocation is the one a
+# request must not wait for: a round may take a while, and many requests ask for one.
+ON_DEMAND = ("claims.tasks.allocate_pending",)
+
+
+class PeriodicRunner(threading.Thread, dispatch.LocalRunner):
+    def __init__(self, schedule: dict | None = None, on_demand: tuple[str, ...] = ON_DEMAND):
+        super().__init__(name="draservice-runner", daemon=True)
+        self.schedule = schedule if schedule is not None else dict(settings.CELERY_BEAT_SCHEDULE)
+        self.on_demand = on_demand
+        self._wake = threading.Event()
+        self._wanted: set[str] = set()
+        self._lock = threading.Lock()
+        # Not ``_stop``: threading.Thread has a method of that name, which join() calls.
+        self._stopping = threading.Event()
+
+    def serves(self, name: str) -> bool:
+        return name in self.on_demand
+
+    def kick(self, name: str = ON_DEMAND[0]) -> None:
+        with self._lock:
+            self._wanted.add(name)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    def _run_task(self, name: str) -> None:
+        try:
+            app.tasks[name].apply(throw=True)
+        except Exception:  # one failing task must not stop the runner; it runs again on schedule
+            log.exception("task %s failed", name)
+        finally:
+            close_old_connections()
+
+    def run(self) -> None:
+        dispatch.set_local_runner(self)
+        now = time.monotonic()
+        due = {name: now for name in self.schedule}
+        try:
+            while not self._stopping.is_set():
+                timeout = max(0.0, min(due.values(), default=now + 60) - time.monotonic())
+                if self._wake.wait(timeout):
+                    self._wake.clear()
+                    if self._stopping.is_set():
+                        break
+                    with self._lock:
+                        wanted, self._wanted = self._wanted, set()
+                    for name in sorted(wanted):
+                        self._run_task(name)
+                now = time.monotonic()
+                for name, entry in self.schedule.items():
+                    if due[name] <= now:
+                        self._run_task(entry["task"])
+                        every = entry["schedule"]
+                        seconds = every.total_seconds() if hasattr(every, "total_seconds") else float(every)
+                        due[name] = time.monotonic() + seconds
+        finally:
+            dispatch.set_local_runner(None)
+            connections.close_all()  # this thread's connections: a stopped runner holds none
