@@ -20,8 +20,10 @@ IF_MATCH_PARAMETER = OpenApiParameter(
 )
 
 
-def etag_for(resource_version: int) -> str:
-    return f'"{resource_version}"'
+def etag_for(resource_version: int | str) -> str:
+    """The quoted tag of a version (or content hash); a tag that is already quoted is returned as it is."""
+    text = str(resource_version)
+    return text if text.startswith('"') else f'"{text}"'
 
 
 def parse_tags(header: str | None) -> list[str] | None:
@@ -36,12 +38,13 @@ def if_match(request) -> list[str] | None:
 
 
 def check_if_match(expected: list[str] | str | None, current: int | str) -> None:
-    """412 unless ``expected`` (parsed tags, or a raw header) names ``current`` (an ETag or a resource version)."""
+    """412 unless ``expected`` (parsed tags, or a raw header) names ``current`` (an ETag, or a version or content
+    hash that ``etag_for`` quotes)."""
     if isinstance(expected, str):
         expected = parse_tags(expected)
     if not expected or "*" in expected:
         return
-    tag = etag_for(current) if isinstance(current, int) else current
+    tag = etag_for(current)
     if tag not in expected:
         raise PreconditionFailed(f"If-Match {', '.join(expected)} does not match the current ETag {tag}.")
 
@@ -59,5 +62,5 @@ def not_modified(request, resource_version: int | str) -> bool:
     tags = parse_tags(request.headers.get("If-None-Match"))
     if not tags:
         return False
-    tag = etag_for(resource_version) if isinstance(resource_version, int) else resource_version
+    tag = etag_for(resource_version)
     return "*" in tags or tag in tags

@@ -69,7 +69,7 @@ NO_ACCESS = Access(kind="none", read_only=True)
 def access_of_token(token: APIToken) -> Access:
     return Access(
         kind=token.kind, read_only=token.read_only, cluster_id=token.cluster_id,
-        cluster_name=token.cluster.name if token.cluster_id else None,
+        cluster_name=token.cluster.name if token.cluster is not None else None,
         namespaces=frozenset(token.namespaces or ()), token=token,
     )
 

@@ -28,12 +28,12 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.api.access import IsAuthenticatedPrincipal
 from dra.cel import REQUEST_COST_BUDGET, CostBudgetExhausted, CostMeter, check_selector_cost, metered
 from dra.engine import AllocationError, Features, FleetSnapshot, simulate
 from dra.engine.simulate import allocated_from_body, node_name_of, snapshot_from_body
 from dra.k8s import claims as k8s_claims
 from dra.k8s import slices as k8s_slices
+from draservice.permissions import IsAuthenticatedPrincipal
 from draservice.problems import FieldError
 
 MAX_CLAIMS = 128  # a pod references at most 128 ResourceClaims

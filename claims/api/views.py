@@ -18,7 +18,6 @@ from rest_framework.response import Response
 
 from claims import filtersets
 from claims.api import serializers as s
-from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write, pinned_cluster, readable_namespaces
 from claims.models import (
     ClaimEvent,
     Consumer,
@@ -37,6 +36,13 @@ from claims.services import idempotency
 from draservice import notify
 from draservice.pagination import CursorPagination
 from draservice.parsers import JSONParser, MergePatchParser
+from draservice.permissions import (
+    ClaimAccess,
+    IsAuthenticatedPrincipal,
+    NamespaceAccess,
+    pinned_cluster,
+    readable_namespaces,
+)
 from draservice.problems import FieldError
 from draservice.yaml import YAMLParser
 
@@ -107,7 +113,8 @@ def _body_pin(obj) -> str | None:
 
 
 class ClaimsBase(generics.GenericAPIView):
-    permission_classes = [IsAuthenticatedPrincipal]
+    # Who may read or write the URL's namespace is decided before any lookup (draservice.permissions).
+    permission_classes = [NamespaceAccess]
     parser_classes = [JSONParser, YAMLParser, MergePatchParser]
     pagination_class = KubeListPagination
 
@@ -134,6 +141,7 @@ class NamespaceListView(ClaimsBase):
 # --------------------------------------------------------------------------------------------- claims
 
 class ClaimListView(ClaimsBase):
+    permission_classes = [ClaimAccess]
     filterset_class = filtersets.ResourceClaimFilterSet
 
     def get_queryset(self):
@@ -142,7 +150,6 @@ class ClaimListView(ClaimsBase):
     @extend_schema(operation_id="resourceclaims_list",
                    responses={200: s.KubeListSerializer}, summary="List ResourceClaims")
     def get(self, request, namespace):
-        check_read(request, namespace)
         return self.paginated(self.get_queryset(), s.render_claims, "ResourceClaimList")
 
     @extend_schema(operation_id="resourceclaims_create",
@@ -151,7 +158,7 @@ class ClaimListView(ClaimsBase):
                    summary="Create a ResourceClaim (v1, v1beta2 or v1beta1; JSON or YAML)")
     def post(self, request, namespace):
         body = request.data
-        check_write(request, namespace, _body_pin(body))
+        self.check_object_permissions(request, ClaimAccess.new_claim(_body_pin(body)))
         if isinstance(body, dict) and body.get("kind") == "List":
             raise FieldError([("kind", "use …/resourceclaims/batch to create several claims")], status_code=400)
 
@@ -171,6 +178,7 @@ class ClaimListView(ClaimsBase):
 
 
 class ClaimBatchView(ClaimsBase):
+    permission_classes = [ClaimAccess]
     """POST creates a batch; the other methods are those of a claim that happens to be named "batch"."""
 
     @extend_schema(exclude=True)
@@ -201,7 +209,7 @@ class ClaimBatchView(ClaimsBase):
         if not items:  # as `kubectl create` refuses an empty List ("no objects passed to create")
             raise FieldError([("items", "Required value: at least one ResourceClaim or Consumer")])
         pins = {_body_pin(item) for item in items if isinstance(item, dict) and item.get("kind") != "Consumer"}
-        check_write(request, namespace, pins.pop() if len(pins) == 1 else None)
+        self.check_object_permissions(request, ClaimAccess.new_claim(pins.pop() if len(pins) == 1 else None))
 
         def create():
             is_consumer = [isinstance(o, dict) and o.get("kind") == "Consumer" for o in items]
@@ -227,12 +235,12 @@ class ClaimBatchView(ClaimsBase):
 
 
 class ClaimDetailView(ClaimsBase):
+    permission_classes = [ClaimAccess]
     @extend_schema(operation_id="resourceclaims_read",
                    parameters=[OpenApiParameter("wait", str, description="long poll: return as soon as the claim "
                                                 "is no longer Pending, or after this long (e.g. 60s, max 120s)")],
                    responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaim (optionally wait)")
     def get(self, request, namespace, name):
-        check_read(request, namespace)
         claim = _claim_or_404(namespace, name)
         wait = parse_wait(request.query_params.get("wait"))
         if wait and claim.phase == Phase.PENDING:
@@ -249,7 +257,7 @@ class ClaimDetailView(ClaimsBase):
                    summary="Replace labels/annotations (spec is immutable); If-Match honoured")
     def put(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
-        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector))
+        self.check_object_permissions(request, claim)
         claim = claim_services.update_claim(claim.pk, request.data, if_match=request.headers.get("If-Match"))
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
@@ -259,7 +267,7 @@ class ClaimDetailView(ClaimsBase):
                    summary="JSON merge patch of labels/annotations; If-Match honoured")
     def patch(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
-        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector))
+        self.check_object_permissions(request, claim)
         current = s.render_claim(claim, list(claim.reservations.all()))
         patched = merge_patch(current, request.data)
         patched.pop("status", None)
@@ -271,30 +279,34 @@ class ClaimDetailView(ClaimsBase):
                    responses={200: s.KubeObjectSerializer}, summary="Release the devices and delete the claim")
     def delete(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
-        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector) or claim.cluster or None)
+        self.check_object_permissions(request, claim)
         body = s.render_claim(claim, [])
         claim_services.delete_claim(claim.pk, if_match=request.headers.get("If-Match"))
         return Response(body)
 
 
 class ClaimReleaseView(ClaimsBase):
+    permission_classes = [ClaimAccess]
+    claim_verb = "release"
     @extend_schema(operation_id="resourceclaims_release", request=None, responses={200: s.KubeObjectSerializer},
                    summary="Release the claim's devices now (the claim stays, phase Released)")
     def post(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
-        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector) or claim.cluster or None)
+        self.check_object_permissions(request, claim)
         claim_services.release_claim(claim.pk, if_match=request.headers.get("If-Match"))
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
 
 class ClaimRenewView(ClaimsBase):
+    permission_classes = [ClaimAccess]
+    claim_verb = "renew"
     @extend_schema(operation_id="resourceclaims_renew",
                    request=s.RenewSerializer, responses={200: s.KubeObjectSerializer},
                    summary="Renew the claim's lease (optionally with a new ttl)")
     def post(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
-        check_write(request, namespace, pinned_cluster(claim.allowed_cluster_selector))
+        self.check_object_permissions(request, claim)
         ttl = request.data.get("ttl") if isinstance(request.data, dict) else None
         claim_services.renew_lease(claim.pk, ttl=ttl, if_match=request.headers.get("If-Match"))
         claim = _claim_or_404(namespace, name)
@@ -306,7 +318,6 @@ class ClaimExplainView(ClaimsBase):
                    parameters=[OpenApiParameter("refresh", bool, description="run the engine now (no write)")],
                    responses={200: s.ExplainSerializer}, summary="Why a claim is (not) allocated")
     def get(self, request, namespace, name):
-        check_read(request, namespace)
         claim = _claim_or_404(namespace, name)
         refresh = request.query_params.get("refresh", "").lower() in ("1", "true", "yes")
         return Response(explain_service.explain(claim, refresh=refresh))
@@ -321,7 +332,6 @@ class ClaimEventsView(ClaimsBase):
                                                 "delete and re-create); default: the current or last one")],
                    summary="The claim's audit trail, oldest first; still there after the claim is deleted")
     def get(self, request, namespace, name):
-        check_read(request, namespace)  # before any lookup: a forbidden namespace reveals nothing
         qs = ev.trail(namespace, name, request.query_params.get("uid"))
         if qs is None:
             raise Http404(f'no events of resourceclaims "{name}" in namespace "{namespace}"')
@@ -353,7 +363,6 @@ class TemplateListView(ClaimsBase):
     @extend_schema(operation_id="resourceclaimtemplates_list",
                    responses={200: s.KubeListSerializer}, summary="List ResourceClaimTemplates")
     def get(self, request, namespace):
-        check_read(request, namespace)
         qs = ResourceClaimTemplate.objects.select_related("namespace").filter(namespace__name=namespace)
         return self.paginated(qs, lambda rows: [s.render_template(t) for t in rows], "ResourceClaimTemplateList")
 
@@ -361,7 +370,6 @@ class TemplateListView(ClaimsBase):
                    request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    summary="Create a ResourceClaimTemplate")
     def post(self, request, namespace):
-        check_write(request, namespace)
         template = claim_services.create_template(namespace, request.data)
         return _etag(Response(s.render_template(template), status=status.HTTP_201_CREATED), template)
 
@@ -374,14 +382,12 @@ class TemplateDetailView(ClaimsBase):
     @extend_schema(operation_id="resourceclaimtemplates_read",
                    responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaimTemplate")
     def get(self, request, namespace, name):
-        check_read(request, namespace)
         template = self._get(namespace, name)
         return _etag(Response(s.render_template(template)), template)
 
     @extend_schema(operation_id="resourceclaimtemplates_delete",
                    responses={200: s.KubeObjectSerializer}, summary="Delete a ResourceClaimTemplate")
     def delete(self, request, namespace, name):
-        check_write(request, namespace)
         template = self._get(namespace, name)
         body = s.render_template(template)
         claim_services.delete_template(template.pk, if_match=request.headers.get("If-Match"))
@@ -396,7 +402,6 @@ class ConsumerListView(ClaimsBase):
 
     @extend_schema(operation_id="consumers_list", responses={200: s.KubeListSerializer}, summary="List Consumers")
     def get(self, request, namespace):
-        check_read(request, namespace)
         qs = (Consumer.objects.select_related("namespace").prefetch_related("reservations__claim")
               .filter(namespace__name=namespace))
         return self.paginated(qs, lambda rows: [s.render_consumer(c, list(c.reservations.all())) for c in rows],
@@ -406,7 +411,6 @@ class ConsumerListView(ClaimsBase):
                    request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    summary="Create a Consumer: reserves its claims, makes claims from its templates")
     def post(self, request, namespace):
-        check_write(request, namespace)
 
         def create():
             consumer = consumer_services.create_consumer(namespace, request.data)
@@ -429,7 +433,6 @@ class ConsumerDetailView(ClaimsBase):
                                                 "allocated (or one failed), e.g. 60s")],
                    responses={200: s.KubeObjectSerializer}, summary="Read a Consumer (optionally wait)")
     def get(self, request, namespace, name):
-        check_read(request, namespace)
         consumer = self._get(namespace, name)
         wait = parse_wait(request.query_params.get("wait"))
         if wait:
@@ -447,7 +450,6 @@ class ConsumerDetailView(ClaimsBase):
     @extend_schema(operation_id="consumers_delete", responses={200: s.KubeObjectSerializer},
                    summary="Delete a Consumer: unreserves its claims, releases those made for it")
     def delete(self, request, namespace, name):
-        check_write(request, namespace)
         consumer = self._get(namespace, name)
         body = s.render_consumer(consumer)
         consumer_services.delete_consumer(consumer.pk, if_match=request.headers.get("If-Match"))

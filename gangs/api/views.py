@@ -8,12 +8,12 @@ from rest_framework import generics
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.api.access import IsAuthenticatedPrincipal, check_read, check_write, readable_namespaces
 from claims.api.views import KubeListPagination, parse_wait
 from claims.models import Reservation
 from claims.services import idempotency
 from draservice import notify
 from draservice.parsers import JSONParser
+from draservice.permissions import IsAuthenticatedPrincipal, NamespaceAccess, readable_namespaces
 from draservice.yaml import YAMLParser
 from gangs import simulate
 from gangs.api import serializers as s
@@ -43,7 +43,7 @@ def _detail(gang: Gang) -> Response:
 
 
 class GangsBase(generics.GenericAPIView):
-    permission_classes = [IsAuthenticatedPrincipal]
+    permission_classes = [NamespaceAccess]  # decided from the URL, before any lookup
     parser_classes = [JSONParser, YAMLParser]
     pagination_class = KubeListPagination
 
@@ -63,14 +63,12 @@ class GangListView(GangsBase):
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List Gangs", operation_id="list_namespaced_gangs")
     def get(self, request, namespace):
-        check_read(request, namespace)
         return self.listed(Gang.objects.select_related("namespace").filter(namespace__name=namespace))
 
     @extend_schema(request=s.GangSerializer, responses={201: s.GangSerializer},
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
                    summary="Create a Gang: its members' consumers and claims, placed all or nothing")
     def post(self, request, namespace):
-        check_write(request, namespace)
 
         def create():
             gang = gang_services.create_gang(namespace, request.data)
@@ -91,7 +89,6 @@ class GangDetailView(GangsBase):
                    responses={200: s.GangSerializer}, summary="Read a Gang (optionally wait for its placement)",
                    operation_id="read_namespaced_gang")
     def get(self, request, namespace, name):
-        check_read(request, namespace)
         gang = _gang_or_404(namespace, name)
         wait = parse_wait(request.query_params.get("wait"))
         if wait and gang.phase == GangPhase.PENDING:
@@ -108,7 +105,6 @@ class GangDetailView(GangsBase):
     @extend_schema(responses={200: s.GangSerializer},
                    summary="Delete a Gang: release everything, delete its members' consumers and their claims")
     def delete(self, request, namespace, name):
-        check_write(request, namespace)
         gang = _gang_or_404(namespace, name)
         body = s.render_gang(gang)
         gang_services.delete_gang(gang.pk, if_match=request.headers.get("If-Match"))
@@ -119,7 +115,6 @@ class GangReleaseView(GangsBase):
     @extend_schema(request=None, responses={200: s.GangSerializer},
                    summary="Release everything the gang holds (the gang stays, phase Released)")
     def post(self, request, namespace, name):
-        check_write(request, namespace)
         gang = _gang_or_404(namespace, name)
         gang_services.release_gang(gang.pk, if_match=request.headers.get("If-Match"))
         return _detail(_gang_or_404(namespace, name))
@@ -128,7 +123,6 @@ class GangReleaseView(GangsBase):
 class GangEventsView(GangsBase):
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="The gang's audit trail, oldest first")
     def get(self, request, namespace, name):
-        check_read(request, namespace)
         gang = _gang_or_404(namespace, name)
         qs = GangEvent.objects.filter(gang_uid=gang.uid)
         page = self.paginate_queryset(qs)
