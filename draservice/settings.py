@@ -163,7 +163,7 @@ REST_FRAMEWORK: dict[str, Any] = {
         "draservice.filters.FieldSelectorFilter",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "draservice.pagination.CursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "draservice.pagination.ListPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "draservice.problems.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -96,9 +96,9 @@ def current_rendering(payload: dict) -> dict:
     return payload
 
 
-def render_list(kind: str, items: list[dict], api_version: str = k8s.V1, cont: str | None = None) -> dict:
-    meta = {"continue": cont} if cont else {}
-    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "items": items}
+def render_list(kind: str, items: list[dict], api_version: str = k8s.V1, meta: dict | None = None) -> dict:
+    """A Kubernetes list; ``meta``: the paginator's ``list_metadata()`` (resourceVersion, continue)."""
+    return {"apiVersion": api_version, "kind": kind, "metadata": dict(meta or {}), "items": items}
 
 
 def render_template(template: ResourceClaimTemplate) -> dict:

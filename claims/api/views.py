@@ -34,7 +34,7 @@ from claims.services import events as ev
 from claims.services import explain as explain_service
 from claims.services import idempotency
 from draservice import notify
-from draservice.pagination import CursorPagination
+from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser, MergePatchParser
 from draservice.permissions import (
     ClaimAccess,
@@ -48,26 +48,6 @@ from draservice.yaml import YAMLParser
 
 MAX_WAIT = 120.0
 _WAIT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
-
-
-class KubeListPagination(CursorPagination):
-    """Kubernetes list paging: ``?limit=`` and ``?continue=``; the token comes back in ``metadata.continue``."""
-
-    cursor_query_param = "continue"
-
-    def continue_token(self) -> str | None:
-        link = self.get_next_link()
-        if not link:
-            return None
-        from urllib.parse import parse_qs, urlparse
-
-        return (parse_qs(urlparse(link).query).get(self.cursor_query_param) or [None])[0]
-
-    def get_paginated_response_schema(self, schema):
-        """The schema of what the views answer: a Kubernetes list (see ``serializers.render_list``)."""
-        return {"type": "object", "required": ["apiVersion", "kind", "metadata", "items"], "properties": {
-            "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-            "metadata": {"type": "object", "properties": {"continue": {"type": "string"}}}, "items": schema}}
 
 
 def parse_wait(value: str | None) -> float:
@@ -120,9 +100,9 @@ class ClaimsBase(generics.GenericAPIView):
 
     def paginated(self, queryset, render, kind, api_version=None):
         page = self.paginate_queryset(self.filter_queryset(queryset))
-        token = self.paginator.continue_token() if page is not None else None
+        meta = self.paginator.list_metadata() if page is not None else {}
         items = render(page if page is not None else queryset)
-        return Response(s.render_list(kind, items, api_version or s.k8s.V1, token))
+        return Response(s.render_list(kind, items, api_version or s.k8s.V1, meta))
 
 
 # --------------------------------------------------------------------------------------------- namespaces
@@ -135,7 +115,8 @@ class NamespaceListView(ClaimsBase):
         allowed = readable_namespaces(request)
         if allowed is not None:
             qs = qs.filter(name__in=allowed)
-        return Response({"items": [{"name": n.name, "labels": n.labels, "created": s.ts(n.created_at)} for n in qs]})
+        return self.paginated(qs, lambda rows: [{"name": n.name, "labels": n.labels, "created": s.ts(n.created_at)}
+                                                for n in rows], "NamespaceList", "v1")
 
 
 # --------------------------------------------------------------------------------------------- claims

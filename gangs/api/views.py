@@ -8,10 +8,11 @@ from rest_framework import generics
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.api.views import KubeListPagination, parse_wait
+from claims.api.views import parse_wait
 from claims.models import Reservation
 from claims.services import idempotency
 from draservice import notify
+from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser
 from draservice.permissions import IsAuthenticatedPrincipal, NamespaceAccess, readable_namespaces
 from draservice.yaml import YAMLParser
@@ -50,9 +51,8 @@ class GangsBase(generics.GenericAPIView):
     def listed(self, queryset, kind="GangList"):
         queryset = self.filter_queryset(queryset)  # phase (GangFilterSet), fieldSelector
         page = self.paginate_queryset(queryset)
-        token = self.paginator.continue_token() if page is not None else None
+        meta = self.paginator.list_metadata() if page is not None else {}
         rows = page if page is not None else queryset
-        meta = {"continue": token} if token else {}
         return Response({"apiVersion": API_VERSION, "kind": kind, "metadata": meta,
                          "items": [s.render_gang(g) for g in rows]})
 
@@ -126,8 +126,8 @@ class GangEventsView(GangsBase):
         gang = _gang_or_404(namespace, name)
         qs = GangEvent.objects.filter(gang_uid=gang.uid)
         page = self.paginate_queryset(qs)
-        token = self.paginator.continue_token() if page is not None else None
-        return Response({"apiVersion": "v1", "kind": "EventList", "metadata": {"continue": token} if token else {},
+        meta = self.paginator.list_metadata() if page is not None else {}
+        return Response({"apiVersion": "v1", "kind": "EventList", "metadata": meta,
                          "items": [s.render_event(e) for e in (page if page is not None else qs)]})
 
 

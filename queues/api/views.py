@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
+from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser
 from draservice.yaml import YAMLParser
 from inventory.permissions import IsAdminOrReadOnly
@@ -44,10 +45,12 @@ class QueueBase(APIView):
 class QueueListView(QueueBase):
     @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List Queues (the tree, with usage)")
     def get(self, request):
-        queues = list(Queue.objects.order_by("id"))
+        paginator = KubeListPagination()  # the API's one list pagination (limit, continue, resourceVersion)
+        queues = list(paginator.paginate_queryset(Queue.objects.order_by("id"), request, self) or [])
         statuses = queue_status.statuses(queues)
         items = [{**queue_services.rendered(q), "status": statuses[q.id]} for q in queues]
-        return Response({"apiVersion": API_VERSION, "kind": "QueueList", "metadata": {}, "items": items})
+        return Response({"apiVersion": API_VERSION, "kind": "QueueList", "metadata": paginator.list_metadata(),
+                         "items": items})
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT},
                    summary="Create a Queue (admins)")

@@ -174,4 +174,5 @@ def test_schema_documents_the_inventory(admin_client):
         assert path in schema["paths"], sorted(schema["paths"])
     assert "put" in schema["paths"]["/api/v1/clusters/{cluster}/inventory"]
     device_params = {p["name"] for p in schema["paths"]["/api/v1/devices"]["get"]["parameters"]}
-    assert {"attribute", "cluster", "node", "driver", "pool", "cursor", "ordering"} <= device_params
+    assert {"attribute", "cluster", "node", "driver", "pool", "continue", "limit", "ordering"} <= device_params
+    assert "cursor" in device_params  # the deprecated alias, documented as such
