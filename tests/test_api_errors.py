@@ -413,3 +413,12 @@ def test_a_capacity_request_that_is_not_a_quantity_is_a_422(admin_client, value)
     resp = admin_client.post("/api/v1/namespaces/team-a/resourceclaims", body, format="json")
     assert resp.status_code == 422, resp.content
     assert resp.json()["errors"][0]["field"] == "spec.devices.requests[0].exactly.capacity.requests[memory]"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/devices", "/api/v1/namespaces/ci/resourceclaims", "/api/v1/queues",
+                                  "/api/v1/namespaces/ci/gangs", "/api/v1/simulate"])
+def test_trace_and_unknown_methods_are_405_problems(admin_client, path):
+    for method in ("TRACE", "PROPFIND"):
+        resp = admin_client.generic(method, path)
+        assert resp.status_code == 405, (method, path, resp.status_code)
+        assert resp["Content-Type"].startswith("application/problem+json")

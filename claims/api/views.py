@@ -1,13 +1,11 @@
 """Claims API views. Thin: check access, parse, call a service, render.
 
 Long polls (``?wait=``) hold one web thread each while they sleep (no database transaction, a query every
-couple of seconds, woken early by ``claims.notify``). Size the web server's threads for the waiters you
-expect: ``manage.py serve`` runs gunicorn's threaded workers (see its ``--threads``), and ``MAX_WAIT`` caps
-how long one request may hold a thread.
+couple of seconds, woken early by ``draservice.notify``). Size the web server's threads for the waiters you
+expect: ``manage.py serve`` runs gunicorn's threaded workers (see its ``--threads``), and
+``draservice.requests.MAX_WAIT`` caps how long one request may hold a thread.
 """
 from __future__ import annotations
-
-import re
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
@@ -44,33 +42,8 @@ from draservice.permissions import (
     readable_namespaces,
 )
 from draservice.problems import FieldError
+from draservice.requests import merge_patch, parse_wait
 from draservice.yaml import YAMLParser
-
-MAX_WAIT = 120.0
-_WAIT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
-
-
-def parse_wait(value: str | None) -> float:
-    if not value:
-        return 0.0
-    m = _WAIT.match(value.strip())
-    if not m:
-        raise FieldError([("wait", "a duration such as 30s, 500ms or 1m")], status_code=400)
-    seconds = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, None: 1}[m.group(2)]
-    return min(seconds, MAX_WAIT)
-
-
-def merge_patch(target, patch):
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 def _etag(response: Response, obj) -> Response:

@@ -8,13 +8,13 @@ from rest_framework import generics
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.api.views import parse_wait
 from claims.models import Reservation
 from claims.services import idempotency
 from draservice import notify
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser
 from draservice.permissions import IsAuthenticatedPrincipal, NamespaceAccess, readable_namespaces
+from draservice.requests import parse_wait
 from draservice.yaml import YAMLParser
 from gangs import simulate
 from gangs.api import serializers as s

@@ -15,6 +15,7 @@ from claims.models import Phase, ResourceClaim
 from claims.services.allocation import bump_fleet_version
 from draservice.etag import check_if_match
 from draservice.problems import Conflict, FieldError
+from draservice.requests import merge_patch
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QueueNamespace, QueueRedirect, QuotaCharge
 from queues.services import resolve
@@ -26,19 +27,6 @@ def _lock() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [WRITE_LOCK])
-
-
-def _merge_patch(target, patch):
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge_patch(out.get(key), value)
-    return out
 
 
 def rendered(queue: Queue) -> dict:
@@ -89,7 +77,7 @@ def patch_queue(name: str, patch, if_match: list[str] | None) -> Queue:
         current = {"apiVersion": queue_spec.API_VERSION, "kind": queue_spec.KIND,
                    "metadata": {"name": queue.name, "labels": queue.labels, "annotations": queue.annotations},
                    "spec": queue.spec}
-        obj = _valid(_merge_patch(current, patch), name)
+        obj = _valid(merge_patch(current, patch), name)
         _keep_secret(queue, obj)
         return _store(queue, obj, creating=False)
 

@@ -67,7 +67,7 @@ class Command(BaseCommand):
             "workers": workers,
             "worker_class": "gthread",
             "threads": threads,
-            "timeout": 180,  # > the longest long poll (claims.api.views.MAX_WAIT)
+            "timeout": 180,  # > the longest long poll (draservice.requests.MAX_WAIT)
             "graceful_timeout": 15,
             "keepalive": 30,
             "accesslog": "-" if access_log else None,
