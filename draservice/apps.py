@@ -9,5 +9,9 @@ class DraserviceConfig(AppConfig):
 
     def ready(self):
         from draservice import beat
+        from draservice.celery import app
 
         beat.install()
+        # Register every app's tasks in this process too (the web process runs them without a broker, and the
+        # runner by name): Celery's own autodiscovery is lazy and only a worker's start triggers it.
+        app.autodiscover_tasks(force=True)
