@@ -105,9 +105,9 @@ def _rank(tree: Tree, shares: Shares, name: str) -> tuple:
     return (shares.dominant(queue.id) / Fraction(queue.weight).limit_denominator(1000), -queue.priority)
 
 
-def positions(claims: list) -> dict[int, dict]:
+def positions(claims: list, with_estimate: bool = False) -> dict[int, dict]:
     """claim id -> queue status fields: ``queue``, and for pending claims ``positionInQueue`` (1-based)
-    and the start-time estimate (``queues.services.estimate``)."""
+    and, ``with_estimate``, the start-time estimate (``queues.services.estimate``)."""
     tree = Tree.load()
     out: dict[int, dict] = {}
     wanted: dict[str, list] = defaultdict(list)
@@ -119,11 +119,11 @@ def positions(claims: list) -> dict[int, dict]:
     ahead: dict[int, int] = {}
     queues_of: dict[int, str] = {}
     for name, mine in wanted.items():
-        for claim_id, (place, before) in position.ranked(name, tree, mine).items():
+        for claim_id, (place, before) in position.ranked(name, tree, mine, demand=with_estimate).items():
             out[claim_id]["positionInQueue"] = place
             ahead[claim_id] = before
             queues_of[claim_id] = name
-    pending = [c for group in wanted.values() for c in group if c.id in ahead]
+    pending = [c for group in wanted.values() for c in group if c.id in ahead] if with_estimate else []
     for claim_id, fields in estimate.estimates(pending, queues_of, ahead, tree).items():
         out[claim_id].update(fields)
     return out

@@ -7,7 +7,7 @@ runs in PostgreSQL and only the rows asked about come back. Other databases take
 from __future__ import annotations
 
 from django.db import connection
-from django.db.models import F, Sum, Window
+from django.db.models import F, Sum, Value, Window
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 
@@ -25,9 +25,9 @@ DEVICES_SQL = (f"(SELECT COALESCE(SUM(CASE WHEN COALESCE(r->'exactly'->>'allocat
                f"FROM jsonb_array_elements(COALESCE({_T}.spec->'devices'->'requests', '[]'::jsonb)) r)")
 
 
-def ranked(name: str, tree: Tree, claims: list) -> dict[int, tuple[int, int]]:
-    """claim id -> (1-based position, devices asked for by the claims before it) among ``name``'s pending
-    claims; ``claims``: pending claims of that queue."""
+def ranked(name: str, tree: Tree, claims: list, demand: bool = True) -> dict[int, tuple[int, int]]:
+    """claim id -> (1-based position, devices asked for by the claims before it -- 0 unless ``demand``)
+    among ``name``'s pending claims; ``claims``: pending claims of that queue."""
     queue = tree.queues.get(name)
     namespaces = (queue.spec.get("namespaces") or []) if queue else []
     cap = queue.max_priority if queue else 2**31 - 1
@@ -35,12 +35,13 @@ def ranked(name: str, tree: Tree, claims: list) -> dict[int, tuple[int, int]]:
     if connection.vendor != "postgresql":
         return _ranked_python(qs, name, tree, claims)
     order = [RawSQL(PRIORITY_SQL, [cap]).desc(), F("created_at").asc(), F("id").asc()]
+    devices = RawSQL(DEVICES_SQL, []) if demand else Value(0)
     inner = qs.annotate(position=Window(RowNumber(), order_by=order),
-                        through=Window(Sum(RawSQL(DEVICES_SQL, [])), order_by=order),
-                        own=RawSQL(DEVICES_SQL, [])).values("id", "position", "through", "own", "labels")
+                        through=Window(Sum(devices), order_by=order) if demand else Value(0),
+                        own=devices).values("id", "position", "through", "own")
     sql, params = inner.query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, position, through, own, labels FROM ({sql}) ranked WHERE id = ANY(%s)",
+        cursor.execute(f"SELECT id, position, through, own FROM ({sql}) ranked WHERE id = ANY(%s)",
                        [*params, [c.id for c in claims]])
         rows = cursor.fetchall()
     return {row[0]: (int(row[1]), int(row[2] or 0) - int(row[3] or 0)) for row in rows}
