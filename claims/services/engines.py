@@ -8,12 +8,15 @@ one per allocator. ``rows`` is what the engine currently counts, by row id.
 """
 from __future__ import annotations
 
-from dra.engine import AllocatedDevice, Engine
+from dra.engine import AllocatedDevice, Engine, memory
 from dra.gang import GangPlacer
 
 
 class EngineCache:
-    def __init__(self) -> None:
+    def __init__(self, long_lived: bool = False) -> None:
+        # long_lived: the worker's cache (its engine lives until the fleet changes) freezes the engine out of
+        # the garbage collector's sight; a per-request cache (simulate) must not, or it would never be freed.
+        self.long_lived = long_lived
         self.reset()
 
     def reset(self) -> None:
@@ -27,7 +30,12 @@ class EngineCache:
     def engine_for(self, view, rows: dict[int, AllocatedDevice]) -> Engine:
         if self.engine is None or self.key != view.key or self.poisoned:
             self.poisoned = False
-            self.engine, self.key, self.placer = Engine(view.snapshot, list(rows.values())), view.key, None
+            if self.long_lived:  # the old engine was frozen out of the collector's sight: let it go
+                memory.release_frozen()
+            self.engine = self.placer = None
+            self.engine, self.key = Engine(view.snapshot, list(rows.values())), view.key
+            if self.long_lived:
+                memory.freeze_long_lived()
         else:
             gone = [self.rows[i] for i in self.rows.keys() - rows.keys()]
             new = [rows[i] for i in rows.keys() - self.rows.keys()]
@@ -55,4 +63,4 @@ class EngineCache:
                                                 admin)
 
 
-engines = EngineCache()
+engines = EngineCache(long_lived=True)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterable
 
 from .analysis import Footprint
-from .compiler import CompiledExpression, compile_expression
+from .compiler import COMPILED_CACHE_SIZE, CompiledExpression, compile_expression
 from .device import CELDevice, DeviceView
 from .errors import CELRuntimeError
 from .meter import CostMeter, current_meter
@@ -146,8 +146,10 @@ class SelectorCache:
         if entry is None:
             entry = _Entry(compile_expression(expression, consumable_capacity=self.consumable_capacity))
             with self._lock:
-                if len(self._entries) >= 10_000:
-                    self._entries.clear()  # compile_expression keeps its own LRU of programs
+                # No more entries than compile_expression's LRU keeps: an entry holds its compiled program
+                # alive (~40 KB), so a larger map here would defeat that bound.
+                if len(self._entries) >= COMPILED_CACHE_SIZE:
+                    self._entries.clear()
                 self._entries[expression] = entry
         return entry
 

@@ -24,6 +24,8 @@ STAGES = ("cluster_stale", "pool_incomplete", "pool_invalid", "node_mismatch", "
           "taint")
 
 MAX_NODES_LISTED = 20
+# Explanations remembered per engine state (see ``_count_alt``).
+MAX_EXPLAINED = 256
 
 
 def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budget, reason) -> dict:
@@ -45,7 +47,7 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
                     "count": None if alt.all_mode else alt.count, "considered": 0,
                     "dropped": {s: 0 for s in STAGES}, "available": 0, "available_by_node": Counter(),
                     "_near": Counter(), "_exprs": alt.sel.request_exprs, "_selector_matching": 0}
-            _count_alt(engine, group, cluster, alt, entry, cluster in stale)
+            _count_alt(engine, group, cluster, alt, entry, cluster in stale, plan.fp)
     out_requests = []
     for entry in requests.values():
         by_node = entry.pop("available_by_node")
@@ -81,17 +83,47 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
     }
 
 
-def _count_alt(engine, group, cluster, alt, entry, stale: bool) -> None:
+def _count_alt(engine, group, cluster, alt, entry, stale: bool, plan_fp: tuple) -> None:
+    """Charge every device of ``cluster`` to the first check it fails for ``alt``, into ``entry``.
+
+    This walks the whole cluster, so the counts are remembered per engine state: a round in which many claims
+    of one shape fail (a CI burst against a full fleet) walks the cluster once per shape, not once per claim.
+    The key is the claim shape (identical specs share a plan fingerprint) and nothing about names, so the
+    counts are reused while the claim names in the text are the claim's own."""
+    key = (plan_fp or None, alt.claim_idx, alt.request_idx, alt.sub_idx, cluster.name,
+           group.node, stale)
+    cache = engine.explained
+    if cache.get("_version") != engine.state_version or len(cache) > MAX_EXPLAINED:
+        cache.clear()
+        cache["_version"] = engine.state_version
+    counts = cache.get(key) if key[0] is not None else None
+    if counts is None:
+        counts = _walk_cluster(engine, group, cluster, alt, stale)
+        if key[0] is not None:
+            cache[key] = counts
+    entry["considered"] += counts["considered"]
+    entry["available"] += counts["available"]
+    entry["_selector_matching"] += counts["_selector_matching"]
+    entry["available_by_node"].update(counts["available_by_node"])
+    entry["_near"].update(counts["_near"])
+    for stage, n in counts["dropped"].items():
+        entry["dropped"][stage] += n
+
+
+def _walk_cluster(engine, group, cluster, alt, stale: bool) -> dict:
+    counts: dict = {"considered": 0, "available": 0, "_selector_matching": 0, "available_by_node": Counter(),
+                    "_near": Counter(), "dropped": Counter()}
     node = cluster.nodes.get(group.node) if group.node is not None else None
     for d in cluster.devices:
-        entry["considered"] += 1
-        stage = _stage(engine, cluster, alt, d, stale, node, group, entry)
+        counts["considered"] += 1
+        stage = _stage(engine, cluster, alt, d, stale, node, group, counts)
         if stage is None:
-            entry["available"] += 1
+            counts["available"] += 1
             where = d.node_name if d.reach == "node" else "(network)"
-            entry["available_by_node"][f"{cluster.name}/{where}"] += 1
+            counts["available_by_node"][f"{cluster.name}/{where}"] += 1
         else:
-            entry["dropped"][stage] += 1
+            counts["dropped"][stage] += 1
+    return counts
 
 
 def _stage(engine, cluster, alt, d, stale, node, group, entry):

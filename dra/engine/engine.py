@@ -6,6 +6,7 @@ incrementally, so the next group sees those devices as taken without any rescan.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from dra.cel import CELCompileError, SelectorCache
@@ -18,6 +19,7 @@ from .plan import GroupPlan, build_plan
 from .quantity import Amount, Q, QuantityError, format_quantity
 from .results import build_allocation, share_id
 from .search import Budget, NodeError, NodeSearch, SearchBudgetExceeded
+from .selector_state import MAX_KEY_INDEXES, MAX_SELECTOR_SETS, SelectorState
 from .selectors import NO_MATCH, SelectorSet
 from .types import (
     AllocatedDevice,
@@ -32,10 +34,17 @@ from .types import (
     SearchBudget,
 )
 
+# Cached plans (one per distinct claim spec) and the node failures remembered per plan, both bounded: a worker
+# sees an endless stream of distinct specs.
+MAX_PLANS = 1024
+MAX_NODE_FAILURES = 100_000
+MAX_CAPACITY_ADMITS = 200_000
+
 
 class Engine:
     def __init__(self, snapshot: FleetSnapshot, allocated: Iterable[AllocatedDevice] = (),
-                 features: Features | None = None, budget: SearchBudget | None = None):
+                 features: Features | None = None, budget: SearchBudget | None = None,
+                 max_selector_sets: int = MAX_SELECTOR_SETS, max_key_indexes: int = MAX_KEY_INDEXES):
         self.features = features or Features()
         self.budget = budget or SearchBudget()
         self.cel_cache = SelectorCache(consumable_capacity=self.features.consumable_capacity)
@@ -69,11 +78,13 @@ class Engine:
         self.node_version: dict[tuple[str, str], int] = {}
         self.net_version: dict[str, int] = {}
         self._node_failures: dict[tuple, tuple] = {}
+        # Moves on every allocation and release: what was computed about the in-use state (diagnostics'
+        # per-shape device counts, ``explained``) is valid while it stands still.
+        self.state_version = 0
+        self.explained: dict = {}
         self._share_seq = 0
-        self._selector_sets: dict[tuple, SelectorSet] = {}
-        self._key_index: dict[tuple, KeyIndex] = {}
-        self._node_cands: dict[tuple, list[Device]] = {}
-        self._plans: dict[tuple, GroupPlan] = {}
+        self._selectors = SelectorState(self, max_selector_sets, max_key_indexes)
+        self._plans: OrderedDict[tuple, GroupPlan] = OrderedDict()
         self._capacity_admits: dict[tuple, bool] = {}  # (capacity requests, device) -> fits when dedicated
         for d in self.devices:
             self.avail[d.idx] = self._available(d)
@@ -123,11 +134,10 @@ class Engine:
         now = self._available(d)
         if now != self.avail[d.idx]:
             self.avail[d.idx] = now
-            delta = 1 if now else -1
-            for key in d.keys:
-                key.device_changed(d, delta)
+            self._selectors.note(d.cluster, d, 1 if now else -1)
 
     def _apply_record(self, rec: AllocatedDevice, sign: int) -> None:
+        self.state_version += 1
         d = self.by_id.get((rec.cluster, rec.driver, rec.pool, rec.device))
         if d is None:
             key = (rec.cluster, rec.driver, rec.pool, rec.device, rec.share_id)
@@ -202,9 +212,7 @@ class Engine:
             before = self.node_used.get(key, 0)
             self.node_used[key] = before + sign
             if (before == 0) != (self.node_used[key] == 0):
-                for ki in self._key_index.values():
-                    if ki.cluster.name == d.cluster:
-                        ki.node_usage_changed(d.node_name)
+                self._selectors.note(d.cluster, d.node_name, 0)
 
     def release(self, devices: Iterable[AllocatedDevice]) -> None:
         for rec in devices:
@@ -225,30 +233,23 @@ class Engine:
 
     def selector_set(self, class_name: str, class_exprs: tuple, request_exprs: tuple) -> SelectorSet:
         key = (class_name, class_exprs, request_exprs)
-        sel = self._selector_sets.get(key)
-        if sel is None:
-            sel = SelectorSet(key, class_name, class_exprs, request_exprs, self.cel_cache,
-                              self.features.consumable_capacity)
-            self._selector_sets[key] = sel
-        return sel
+        return self._selectors.selector_set(key, lambda: SelectorSet(
+            key, class_name, class_exprs, request_exprs, self.cel_cache, self.features.consumable_capacity,
+            len(self.devices)))
 
     def key_index(self, sel: SelectorSet, cluster: ClusterModel) -> KeyIndex:
-        k = (sel.key, cluster.name)
-        ki = self._key_index.get(k)
-        if ki is None:
-            ki = self._key_index[k] = KeyIndex(self, sel, cluster)
-        return ki
+        return self._selectors.key_index(sel, cluster)
+
+    def selector_stats(self) -> dict:
+        """How much per-selector state the engine holds (bounded) and how much it evicted."""
+        return self._selectors.stats()
 
     def node_selector_candidates(self, cluster: ClusterModel, node: Node, sel: SelectorSet) -> list[Device]:
         """Devices reachable from ``node`` that ``sel`` does not rule out, in allocation order (static)."""
-        k = (sel.key, cluster.name, node.name)
-        cands = self._node_cands.get(k)
-        if cands is None:
-            binding_ok = self.features.device_binding_and_status
-            cands = [d for d in cluster.node_candidates(node)
-                     if (binding_ok or not d.binding_conditions) and sel.evaluate(d) is not NO_MATCH]
-            self._node_cands[k] = cands
-        return cands
+        binding_ok = self.features.device_binding_and_status
+        return self._selectors.node_candidates(sel, cluster, node, lambda: [
+            d for d in cluster.node_candidates(node)
+            if (binding_ok or not d.binding_conditions) and sel.evaluate(d) is not NO_MATCH])
 
     def plan_for(self, claims: list[dict], cluster: str | None) -> GroupPlan:
         """The search plan for these claims; cached by claim specs (``repr`` is cheap; a spec written with
@@ -259,10 +260,15 @@ class Engine:
         if plan is None:
             plan = build_plan(claims, self.features, lambda name: self.get_class(scope, name), self.selector_set)
             plan.fp = key
-            if len(self._plans) > 4096:
-                self._plans.clear()
             self._plans[key] = plan
+            if len(self._plans) > MAX_PLANS:
+                self._plans.popitem(last=False)
+            if len(self._node_failures) > MAX_NODE_FAILURES:
+                self._node_failures.clear()  # only a shortcut: a node is searched again
+            if len(self._capacity_admits) > MAX_CAPACITY_ADMITS:
+                self._capacity_admits.clear()
             return plan
+        self._plans.move_to_end(key)
         return plan.for_claims(claims)
 
     # ------------------------------------------------------------------------------------------ allocate

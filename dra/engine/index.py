@@ -3,6 +3,11 @@
 They answer "which nodes could possibly hold this request, best first" without a fleet rescan per claim. The
 counts are upper bounds (a free device may still be blocked by counters, capacity, taints or constraints), so
 pruning with them never loses a solution; the exact search on a node decides.
+
+An index is not told of every change as it happens: the engine appends each availability change of a cluster
+to that cluster's change log, and an index catches up when it is next used (``catch_up``). So the cost of an
+allocation does not grow with the number of indexes a worker keeps (one per distinct selector it has seen),
+and an index nobody uses costs nothing until the engine evicts it.
 """
 from __future__ import annotations
 
@@ -16,14 +21,15 @@ from .selectors import NO_MATCH, SelectorSet
 class KeyIndex:
     """Free devices matching one ``SelectorSet`` in one cluster: per node (node-local) and network-attached."""
 
-    def __init__(self, engine, sel: SelectorSet, cluster: ClusterModel):
+    def __init__(self, engine, sel: SelectorSet, cluster: ClusterModel, position: int = 0):
         self.engine = engine
         self.sel = sel
         self.cluster = cluster
+        self.position = position  # the cluster change-log position this index reflects
+        self.base = cluster.devices[0].idx if cluster.devices else 0
+        self.member = bytearray(len(cluster.devices))  # device idx - base -> 1 if the selector set matches
         self.local_free: dict[str, int] = {n: 0 for n in cluster.node_order}
-        self.local_total: dict[str, int] = dict(self.local_free)
         self.net_free = 0
-        self.net_total = 0
         self.score: dict[str, tuple] = {}
         self.buckets: dict[tuple, list[str]] = {}
         self._sorted_scores: list[tuple] | None = None
@@ -34,18 +40,15 @@ class KeyIndex:
                 continue
             if sel.evaluate(d) is NO_MATCH:
                 continue
-            d.keys.append(self)
+            self.member[d.idx - self.base] = 1
             self.multi = self.multi or d.allow_multiple
             free = engine.avail[d.idx]
             if d.reach == REACH_NODE:
                 assert d.node_name is not None  # a node-local device names its node
-                self.local_total[d.node_name] = self.local_total.get(d.node_name, 0) + 1
                 if free:
                     self.local_free[d.node_name] = self.local_free.get(d.node_name, 0) + 1
-            else:
-                self.net_total += 1
-                if free:
-                    self.net_free += 1
+            elif free:
+                self.net_free += 1
         for node in cluster.node_order:
             self._place(node)
 
@@ -69,6 +72,16 @@ class KeyIndex:
             self._sorted_scores = None
         else:
             bisect.insort(bucket, node)
+
+    def catch_up(self, changes: list[tuple]) -> None:
+        """Apply the cluster's change-log entries since ``position``: ``(device, +1/-1)`` when a device became
+        free or stopped being free, ``(node name, 0)`` when a node went from unused to used or back."""
+        member, base = self.member, self.base
+        for subject, delta in changes:
+            if not delta:
+                self._place(subject)
+            elif member[subject.idx - base]:
+                self.device_changed(subject, delta)
 
     def device_changed(self, d: Device, delta: int) -> None:
         """``delta`` is +1 when ``d`` became free, -1 when it stopped being free."""

@@ -93,7 +93,8 @@ class Device:
     __slots__ = ("idx", "cluster", "driver", "pool", "name", "pool_ref", "slice_name", "reach", "node_name",
                  "node_selector", "result_node_name", "result_node_selector", "attributes", "capacity",
                  "consumes", "taints", "binding_conditions", "binding_failure_conditions", "binds_to_node",
-                 "allow_multiple", "allow_multiple_raw", "sig", "content", "min_share", "locality", "_cel", "keys", "attr_cache")
+                 "allow_multiple", "allow_multiple_raw", "sig", "content", "min_share", "locality", "_cel",
+                 "attr_cache")
 
     # Set by ClusterModel._device (idx by ClusterModel._build), never changed afterwards.
     idx: int
@@ -124,7 +125,6 @@ class Device:
 
     def __init__(self) -> None:
         self._cel: CELDevice | None = None
-        self.keys: list = []  # KeyIndex entries this device belongs to (maintained by the engine)
         self.attr_cache: dict = {}  # constraint attribute name -> typed value (constraints.attribute_value)
 
     @property

@@ -41,15 +41,25 @@ STAGE_DRIVER = "class_selector"
 STAGE_CLASS = "class_selector"
 STAGE_REQUEST = "request_selector"
 
+# Per-device memo codes (one byte per device).
+_UNKNOWN, _MATCH, _DROP_CLASS, _DROP_REQUEST, _FAILED = range(5)
+_STAGES = {_DROP_CLASS: STAGE_CLASS, _DROP_REQUEST: STAGE_REQUEST, _FAILED: "cel_error"}
+# Distinct device contents remembered per selector set (beyond it the per-device memo still answers).
+_CONTENT_MEMO = 512
+
 
 class SelectorSet:
-    """Class selectors then request selectors of one request; evaluated lazily, memoized per device."""
+    """Class selectors then request selectors of one request; evaluated lazily, memoized per device.
 
-    __slots__ = ("key", "class_name", "class_exprs", "request_exprs", "compiled", "drivers", "status", "stage",
-                 "cache", "consumable_capacity", "by_content")
+    The per-device memo is a byte per device of the engine (not a dict entry), and the memo by device content
+    is capped: a worker keeps hundreds of these, and fleets of devices that publish a unique ``uuid`` make
+    every content distinct (so that memo would only grow). ``forget`` drops both when the engine evicts it."""
+
+    __slots__ = ("key", "class_name", "class_exprs", "request_exprs", "compiled", "drivers", "codes", "failures",
+                 "cache", "consumable_capacity", "by_content", "size")
 
     def __init__(self, key: tuple, class_name: str, class_exprs: tuple[str, ...], request_exprs: tuple[str, ...],
-                 cache: SelectorCache, consumable_capacity: bool):
+                 cache: SelectorCache, consumable_capacity: bool, size: int = 0):
         self.key = key
         self.class_name = class_name
         self.class_exprs = class_exprs
@@ -68,43 +78,63 @@ class SelectorSet:
         # Only class selectors feed the driver index: a request selector that names a driver would move a
         # device's drop-out from "request selector" to "class selector" in diagnostics.
         self.drivers = drivers
-        self.status: dict[int, object] = {}  # device idx -> MATCH / NO_MATCH / SelectorFailure
-        self.stage: dict = {}  # device content -> stage at which it dropped out (for diagnostics)
-        # Devices with equal CEL-visible content (same model on many nodes) share one answer.
-        self.by_content: dict[tuple, object] = {}
+        self.size = size
+        self.codes = bytearray(size)  # device idx -> _UNKNOWN / MATCH / drop-out stage / failure
+        self.failures: dict[int, SelectorFailure] = {}
+        # Devices with equal CEL-visible content (same model on many nodes) share one answer: content -> code.
+        self.by_content: dict[tuple, tuple[int, SelectorFailure | None]] = {}
+
+    def forget(self) -> None:
+        """Drop the memo (the engine evicted this set; a cached plan may still hold it and re-evaluate)."""
+        self.codes = bytearray(self.size)
+        self.failures = {}
+        self.by_content = {}
 
     def evaluate(self, device: Device) -> object:
-        st = self.status.get(device.idx)
-        if st is not None:
-            return st
-        st = self.by_content.get(device.content)
-        if st is None:
-            st = self._evaluate(device)
-            self.by_content[device.content] = st
-        self.status[device.idx] = st
-        return st
+        idx = device.idx
+        code = self.codes[idx] if idx < self.size else _UNKNOWN
+        if code == _MATCH:
+            return MATCH
+        if code == _UNKNOWN:
+            hit = self.by_content.get(device.content)
+            if hit is None:
+                hit = self._evaluate(device)
+                if len(self.by_content) < _CONTENT_MEMO:
+                    self.by_content[device.content] = hit
+            code, failure = hit[0], hit[1]
+            if idx < self.size:
+                self.codes[idx] = code
+                if failure is not None:
+                    self.failures[idx] = failure
+            if failure is not None:
+                return failure
+            return MATCH if code == _MATCH else NO_MATCH
+        if code == _FAILED:
+            return self.failures.get(idx) or self._evaluate(device)[1]
+        return NO_MATCH
 
     def stage_of(self, device: Device) -> str:
-        return self.stage.get(device.content, STAGE_CLASS)
+        code = self.codes[device.idx] if device.idx < self.size else _UNKNOWN
+        if code == _UNKNOWN:
+            hit = self.by_content.get(device.content)
+            code = hit[0] if hit is not None else _UNKNOWN
+        return _STAGES.get(code, STAGE_CLASS)
 
-    def _evaluate(self, device: Device) -> object:
+    def _evaluate(self, device: Device) -> tuple[int, SelectorFailure | None]:
         cel_device = cel_device_of(device)
         # The driver index skips devices of other drivers, except devices whose content CEL cannot represent:
         # upstream fails on those with any expression, and so do we.
         if self.drivers is not None and device.driver not in self.drivers and cel_device.view().error is None:
-            self.stage[device.content] = STAGE_DRIVER
-            return NO_MATCH
+            return _DROP_CLASS, None
         for origin, i, expr, _compiled in self.compiled:
             try:
                 ok = self.cache.evaluate(expr, cel_device)
             except CELRuntimeError as exc:
                 stage = STAGE_CLASS if origin == "class" else STAGE_REQUEST
-                self.stage[device.content] = "cel_error"
-                return SelectorFailure(origin, self.class_name, i, exc, stage)
+                return _FAILED, SelectorFailure(origin, self.class_name, i, exc, stage)
             if not ok:
-                self.stage[device.content] = STAGE_CLASS if origin == "class" else STAGE_REQUEST
-                return NO_MATCH
-        return MATCH
+                return (_DROP_CLASS if origin == "class" else _DROP_REQUEST), None
+        return _MATCH, None
 
     def evaluate_partial(self, device: Device, skip_request_index: int | None) -> object:
         """Class selectors and all request selectors except one: for "nearest miss" diagnostics."""

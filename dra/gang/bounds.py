@@ -2,7 +2,8 @@
 
 A member "shape" is its claims' specs: members made from one template share one. For each shape the engine's
 plan gives the fixed-count requests and their selector sets; the engine keeps, per selector set and cluster,
-the number of free matching devices per node (``KeyIndex``), updated incrementally on every allocation.
+the number of free matching devices per node (``KeyIndex``), brought up to date whenever it is asked for
+(``Engine.key_index``), so the bounds read it afresh rather than holding one across allocations.
 ``free // need`` per selector set, minimum over the sets, bounds the members that node can take. A bound
 only prunes (a node or domain that cannot possibly hold the members is not tried); the engine's exact search
 decides everything else, so constraints, counters, capacity and taints keep their full meaning.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from dra.engine import Engine
 
 if TYPE_CHECKING:
+    from dra.engine.model import ClusterModel
     from dra.engine.selectors import SelectorSet
 
 UNBOUNDED = 1 << 30
@@ -35,7 +37,8 @@ class _FreeDevices(Protocol):
 class ShapeBounds:
     def __init__(self, engine: Engine, claims: list[dict], cluster: str):
         """Raises ``AllocationError`` (through the engine's planner) for invalid claims or unknown classes."""
-        self.needs: list[tuple[_FreeDevices, int]] = []  # (KeyIndex, devices needed per member)
+        self.engine = engine
+        self._needs: list[tuple[SelectorSet, ClusterModel, int]] = []  # (selector set, cluster model, devices needed)
         self.devices = 0  # fixed-count devices per member (all requests), for ordering members by size
         plan = engine.plan_for(claims, cluster)  # the public planner: same errors the allocator would raise
         try:
@@ -52,17 +55,23 @@ class ShapeBounds:
                 ki = engine.key_index(sel, model)
                 if ki.multi:
                     continue  # a shareable device can serve several members: free devices bound nothing
-                self.needs.append((ki, sum(counts)))
-            self.needs.sort(key=lambda kn: -kn[1])
+                self._needs.append((sel, model, sum(counts)))
+            self._needs.sort(key=lambda kn: -kn[2])
         except (AttributeError, KeyError, TypeError):  # engine internals changed: exact search only
-            self.needs = []
+            self._needs = []
+
+    @property
+    def needs(self) -> list[tuple[_FreeDevices, int]]:
+        """(index, devices needed per member), the indexes up to date with every allocation made so far."""
+        return [(self.engine.key_index(sel, model), need) for sel, model, need in self._needs]
 
     def slots(self, node: str) -> int:
         """Upper bound of members of this shape that ``node`` can take now."""
-        if not self.needs:
+        needs = self.needs
+        if not needs:
             return UNBOUNDED
         best = UNBOUNDED
-        for ki, need in self.needs:
+        for ki, need in needs:
             n = (ki.local_free.get(node, 0) + ki.net_free) // need
             if n < best:
                 best = n
@@ -75,9 +84,10 @@ class ShapeBounds:
 
         Network-attached devices are counted once, not once per node.
         """
-        if not self.needs:
+        needs = self.needs
+        if not needs:
             return 0, 0
-        ki, need = self.needs[0]
+        ki, need = needs[0]
         return sum(ki.local_free.get(n, 0) for n in nodes) + ki.net_free, need
 
     def domain_bound(self, nodes: list[str], cap: int) -> int:
@@ -88,7 +98,7 @@ class ShapeBounds:
             if total >= cap:
                 total = cap
                 break
-        if self.needs:
+        if self._needs:
             for ki, need in self.needs:
                 pooled = (sum(ki.local_free.get(n, 0) for n in nodes) + ki.net_free) // need
                 total = min(total, pooled)

@@ -1,0 +1,139 @@
+"""The engine's per-selector state, bounded: selector sets, their key indexes and node candidates.
+
+A worker's engine lives for hours and meets an endless stream of distinct selectors (CI pipelines put commit
+ids, product names and versions in them). Everything kept per selector is therefore held in LRU order with a
+cap, and what the cap evicts is rebuilt on demand from the snapshot (results are identical; only time is
+spent). Allocation cost does not depend on how many selectors are kept either: availability changes go to a
+per-cluster change log that each ``KeyIndex`` replays when it is next used (``index.KeyIndex.catch_up``).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from .index import KeyIndex
+from .model import ClusterModel, Device, Node
+from .selectors import SelectorSet
+
+# Defaults; an Engine may be built with others. A selector set costs one byte per device of the fleet plus a
+# bounded memo by device content; a key index a few dict entries per node of its cluster.
+MAX_SELECTOR_SETS = 1024
+MAX_KEY_INDEXES = 512
+MAX_NODE_CANDIDATE_LISTS = 50_000
+
+
+class SelectorState:
+    def __init__(self, engine, max_selector_sets: int = MAX_SELECTOR_SETS, max_key_indexes: int = MAX_KEY_INDEXES):
+        self.engine = engine
+        self.max_selector_sets = max(1, max_selector_sets)
+        self.max_key_indexes = max(1, max_key_indexes)
+        self.sets: OrderedDict[tuple, SelectorSet] = OrderedDict()
+        self.indexes: OrderedDict[tuple, KeyIndex] = OrderedDict()  # (selector key, cluster) -> index
+        self.node_cands: dict[tuple, dict[tuple[str, str], list[Device]]] = {}  # selector key -> node -> devices
+        self.node_cand_lists = 0
+        # Per cluster: availability changes not yet seen by every index of the cluster, and the absolute log
+        # position of the first entry kept. A cluster without an index logs nothing.
+        self.log: dict[str, list[tuple]] = {}
+        self.log_start: dict[str, int] = {}
+        self.evicted_sets = 0
+        self.evicted_indexes = 0
+        self.rebuilt_indexes = 0
+
+    # ------------------------------------------------------------------------------------------ selector sets
+    def selector_set(self, key: tuple, make) -> SelectorSet:
+        sel = self.sets.get(key)
+        if sel is None:
+            sel = self.sets[key] = make()
+            self._evict_sets()
+        else:
+            self.sets.move_to_end(key)
+        return sel
+
+    def touch(self, sel: SelectorSet) -> None:
+        """``sel`` is in use (perhaps from a cached plan after it was evicted): keep it, most recent first."""
+        if self.sets.get(sel.key) is sel:
+            self.sets.move_to_end(sel.key)
+            return
+        self.sets[sel.key] = sel
+        self._evict_sets()
+
+    def _evict_sets(self) -> None:
+        while len(self.sets) > self.max_selector_sets:
+            key, sel = self.sets.popitem(last=False)
+            for cluster in self.engine.clusters:
+                if self.indexes.pop((key, cluster), None) is not None:
+                    self._index_gone(cluster)
+            self.node_cand_lists -= len(self.node_cands.pop(key, {}))
+            sel.forget()
+            self.evicted_sets += 1
+
+    # ------------------------------------------------------------------------------------------ key indexes
+    def key_index(self, sel: SelectorSet, cluster: ClusterModel) -> KeyIndex:
+        self.touch(sel)
+        name = cluster.name
+        log = self.log.setdefault(name, [])
+        start = self.log_start.setdefault(name, 0)
+        end = start + len(log)
+        k = (sel.key, name)
+        ki = self.indexes.get(k)
+        if ki is not None and ki.position < start:
+            ki = None  # it fell behind the kept log: a rebuild is cheaper than the replay would have been
+            self.rebuilt_indexes += 1
+        if ki is None:
+            ki = KeyIndex(self.engine, sel, cluster, end)
+            self.indexes[k] = ki
+            self.indexes.move_to_end(k)
+            self._evict_indexes(keep=k)
+            return ki
+        self.indexes.move_to_end(k)
+        if ki.position < end:
+            ki.catch_up(log[ki.position - start:])
+            ki.position = end
+        return ki
+
+    def _evict_indexes(self, keep: tuple) -> None:
+        while len(self.indexes) > self.max_key_indexes:
+            k = next(iter(self.indexes))
+            if k == keep:
+                break
+            self.indexes.pop(k)
+            self._index_gone(k[1])
+            self.evicted_indexes += 1
+
+    def _index_gone(self, cluster: str) -> None:
+        if not any(c == cluster for _, c in self.indexes):
+            self.log.pop(cluster, None)
+            self.log_start.pop(cluster, None)
+
+    def note(self, cluster: str, subject, delta: int) -> None:
+        """An availability change in ``cluster``: ``(device, +1/-1)`` or ``(node name, 0)``."""
+        log = self.log.get(cluster)
+        if log is None:
+            return
+        log.append((subject, delta))
+        limit = max(4096, 2 * len(self.engine.clusters[cluster].devices))
+        if len(log) > limit:
+            # Keep the newer half. An index behind the cut is rebuilt when next used: replaying more changes
+            # than its cluster has devices would cost more than building it afresh.
+            cut = len(log) // 2
+            del log[:cut]
+            self.log_start[cluster] += cut
+
+    # ------------------------------------------------------------------------------------------ node candidates
+    def node_candidates(self, sel: SelectorSet, cluster: ClusterModel, node: Node, build) -> list[Device]:
+        self.touch(sel)
+        per_sel = self.node_cands.setdefault(sel.key, {})
+        k = (cluster.name, node.name)
+        cands = per_sel.get(k)
+        if cands is None:
+            if self.node_cand_lists >= MAX_NODE_CANDIDATE_LISTS:
+                for lists in self.node_cands.values():
+                    lists.clear()
+                self.node_cand_lists = 0
+            cands = per_sel[k] = build()
+            self.node_cand_lists += 1
+        return cands
+
+    def stats(self) -> dict:
+        return {"selector_sets": len(self.sets), "key_indexes": len(self.indexes),
+                "evicted": self.evicted_sets, "evicted_indexes": self.evicted_indexes,
+                "rebuilt_indexes": self.rebuilt_indexes, "logged": sum(len(v) for v in self.log.values())}
