@@ -104,7 +104,7 @@ def tree_of(nominals: dict[str, int], weights: dict[str, int]) -> Tree:
             "weight": weights.get(name, 1), "quotas": [{"deviceClassName": CLS, "devices": {"nominal": nominal}}]}})
         assert not errors, errors
         queues[name] = Queue(id=i, name=name, spec=obj["spec"], weight=weights.get(name, 1))
-    return Tree(queues=queues, by_namespace={}, redirects={})
+    return Tree(queues=queues, by_namespace={}, _redirects={})
 
 
 class Unit:

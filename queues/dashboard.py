@@ -18,7 +18,7 @@ from queues.services.resolve import Tree, claims_of_queue_q
 def queue_rows() -> list[dict]:
     queues = list(Queue.objects.order_by("id"))
     statuses = status.statuses(queues)
-    tree = Tree(queues={q.name: q for q in queues}, by_namespace={}, redirects={})
+    tree = Tree(queues={q.name: q for q in queues}, by_namespace={}, _redirects={})
     shares = Shares(tree, usage.load())
     preempted = dict(Preemption.objects.values_list("queue").annotate(n=Count("id")).values_list("queue", "n"))
     children: dict[int | None, list[Queue]] = defaultdict(list)

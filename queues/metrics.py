@@ -35,7 +35,7 @@ class QueuesCollector:
         try:
             queues = list(Queue.objects.order_by("id"))
             statuses = status.statuses(queues)
-            tree = Tree(queues={q.name: q for q in queues}, by_namespace={}, redirects={})
+            tree = Tree(queues={q.name: q for q in queues}, by_namespace={}, _redirects={})
             shares = Shares(tree, usage.load())
             for q in queues:
                 quota: dict[tuple, Fraction] = defaultdict(Fraction)

@@ -30,9 +30,11 @@ def _metadata(obj, namespace: str) -> dict:
     return meta
 
 
-def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: dict | None = None) -> dict:
+def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: dict | None = None,
+                 estimate: bool = False) -> dict:
     """``reservations``: the claim's Reservation rows with their consumers (prefetched by the caller);
-    ``queue``: its queue status fields (``queueing.status``), looked up when not given."""
+    ``queue``: its queue status fields (``queueing.status``), looked up when not given (with the start-time
+    estimate when ``estimate``: a read of this one claim)."""
     meta = _metadata(claim, claim.namespace.name)
     if claim.owner_id:
         owner = claim.owner
@@ -65,7 +67,7 @@ def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: 
     if claim.lease_seconds:
         status["lease"] = {"leaseDurationSeconds": claim.lease_seconds, "expireTime": ts(claim.lease_expires_at),
                            "renewTime": ts(claim.lease_renewed_at)}
-    status.update(queue if queue is not None else queueing.status([claim]).get(claim.id, {}))
+    status.update(queue if queue is not None else queueing.status([claim], estimate).get(claim.id, {}))
     return {"apiVersion": k8s.V1, "kind": "ResourceClaim", "metadata": meta, "spec": claim.spec, "status": status}
 
 
@@ -78,6 +80,12 @@ def render_claims(claims) -> list[dict]:
     claims = list(claims)
     queues = queueing.status(claims)
     return [render_claim(c, list(c.reservations.all()), queues.get(c.id, {})) for c in claims]
+
+
+def render_new_claims(claims: list[ResourceClaim]) -> list[dict]:
+    """Claims just created (nothing reserves them yet), their queue fields looked up once for all."""
+    queues = queueing.status(claims)
+    return [render_claim(c, [], queues.get(c.id, {})) for c in claims]
 
 
 def current_rendering(payload: dict) -> dict:

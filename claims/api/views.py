@@ -176,7 +176,7 @@ class ClaimBatchView(ClaimsBase):
                 rendered = s.render_claims(s.claims_queryset(ResourceClaim.objects).filter(
                     id__in=[c.id for c in claims]).order_by("id"))
             else:  # brand-new claims: nothing reserves them yet
-                rendered = [s.render_claim(c, []) for c in claims]
+                rendered = s.render_new_claims(claims)
             rendered += [s.render_consumer(c) for c in consumers]
             return 201, s.render_list("List", rendered, "v1")
 
@@ -204,7 +204,7 @@ class ClaimDetailView(ClaimsBase):
 
             notify.wait_for(claim.pk, wait, check)
             claim = _claim_or_404(namespace, name)
-        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()), estimate=True)), claim)
 
     @extend_schema(operation_id="resourceclaims_replace",
                    request=s.KubeObjectSerializer, responses={200: s.KubeObjectSerializer},

@@ -23,7 +23,7 @@ def explain(claim: ResourceClaim, *, refresh: bool = False) -> dict:
         "current": claim.phase != Phase.PENDING or claim.attempted_version == version,
         "diagnostics": claim.diagnostics,
     }
-    queue = queueing.status([claim]).get(claim.id)
+    queue = queueing.status([claim], estimate=True).get(claim.id)
     if queue:  # e.g. "position 3 in team-a; about 12 min: running claims ending by 14:11 free the 8 ..."
         words = [f"position {queue['positionInQueue']} in {queue['queue']}" if "positionInQueue" in queue
                  else f"queue {queue['queue']}"]

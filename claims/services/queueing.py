@@ -46,7 +46,7 @@ class Provider(Protocol):
 
     def order(self, groups: list) -> list: ...
 
-    def status(self, claims: list) -> dict[int, dict]: ...
+    def status(self, claims: list, estimate: bool = False) -> dict[int, dict]: ...
 
     def round_screen(self, engine) -> Any: ...
 
@@ -90,5 +90,7 @@ def round_screen(engine):
     return _provider.round_screen(engine) if _provider else _no_screen
 
 
-def status(claims: list) -> dict[int, dict]:
-    return _provider.status(claims) if _provider and claims else {}
+def status(claims: list, estimate: bool = False) -> dict[int, dict]:
+    """Queue fields of ``claims``' status; ``estimate``: also the start-time estimate (costlier: a single
+    claim's read asks for it, lists and create answers do not)."""
+    return _provider.status(claims, estimate) if _provider and claims else {}

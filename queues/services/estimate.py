@@ -9,7 +9,6 @@ lease and no history to go on, there is no estimate, and ``status.estimate.reaso
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import timedelta
 
 from django.db.models import Avg, DurationField, ExpressionWrapper, F
@@ -20,13 +19,13 @@ from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, QuotaCharge
 from queues.services.usage import requested_devices
 
-HISTORY = 200  # released claims per queue the mean holding time is taken over
+HISTORY_DAYS = 7  # released claims of this recent past give a queue's mean holding time
 
 
-def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, list], tree=None) -> dict[int, dict]:
+def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], tree=None) -> dict[int, dict]:
     """claim id -> status fields (``estimatedStartTime`` + ``estimate.message``, or ``estimate.reason``).
-    ``ahead``: claim id -> the pending claims before it in its queue; ``tree``: the queues (for the share of
-    freed devices each gets while several wait, ``fair_fraction``)."""
+    ``ahead``: claim id -> devices the claims before it in its queue ask for; ``tree``: the queues (for the
+    share of freed devices each gets while several wait, ``fair_fraction``)."""
     if not pending:
         return {}
     waiting = set(queues_of.values())
@@ -46,8 +45,7 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, list], 
         if not wanted:
             continue
         cls = wanted[0][0]
-        need = sum(n for c, n in wanted if c == cls) + sum(
-            n for other in ahead.get(claim.id, []) for c, n in requested_devices(other.spec) if c == cls)
+        need = sum(n for c, n in wanted if c == cls) + ahead.get(claim.id, 0)
         own_queue = claim.reason == "WaitingForQuota"
         ends = []
         unknown = 0
@@ -109,17 +107,12 @@ def fair_fraction(queue, waiting: list, cls: str, capacity: float) -> float:
 
 
 def _history(queues: set[str]) -> dict[str, timedelta]:
-    """Mean time claims of each queue held their devices (recent released ones)."""
-    out: dict[str, timedelta] = {}
+    """Mean time claims of each queue held their devices (those released in the last ``HISTORY_DAYS``)."""
+    if not queues:
+        return {}
     held = ExpressionWrapper(F("claim__released_at") - F("claim__allocated_at"), output_field=DurationField())
-    per_queue: dict[str, list] = defaultdict(list)
-    for queue in queues:
-        ids = list(QuotaCharge.objects.filter(queue__name=queue, claim__phase=Phase.RELEASED,
-                                              claim__released_at__isnull=False)
-                   .order_by("-claim__released_at").values_list("id", flat=True)[:HISTORY])
-        if ids:
-            mean = QuotaCharge.objects.filter(id__in=ids).aggregate(mean=Avg(held))["mean"]
-            if mean is not None:
-                out[queue] = mean
-        per_queue[queue] = ids
-    return out
+    since = timezone.now() - timedelta(days=HISTORY_DAYS)
+    rows = (QuotaCharge.objects.filter(queue__name__in=queues, claim__phase=Phase.RELEASED,
+                                       claim__released_at__gte=since, claim__allocated_at__isnull=False)
+            .values("queue__name").annotate(mean=Avg(held)).values_list("queue__name", "mean"))
+    return {name: mean for name, mean in rows if mean is not None}

@@ -14,9 +14,9 @@ from fractions import Fraction
 
 from claims.models import Phase, ResourceClaim
 from queues import spec as queue_spec
-from queues.services import estimate
+from queues.services import estimate, position
 from queues.services import usage as u
-from queues.services.resolve import Tree, claims_of_queue_q, effective_priority, queue_of
+from queues.services.resolve import Tree, effective_priority, queue_of
 
 
 class Shares:
@@ -57,6 +57,7 @@ class Shares:
 def order(groups: list) -> list:
     """The claims round's groups in queue order (see the module docstring)."""
     tree = Tree.load()
+    fill_labels([c for g in groups for c in g.claims])
     per_queue: dict[str, list] = defaultdict(list)
     for g in groups:
         first = g.claims[0]
@@ -87,6 +88,16 @@ def order(groups: list) -> list:
     return out
 
 
+def fill_labels(claims: list) -> None:
+    """Claims taken by the round come without ``labels`` (deferred: the take reads few columns); load them for
+    all in one query rather than one query each on first access. The same objects go on to admission."""
+    missing = [c for c in claims if "labels" in c.get_deferred_fields()]
+    if missing:
+        labels = dict(ResourceClaim.objects.filter(id__in=[c.id for c in missing]).values_list("id", "labels"))
+        for c in missing:
+            c.labels = labels.get(c.id) or {}
+
+
 def _rank(tree: Tree, shares: Shares, name: str) -> tuple:
     queue = tree.queues.get(name)
     if queue is None:
@@ -94,9 +105,9 @@ def _rank(tree: Tree, shares: Shares, name: str) -> tuple:
     return (shares.dominant(queue.id) / Fraction(queue.weight).limit_denominator(1000), -queue.priority)
 
 
-def positions(claims: list) -> dict[int, dict]:
+def positions(claims: list, with_estimate: bool = False) -> dict[int, dict]:
     """claim id -> queue status fields: ``queue``, and for pending claims ``positionInQueue`` (1-based)
-    and the start-time estimate (``queues.services.estimate``)."""
+    and, ``with_estimate``, the start-time estimate (``queues.services.estimate``)."""
     tree = Tree.load()
     out: dict[int, dict] = {}
     wanted: dict[str, list] = defaultdict(list)
@@ -105,22 +116,14 @@ def positions(claims: list) -> dict[int, dict]:
         out[c.id] = {"queue": name}
         if c.phase == Phase.PENDING:
             wanted[name].append(c)
-    ahead: dict[int, list] = {}
+    ahead: dict[int, int] = {}
     queues_of: dict[int, str] = {}
     for name, mine in wanted.items():
-        queue = tree.queues.get(name)
-        namespaces = queue.spec.get("namespaces") or [] if queue else []
-        rows = list(ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
-                    .select_related("namespace").only("id", "labels", "created_at", "namespace__name", "spec"))
-        rows = [r for r in rows if queue_of(r, r.namespace.name, tree) == name]
-        rows.sort(key=lambda r: (-effective_priority(r, queue), r.created_at, r.id))
-        index = {r.id: i for i, r in enumerate(rows)}
-        for c in mine:
-            if c.id in index:
-                out[c.id]["positionInQueue"] = index[c.id] + 1
-                ahead[c.id] = rows[:index[c.id]]
-                queues_of[c.id] = name
-    pending = [c for group in wanted.values() for c in group if c.id in ahead]
+        for claim_id, (place, before) in position.ranked(name, tree, mine, demand=with_estimate).items():
+            out[claim_id]["positionInQueue"] = place
+            ahead[claim_id] = before
+            queues_of[claim_id] = name
+    pending = [c for group in wanted.values() for c in group if c.id in ahead] if with_estimate else []
     for claim_id, fields in estimate.estimates(pending, queues_of, ahead, tree).items():
         out[claim_id].update(fields)
     return out

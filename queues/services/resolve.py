@@ -23,19 +23,27 @@ PRIORITY_LABEL = "draservice.io/priority"
 
 @dataclass
 class Tree:
-    """All queues, read once (a handful of rows): name -> Queue, namespace -> queue name, redirects."""
+    """All queues, read in one query (a handful of rows): name -> Queue, namespace -> queue name (from the
+    specs), and, loaded only when asked, the redirects of force-deleted queues."""
 
     queues: dict[str, Queue]
     by_namespace: dict[str, str]
-    redirects: dict[str, object]  # name -> deleted at
+    _redirects: dict[str, object] | None = None
 
     @classmethod
     def load(cls) -> Tree:
         queues = {q.name: q for q in Queue.objects.all()}
         if DEFAULT_QUEUE not in queues:  # a flushed database (tests); normally the data migration made it
             queues[DEFAULT_QUEUE] = ensure_default()
-        return cls(queues=queues, by_namespace=dict(QueueNamespace.objects.values_list("namespace", "queue__name")),
-                   redirects=dict(QueueRedirect.objects.values_list("name", "created_at")))
+        by_namespace = {ns: q.name for q in queues.values() for ns in q.spec.get("namespaces") or []}
+        return cls(queues=queues, by_namespace=by_namespace)
+
+    @property
+    def redirects(self) -> dict[str, object]:
+        """name -> deleted at, of queues deleted with ``?force=true``."""
+        if self._redirects is None:
+            self._redirects = dict(QueueRedirect.objects.values_list("name", "created_at"))
+        return self._redirects
 
     def chain(self, name: str) -> list[Queue]:
         """The queue and its ancestors, leaf first."""
@@ -75,10 +83,10 @@ def queue_of(claim, namespace: str, tree: Tree) -> str:
     named = labelled_queue(claim.labels)
     if named is not None:
         name = named[1]
-        deleted_at = tree.redirects.get(name)
-        if name not in tree.queues and deleted_at is not None and claim.created_at is not None \
-                and claim.created_at <= deleted_at:
-            return DEFAULT_QUEUE
+        if name not in tree.queues:
+            deleted_at = tree.redirects.get(name)
+            if deleted_at is not None and claim.created_at is not None and claim.created_at <= deleted_at:
+                return DEFAULT_QUEUE
         return name
     return tree.by_namespace.get(namespace, DEFAULT_QUEUE)
 
@@ -112,6 +120,9 @@ def claims_of_queue_q(name: str, namespaces: list[str]) -> Q:
 
 def check_new_claims(namespace: str, claims: list[tuple[str, object]], unit: bool) -> list[tuple[str, str]]:
     """Field errors for claims about to be created (or joined into one unit of admission)."""
+    if not unit and not any(labelled_queue(getattr(c, "labels", None)) or PRIORITY_LABEL in (
+            getattr(c, "labels", None) or {}) for _, c in claims):
+        return []  # nothing names a queue or a priority: nothing to check (and no query on the hot path)
     tree = Tree.load()
     errors: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
