@@ -8,7 +8,7 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
-from frontend.queries.sql import fetch_dicts
+from frontend.queries.sql import T_ALLOC, T_CLUSTER, T_RESERVATION, T_TAINTRULE, fetch_dicts
 from frontend.queries.units import STATE_SQL, units_sql
 from inventory.models import Cluster
 
@@ -77,6 +77,39 @@ def cluster_freshness(now: datetime | None = None) -> list[Cluster]:
     return clusters
 
 
+# The overview's unit aggregate, remembered per fleet state (``fleet_state_key``): a dashboard polled every
+# few seconds by many people costs one cheap key query per poll, not a scan of every device.
+_overview_rows: dict[tuple, list[dict]] = {}
+
+
+def fleet_state_key() -> tuple:
+    """Changes whenever anything the unit aggregate reads changes: allocation and reservation rows (inserted
+    and deleted, never updated in place), every cluster's inventory (its ``inventory_version`` moves with each
+    push: devices, pools, taints on devices) and the DeviceTaintRules (``resource_version`` moves with each
+    write). Ids come from sequences and are never reused, so a row deleted and another added changes the key
+    too. A few cheap aggregates instead of the device scan."""
+    row = fetch_dicts(f"""SELECT
+        (SELECT COALESCE(MAX(id), 0) FROM {T_ALLOC}) AS alloc_max, (SELECT COUNT(*) FROM {T_ALLOC}) AS alloc_n,
+        (SELECT COALESCE(MAX(id), 0) FROM {T_RESERVATION}) AS res_max,
+        (SELECT COUNT(*) FROM {T_RESERVATION}) AS res_n,
+        (SELECT COALESCE(SUM(inventory_version), 0) FROM {T_CLUSTER}) AS inv,
+        (SELECT COUNT(*) FROM {T_CLUSTER}) AS clusters, (SELECT COALESCE(MAX(id), 0) FROM {T_CLUSTER}) AS cl_max,
+        (SELECT COALESCE(SUM(resource_version), 0) FROM {T_TAINTRULE}) AS rules_rv,
+        (SELECT COUNT(*) FROM {T_TAINTRULE}) AS rules_n,
+        (SELECT COALESCE(MAX(id), 0) FROM {T_TAINTRULE}) AS rules_max""", [])[0]
+    return tuple(row.values())
+
+
+def overview_rows() -> list[dict]:
+    key = fleet_state_key()
+    rows = _overview_rows.get(key)
+    if rows is None:
+        rows = _tally_rows("u.cluster_id, u.driver, u.product")
+        _overview_rows.clear()
+        _overview_rows[key] = rows
+    return rows
+
+
 def _tally_rows(group_by: str, where: str = "", params: list | None = None) -> list[dict]:
     units, unit_params = units_sql(where, params or [])
     return fetch_dicts(f"SELECT {group_by}, {STATE_SQL} FROM ({units}) u GROUP BY {group_by}", unit_params,
@@ -103,7 +136,7 @@ def fleet_overview(now: datetime | None = None) -> dict:
     """Everything the overview page shows, from one unit aggregate plus a few small queries."""
     clusters = cluster_freshness(now)
     stale_ids = {c.id for c in clusters if c.stale_now}
-    rows = _tally_rows("u.cluster_id, u.driver, u.product")
+    rows = overview_rows()
 
     totals = Tally()
     by_cluster = {c.id: Group(c.name, c.name, extra={"cluster": c}) for c in clusters}

@@ -136,3 +136,26 @@ def test_unknown_things_are_404_not_errors(client, demo, people):
                 "/inventory/deviceclasses/no.such.class/", "/inventory/slices/aws-us-east-1/no-such-slice/"]:
         resp = client.get(url)
         assert resp.status_code == 404, url
+
+
+def test_the_overview_aggregate_is_computed_once_per_fleet_state(client, demo, people):
+    """Polling the overview does not rescan the fleet; any allocation, release or push makes it count afresh."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from frontend.queries.fleet import fleet_overview
+
+    def scans():
+        with CaptureQueriesContext(connection) as ctx:
+            data = fleet_overview()
+        return sum("GROUP BY u.cluster_id" in q["sql"] for q in ctx.captured_queries), data
+
+    scans()
+    again, first = scans()
+    assert again == 0  # nothing changed: the remembered aggregate answers
+    claim = DeviceAllocation.objects.filter(admin_access=False).first().claim
+    from claims.services.claims import release_claim
+
+    release_claim(claim.pk)
+    counted, after = scans()
+    assert counted == 1 and after["totals"].allocated < first["totals"].allocated
