@@ -161,7 +161,7 @@ REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_FILTER_BACKENDS": [
         "draservice.filters.FilterBackend",
         "draservice.filters.FieldSelectorFilter",
-        "rest_framework.filters.OrderingFilter",
+        "draservice.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "draservice.pagination.ListPagination",
     "PAGE_SIZE": 100,

@@ -72,3 +72,9 @@ def test_the_list_resource_version_only_grows(admin_client, fleet):
     admin_client.post("/api/v1/namespaces/ci/resourceclaims", gpu_claim("later"), format="json")
     after = int(_page(admin_client, "/api/v1/namespaces/ci/resourceclaims")[1]["metadata"]["resourceVersion"])
     assert after >= before
+
+
+@pytest.mark.parametrize("url", LISTS)
+def test_an_ordering_parameter_never_breaks_a_list(admin_client, fleet, url):
+    resp = admin_client.get(url, {"ordering": "-id"})
+    assert resp.status_code in (200, 400), (url, resp.status_code, resp.content[:200])
