@@ -50,6 +50,7 @@ class ResourceClaim(models.Model):
     name = models.CharField(max_length=253)
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     resource_version = models.BigIntegerField(default=1)
+    change_seq = models.BigIntegerField(null=True, blank=True, editable=False)  # set by the change-log trigger
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
     spec = models.JSONField()  # normalized v1 ResourceClaimSpec
@@ -121,6 +122,7 @@ class ResourceClaimTemplate(models.Model):
     name = models.CharField(max_length=253)
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     resource_version = models.BigIntegerField(default=1)
+    change_seq = models.BigIntegerField(null=True, blank=True, editable=False)  # set by the change-log trigger
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
     spec = models.JSONField()  # ResourceClaimTemplateSpec: {"metadata": {...}, "spec": <v1 claim spec>}
@@ -151,6 +153,7 @@ class Consumer(models.Model):
     name = models.CharField(max_length=253)
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     resource_version = models.BigIntegerField(default=1)
+    change_seq = models.BigIntegerField(null=True, blank=True, editable=False)  # set by the change-log trigger
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
     spec = models.JSONField()

@@ -130,6 +130,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict = {}  # filled by the apps' tasks modules (see claims/apps.py)
 
 # --- Product knobs ----------------------------------------------------------------------------
+# The change log (watch, list resourceVersion) keeps this long; a watch from an older resourceVersion
+# gets 410 Gone and lists again, as against a compacted etcd.
+CHANGES_RETENTION_SECONDS = int(os.environ.get("CHANGES_RETENTION_SECONDS", "3600"))
+# The Kubernetes front door (/k8s): watches each hold a web thread, so each process allows this many at once
+# (more get 429 with Retry-After) and none lasts longer than KUBE_WATCH_MAX_SECONDS (clients reconnect).
+KUBE_MAX_WATCHES = int(os.environ.get("KUBE_MAX_WATCHES", "16"))
+KUBE_WATCH_MAX_SECONDS = int(os.environ.get("KUBE_WATCH_MAX_SECONDS", "300"))
 # A cluster silent for longer than this is stale: its devices are not offered for new allocations.
 STALE_CLUSTER_SECONDS = int(os.environ.get("STALE_CLUSTER_SECONDS", "300"))
 # The demo fleet loaded by `make run` (nodes in total, spread over several clusters).
