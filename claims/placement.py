@@ -82,3 +82,16 @@ def clusters_matching(selector: dict | None, clusters: list[tuple[str, dict]]) -
         if all((name == v) if k == "name" else (labels.get(k) == v) for k, v in selector.items()):
             out.append(name)
     return out
+
+
+def body_pin(obj) -> str | None:
+    """The cluster a claim body pins itself to by name, for cluster tokens (the agent); None when unpinned or
+    unreadable (the body's own validation reports that)."""
+    try:
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        if not annotations.get(ALLOWED_CLUSTERS):
+            return None
+        selector = parse_selector(annotations[ALLOWED_CLUSTERS], "")
+    except (FieldError, AttributeError, TypeError):
+        return None
+    return selector["name"] if selector and set(selector) == {"name"} else None

@@ -51,6 +51,23 @@ def _snapshot() -> tuple[int, int]:
     return int(xmin), int(xmax)
 
 
+def horizon_passed(xmin: int, horizon: int) -> bool:
+    """Has every writer that might hold a seq handed out before ``horizon`` ended?
+
+    The snapshot's xmin answers for the whole PostgreSQL cluster, so one long transaction anywhere (another
+    database, a report, a developer's open psql) would hold every gap. Writers of the change log live in this
+    database only, so it is enough that no backend of this database still runs a transaction that started
+    below the horizon (``age`` compares 32-bit xids modulo wraparound). This relies on seeing the writers'
+    ``backend_xid``, which PostgreSQL shows for the service's own role: run every writer as that role."""
+    if xmin >= horizon:
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND backend_xid IS NOT NULL AND age(backend_xid) > age((%s %% 4294967296)::text::xid)",
+                       [horizon])
+        return int(cursor.fetchone()[0]) == 0
+
+
 def _state() -> ChangeLogState:
     state, _ = ChangeLogState.objects.get_or_create(id=1)
     return state
@@ -78,7 +95,8 @@ def seal() -> int:
     xmin, xmax = _snapshot()
     with transaction.atomic():
         state = ChangeLogState.objects.select_for_update().get_or_create(id=1)[0]
-        done = state.pending_seq and (connection.vendor != "postgresql" or xmin >= state.pending_horizon)
+        done = state.pending_seq and (connection.vendor != "postgresql"
+                                      or horizon_passed(xmin, state.pending_horizon))
         if done and state.pending_seq > state.settled:
             state.settled = state.pending_seq
         state.pending_seq = _last_seq()
@@ -151,4 +169,4 @@ class Cursor:
         if self.gap_horizon is None or self.gap_end != next_seq:
             self.gap_horizon, self.gap_end = xmax, next_seq
             return False
-        return xmin >= self.gap_horizon
+        return horizon_passed(xmin, self.gap_horizon)

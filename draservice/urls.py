@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/v1/", include("gangs.api.urls")),
     path("gangs/", include("gangs.urls")),
     path("api/v1/", include("queues.api.urls")),
+    path("k8s/", include("kube.urls")),
     path("queues/", include("queues.urls")),
     path("", include("frontend.urls")),
 ]

@@ -25,7 +25,7 @@ from claims.models import (
     ResourceClaimTemplate,
     UtilisationSnapshot,
 )
-from claims.placement import ALLOWED_CLUSTERS, parse_selector
+from claims.placement import body_pin
 from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from claims.services import events as ev
@@ -38,7 +38,6 @@ from draservice.permissions import (
     ClaimAccess,
     IsAuthenticatedPrincipal,
     NamespaceAccess,
-    pinned_cluster,
     readable_namespaces,
 )
 from draservice.problems import FieldError
@@ -53,16 +52,6 @@ def _etag(response: Response, obj) -> Response:
 
 def _claim_or_404(ns: str, name: str) -> ResourceClaim:
     return get_object_or_404(s.claims_queryset(ResourceClaim.objects), namespace__name=ns, name=name)
-
-
-def _body_pin(obj) -> str | None:
-    """The cluster a claim body pins itself to, for cluster tokens (the agent)."""
-    try:
-        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
-        return pinned_cluster(parse_selector(annotations[ALLOWED_CLUSTERS], "")) if annotations.get(
-            ALLOWED_CLUSTERS) else None
-    except (FieldError, AttributeError, TypeError):
-        return None
 
 
 class ClaimsBase(generics.GenericAPIView):
@@ -112,7 +101,7 @@ class ClaimListView(ClaimsBase):
                    summary="Create a ResourceClaim (v1, v1beta2 or v1beta1; JSON or YAML)")
     def post(self, request, namespace):
         body = request.data
-        self.check_object_permissions(request, ClaimAccess.new_claim(_body_pin(body)))
+        self.check_object_permissions(request, ClaimAccess.new_claim(body_pin(body)))
         if isinstance(body, dict) and body.get("kind") == "List":
             raise FieldError([("kind", "use …/resourceclaims/batch to create several claims")], status_code=400)
 
@@ -162,7 +151,7 @@ class ClaimBatchView(ClaimsBase):
             raise FieldError([("items", "must be a list of ResourceClaim (or Consumer) objects")])
         if not items:  # as `kubectl create` refuses an empty List ("no objects passed to create")
             raise FieldError([("items", "Required value: at least one ResourceClaim or Consumer")])
-        pins = {_body_pin(item) for item in items if isinstance(item, dict) and item.get("kind") != "Consumer"}
+        pins = {body_pin(item) for item in items if isinstance(item, dict) and item.get("kind") != "Consumer"}
         self.check_object_permissions(request, ClaimAccess.new_claim(pins.pop() if len(pins) == 1 else None))
 
         def create():

@@ -108,7 +108,8 @@ def claims_of_queue_q(name: str, namespaces: list[str]) -> Q:
     """Claims (a ResourceClaim filter) that belong to queue ``name`` listing ``namespaces``."""
     named = Q()
     for key in QUEUE_LABELS:
-        named |= Q(labels__contains={key: name})
+        # A key transform, not ``labels__contains``: SQLite (the embedded default) has no JSON containment.
+        named |= Q(**{f"labels__{key}": name})
     unlabelled = Q()
     for key in QUEUE_LABELS:
         unlabelled &= ~Q(labels__has_key=key)

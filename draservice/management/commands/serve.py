@@ -19,6 +19,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from draservice.tls import certificate
+
 
 class Command(BaseCommand):
     help = "Run the web server (gunicorn, threaded); without a broker also the in-process allocation worker."
@@ -33,11 +35,14 @@ class Command(BaseCommand):
         parser.add_argument("--no-runner", action="store_true",
                             help="do not start the in-process allocation worker even without a broker")
         parser.add_argument("--access-log", action="store_true", help="log every request")
+        parser.add_argument("--tls", action="store_true", default=os.environ.get("TLS", "") == "true",
+                            help="serve HTTPS (TLS_CERTFILE/TLS_KEYFILE, or a self-signed localhost certificate "
+                                 "under VAR_DIR/tls): kubectl sends its token only over HTTPS")
         parser.add_argument("--demo", action="store_true",
                             help="load the demo fleet and keep its fake clusters fresh (what `make run` does; "
                                  "never in production: claims would land on nodes that do not exist)")
 
-    def handle(self, *args, host, port, workers, threads, no_runner, access_log, demo, **opts):
+    def handle(self, *args, host, port, workers, threads, no_runner, access_log, demo, tls=False, **opts):
         from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
         broker = bool(settings.CELERY_BROKER_URL)
@@ -74,6 +79,8 @@ class Command(BaseCommand):
             "errorlog": "-",
             "post_worker_init": post_worker_init,
         }
+        if tls:
+            config["certfile"], config["keyfile"] = certificate()
 
         class Application(BaseApplication):
             def load_config(self):
@@ -87,7 +94,8 @@ class Command(BaseCommand):
 
         mode = "in-process worker (no broker)" if run_inline_worker else (
             "Celery workers via the broker" if broker else "no allocation worker (--no-runner)")
-        self.stdout.write(f"draservice on http://{host}:{port}/ - {workers} process(es) x {threads} threads; "
+        scheme = "https" if tls else "http"
+        self.stdout.write(f"draservice on {scheme}://{host}:{port}/ - {workers} process(es) x {threads} threads; "
                           f"allocation: {mode}")
         connections.close_all()  # never share a database connection across gunicorn's fork
         Application().run()

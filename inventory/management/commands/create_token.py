@@ -4,10 +4,16 @@
     python manage.py create_token --cluster eu-west-1 --expires 30d
     python manage.py create_token --namespace team-a --namespace team-b --read-only
 """
+import base64
+import os
+from pathlib import Path
+
+import yaml
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from dra.k8s.fields import is_dns_label
+from draservice.tls import self_signed_paths
 from inventory.models import APIToken, Cluster
 from inventory.services.tokens import issue_token, parse_duration
 
@@ -24,6 +30,10 @@ class Command(BaseCommand):
         parser.add_argument("--read-only", action="store_true")
         parser.add_argument("--expires", metavar="DURATION", help="e.g. 12h, 7d, 2w (default: never)")
         parser.add_argument("--name", default="", help="a label to recognise the token by")
+        parser.add_argument("--kubeconfig", nargs="?", const="https://127.0.0.1:8000/k8s", metavar="SERVER",
+                            help="print a kubeconfig for the /k8s door instead of the bare secret (SERVER: the "
+                                 "door's URL, default https://127.0.0.1:8000/k8s; the self-signed certificate of "
+                                 "`serve --tls`, if any, is embedded as its certificate authority)")
         parser.add_argument("--create-cluster", action="store_true",
                             help="with --cluster: register the cluster if it does not exist yet")
 
@@ -56,4 +66,24 @@ class Command(BaseCommand):
         self.stderr.write(f"Created {token.kind} token {token.name!r} (id {token.pk}"
                           + (f", expires {token.expires_at.isoformat()}" if token.expires_at else "")
                           + "). The secret is shown only once:")
-        self.stdout.write(secret)
+        if opts["kubeconfig"]:
+            namespace = (opts["namespace"] or ["default"])[0]
+            self.stdout.write(kubeconfig(opts["kubeconfig"], secret, namespace))
+        else:
+            self.stdout.write(secret)
+
+
+def kubeconfig(server: str, secret: str, namespace: str) -> str:
+    """A kubeconfig (YAML) for kubectl against the /k8s door with this token."""
+    cluster: dict = {"server": server}
+    cert = self_signed_paths()[0]
+    if os.environ.get("TLS_CERTFILE"):
+        cert = Path(os.environ["TLS_CERTFILE"])
+    if server.startswith("https://") and cert.exists():
+        cluster["certificate-authority-data"] = base64.b64encode(cert.read_bytes()).decode()
+    config = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "draservice", "cluster": cluster}],
+              "users": [{"name": "draservice", "user": {"token": secret}}],
+              "contexts": [{"name": "draservice", "context": {"cluster": "draservice", "user": "draservice",
+                                                             "namespace": namespace}}],
+              "current-context": "draservice"}
+    return yaml.safe_dump(config, sort_keys=False)

@@ -1,0 +1,110 @@
+"""OpenAPI v3 for kubectl: ``/openapi/v3`` (the index) and one document per group-version.
+
+kubectl 1.32 validates ``apply``/``create`` on the server (``fieldValidation=Strict``) only after finding, in
+the group-version's document, a PATCH operation tagged with the kind's ``x-kubernetes-group-version-kind`` that
+declares the ``fieldValidation`` query parameter; without it kubectl falls back to client-side validation with
+the OpenAPI v2 document, which we do not serve (protobuf ``/openapi/v2`` is a 404, which kubectl tolerates
+for ``get``). The schemas are deliberately loose (spec and status preserve unknown fields): the service's own
+validation is the authority and answers with field paths.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from django.http import JsonResponse
+
+from kube.registry import Resource, groups, in_version
+from kube.status import status_response
+
+PREFIX = "/k8s"
+WRITE_PARAMS = [
+    {"name": "dryRun", "in": "query", "schema": {"type": "string"}, "uniqueItems": True},
+    {"name": "fieldManager", "in": "query", "schema": {"type": "string"}, "uniqueItems": True},
+    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}, "uniqueItems": True,
+     "description": "Ignore, Warn (the default) or Strict: what to do with unknown fields in the body"},
+]
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def _schema_name(r: Resource, version: str) -> str:
+    return f"io.draservice.{(r.group or 'core').replace('.', '_')}.{version}.{r.kind}"
+
+
+def _op(r: Resource, version: str, action: str, params: list | None = None) -> dict:
+    ref = {"$ref": f"#/components/schemas/{_schema_name(r, version)}"}
+    op = {"operationId": f"{action}{r.kind}", "x-kubernetes-action": action,
+          "x-kubernetes-group-version-kind": {"group": r.group, "version": version, "kind": r.kind},
+          "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}}
+    if params:
+        op["parameters"] = params
+    if action in ("post", "put", "patch"):
+        # No strategic-merge-patch here: kubectl would then compute one from these loose schemas (and warn that
+        # it cannot); without it kubectl sends a JSON merge patch, as for a CRD. Strategic merge patches from
+        # kubectl's compiled-in kinds (resource.k8s.io/v1beta1) are still accepted (kube.patch).
+        types = ("application/merge-patch+json", "application/json-patch+json") if action == "patch" else (
+            "application/json", "application/yaml")
+        op["requestBody"] = {"content": {t: {"schema": ref} for t in types}}
+    return op
+
+
+def _paths(r: Resource, version: str) -> dict:
+    base = f"/{_gv_path(r.group, version)}"
+    ns = "/namespaces/{namespace}" if r.namespaced else ""
+    name_params = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
+    if r.namespaced:
+        name_params.append({"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"}})
+    writes = "create" in r.verbs
+    collection = {"get": _op(r, version, "list")}
+    item: dict = {"get": _op(r, version, "get")}
+    if writes:
+        collection["post"] = _op(r, version, "post", WRITE_PARAMS)
+        item["delete"] = _op(r, version, "delete")
+    if "patch" in r.verbs:
+        item["put"] = _op(r, version, "put", WRITE_PARAMS)
+        item["patch"] = _op(r, version, "patch", WRITE_PARAMS)
+    item["parameters"] = name_params
+    return {f"{base}{ns}/{r.plural}": collection, f"{base}{ns}/{r.plural}/{{name}}": item}
+
+
+def _schema(r: Resource, version: str) -> dict:
+    loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {"type": "object", "description": f"{r.kind} ({r.api_version(version)}), as the service stores it",
+            "x-kubernetes-group-version-kind": [{"group": r.group, "version": version, "kind": r.kind}],
+            "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                           "metadata": loose, "spec": loose, "status": loose}}
+
+
+def document(group: str, version: str) -> dict | None:
+    resources = in_version(group, version)
+    if not resources:
+        return None
+    paths: dict = {}
+    for r in resources:
+        paths.update(_paths(r, version))
+    return {"openapi": "3.0.0", "info": {"title": "draservice", "version": version}, "paths": paths,
+            "components": {"schemas": {_schema_name(r, version): _schema(r, version) for r in resources}}}
+
+
+def _hash(doc: dict) -> str:
+    return hashlib.sha512(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:64].upper()
+
+
+def index(request):
+    paths = {}
+    for group, versions in groups().items():
+        for version in versions:
+            key = _gv_path(group, version)
+            doc = document(group, version)
+            paths[key] = {"serverRelativeURL": f"{PREFIX}/openapi/v3/{key}?hash={_hash(doc or {})}"}
+    return JsonResponse({"paths": paths})
+
+
+def group_version(request, version: str, group: str = ""):
+    doc = document(group, version)
+    if doc is None:
+        return status_response(404, "the server could not find the requested resource")
+    return JsonResponse(doc)

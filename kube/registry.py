@@ -1,0 +1,70 @@
+"""What the /k8s door serves: each resource's group, versions, kind, scope and verbs (for discovery, the
+OpenAPI documents and routing). The stores that read and write them are in ``kube.stores``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RESOURCE_GROUP = "resource.k8s.io"
+OUR_GROUP = "draservice.io"
+CLUSTER_LABEL = "draservice.io/cluster"  # on objects that belong to one cluster of the fleet
+ALL_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
+READ_VERBS = ("get", "list")
+CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    versions: tuple[str, ...]
+    plural: str
+    kind: str
+    namespaced: bool
+    verbs: tuple[str, ...]
+    short_names: tuple[str, ...] = ()
+    status: bool = False  # a /status subresource (written by the service only)
+    categories: tuple[str, ...] = ()
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def qualified(self) -> str:
+        """``resourceclaims.resource.k8s.io``: how the API server names a resource in its messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def api_version(self, version: str) -> str:
+        return f"{self.group}/{version}" if self.group else version
+
+
+RESOURCES: tuple[Resource, ...] = (
+    Resource("", ("v1",), "namespaces", "Namespace", False, READ_VERBS, ("ns",)),
+    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceclaims", "ResourceClaim", True, ALL_VERBS, status=True),
+    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceclaimtemplates", "ResourceClaimTemplate", True,
+             ("create", "delete", "get", "list", "watch")),
+    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "deviceclasses", "DeviceClass", False, READ_VERBS),
+    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceslices", "ResourceSlice", False, READ_VERBS),
+    Resource(OUR_GROUP, ("v1alpha1",), "consumers", "Consumer", True, ("create", "delete", "get", "list", "watch")),
+    Resource("", ("v1",), "events", "Event", True, READ_VERBS, ("ev",)),
+)
+
+
+def groups() -> dict[str, list[str]]:
+    """group -> its versions, preferred first (the core group is "")."""
+    out: dict[str, list[str]] = {}
+    for r in RESOURCES:
+        for v in r.versions:
+            if v not in out.setdefault(r.group, []):
+                out[r.group].append(v)
+    return out
+
+
+def in_version(group: str, version: str) -> list[Resource]:
+    return [r for r in RESOURCES if r.group == group and version in r.versions]
+
+
+def lookup(group: str, version: str, plural: str) -> Resource | None:
+    for r in in_version(group, version):
+        if r.plural == plural:
+            return r
+    return None

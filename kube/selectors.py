@@ -1,0 +1,85 @@
+"""Kubernetes label and field selectors for the /k8s lists (``k8s.io/apimachinery/pkg/labels`` syntax):
+``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``, ``a notin (x)``, ``a``, ``!a``, comma-separated (AND).
+Applied in SQL on the ``labels`` JSON column, with key transforms that PostgreSQL and SQLite both support."""
+from __future__ import annotations
+
+import re
+
+from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform
+
+from kube.status import KubeError
+
+_SET = re.compile(r"^\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(notin|in)\s*\(([^)]*)\))?\s*$")
+_EQ = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)\s*([A-Za-z0-9_.:-]*)\s*$")
+
+
+def _split(selector: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in selector:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p for p in parts if p.strip()]
+
+
+def parse_labels(selector: str) -> list[tuple[str, str, list[str]]]:
+    """[(key, op, values)] with op one of =, !=, in, notin, exists, !exists; a 400 for what does not parse."""
+    out = []
+    for part in _split(selector):
+        m = _EQ.match(part)
+        if m:
+            out.append((m.group(1), "!=" if m.group(2) == "!=" else "=", [m.group(3)]))
+            continue
+        m = _SET.match(part)
+        if not m or (m.group(1) and m.group(3)):
+            raise KubeError(400, f"unable to parse requirement: found '{part.strip()}', expected: key, "
+                                 "key=value, key!=value, key in (v1,v2), key notin (v1,v2) or !key")
+        neg, key, op, values = m.groups()
+        if op:
+            out.append((key, op, [v.strip() for v in values.split(",") if v.strip()]))
+        else:
+            out.append((key, "!exists" if neg else "exists", []))
+    return out
+
+
+def filter_labels(qs: QuerySet, selector: str | None) -> QuerySet:
+    if not selector:
+        return qs
+    for i, (key, op, values) in enumerate(parse_labels(selector)):
+        alias = f"_label_{i}"
+        qs = qs.alias(**{alias: KeyTextTransform(key, "labels")})
+        present = Q(**{f"{alias}__isnull": False})
+        if op == "=":
+            qs = qs.filter(**{alias: values[0]})
+        elif op == "!=":
+            qs = qs.exclude(present & Q(**{alias: values[0]}))
+        elif op == "in":
+            qs = qs.filter(**{f"{alias}__in": values})
+        elif op == "notin":
+            qs = qs.exclude(present & Q(**{f"{alias}__in": values}))
+        elif op == "exists":
+            qs = qs.filter(present)
+        else:
+            qs = qs.exclude(present)
+    return qs
+
+
+def parse_fields(selector: str | None, allowed: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """``metadata.name=x,metadata.namespace!=y`` -> {field: (op, value)}; fields not in ``allowed`` are a 400,
+    as upstream answers ``field label not supported``."""
+    out: dict[str, tuple[str, str]] = {}
+    for part in _split(selector or ""):
+        m = _EQ.match(part)
+        if not m:
+            raise KubeError(400, f"invalid field selector: {part.strip()!r}")
+        field, op, value = m.groups()
+        if field not in allowed:
+            raise KubeError(400, f'field label not supported: {field}')
+        out[field] = ("!=" if op == "!=" else "=", value)
+    return out

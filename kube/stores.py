@@ -1,0 +1,342 @@
+"""Reading and writing the service's objects for the /k8s door. Each store maps one Kubernetes resource onto
+the service's models and services: views call a store, stores call the services that own the writes
+(``claims.services``), never the models' save directly."""
+from __future__ import annotations
+
+from django.db.models import Model, QuerySet
+from django.http import Http404
+
+from claims.api import serializers as claim_render
+from claims.models import ClaimEvent, Consumer, Namespace, ResourceClaim, ResourceClaimTemplate
+from claims.services import claims as claim_services
+from claims.services import consumers as consumer_services
+from draservice.permissions import readable_namespaces
+from inventory.models import DeviceClass, ResourceSlice
+from kube import versions
+from kube.registry import CLUSTER_LABEL, RESOURCES, Resource
+from kube.selectors import filter_labels, parse_fields
+from kube.status import KubeError, not_found
+
+RELEASE = "draservice.io/release"
+
+
+class Store:
+    resource: Resource
+    model: type[Model]
+    change_resource: str | None = None  # its name in the change log, when it can be watched
+    # Field selectors: field -> column (upstream supports metadata.name and, when namespaced, .namespace).
+    field_columns = {"metadata.name": "name", "metadata.namespace": "namespace__name"}
+
+    def queryset(self) -> QuerySet:
+        return self.model.objects.all()  # type: ignore[attr-defined]
+
+    def scoped(self, request, namespace: str | None, params) -> QuerySet:
+        qs = self.queryset()
+        if self.resource.namespaced:
+            if namespace:
+                qs = qs.filter(namespace__name=namespace)
+            else:
+                readable = readable_namespaces(request)
+                if readable is not None:
+                    qs = qs.filter(namespace__name__in=readable)
+        allowed = tuple(f for f in self.field_columns if self.resource.namespaced or f != "metadata.namespace")
+        for field, (op, value) in parse_fields(params.get("fieldSelector"), allowed).items():
+            if field == "metadata.name" and not self.resource.namespaced:
+                qs = self.filter_by_name(qs, op, value)
+                continue
+            column = self.field_columns[field]
+            qs = qs.exclude(**{column: value}) if op == "!=" else qs.filter(**{column: value})
+        return filter_labels(qs, params.get("labelSelector"))
+
+    def filter_by_name(self, qs: QuerySet, op: str, value: str) -> QuerySet:
+        return qs.exclude(name=value) if op == "!=" else qs.filter(name=value)
+
+    def get(self, namespace: str | None, name: str):
+        qs = self.queryset()
+        if self.resource.namespaced:
+            qs = qs.filter(namespace__name=namespace)
+        obj = qs.filter(name=name).first()
+        if obj is None:
+            raise not_found(self.resource.qualified, name, self.resource.plural)
+        return obj
+
+    def render(self, obj, version: str) -> dict:
+        raise NotImplementedError
+
+    def render_many(self, objs: list, version: str) -> list[dict]:
+        return [self.render(o, version) for o in objs]
+
+    def create(self, view, namespace: str | None, body: dict):
+        raise KubeError(405, 'the server does not allow this method on the requested resource')
+
+    def replace(self, view, obj, body: dict):
+        raise KubeError(405, 'the server does not allow this method on the requested resource')
+
+    def delete(self, view, obj) -> None:
+        raise KubeError(405, 'the server does not allow this method on the requested resource')
+
+    def tombstone(self, data: dict, namespace: str, version: str) -> dict:
+        """A deleted object's last rendering from its change-log tombstone (the row as it was)."""
+        meta = {"name": data.get("name"), "namespace": namespace, "uid": str(data.get("uid") or ""),
+                "resourceVersion": str(data.get("change_seq") or "")}
+        return {"apiVersion": self.resource.api_version(version), "kind": self.resource.kind, "metadata": meta}
+
+
+def _with_version(obj: dict, api_version: str, change_seq: int | None) -> dict:
+    obj["apiVersion"] = api_version
+    if change_seq is not None:
+        obj["metadata"]["resourceVersion"] = str(change_seq)
+    return obj
+
+
+def check_precondition(obj, body: dict) -> str:
+    """The body's ``metadata.resourceVersion`` (a change seq here) against the object's; the ETag to hand the
+    service, which re-checks it under its row lock (a change in between is a 409 too)."""
+    wanted = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("resourceVersion")
+    if wanted not in (None, "") and str(wanted) != str(obj.change_seq):
+        raise KubeError(409, f'Operation cannot be fulfilled on {obj._meta.verbose_name_plural} "{obj.name}": the '
+                             "object has been modified; please apply your changes to the latest version and try "
+                             "again", "Conflict", {"name": obj.name})
+    return obj.etag
+
+
+def _strip_version(body: dict) -> dict:
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "resourceVersion"}
+    return {**body, "metadata": meta}
+
+
+class ClaimStore(Store):
+    resource = RESOURCES[1]
+    model = ResourceClaim
+    change_resource = "resourceclaims"
+
+    def queryset(self):
+        return claim_render.claims_queryset(ResourceClaim.objects.order_by("id"))
+
+    def render(self, obj, version: str) -> dict:
+        return self.render_many([obj], version)[0]
+
+    def render_many(self, objs: list, version: str) -> list[dict]:
+        out = []
+        for claim, rendered in zip(objs, claim_render.render_claims(objs), strict=True):
+            rendered["spec"] = versions.claim_spec_out(rendered.get("spec"), version)
+            out.append(_with_version(rendered, self.resource.api_version(version), claim.change_seq))
+        return out
+
+    def create(self, view, namespace, body):
+        view.check_object_permissions(view.request, view.new_claim(body))
+        claim = claim_services.create_claims(namespace, [body])[0]
+        return self.get(namespace, claim.name)
+
+    def replace(self, view, obj, body):
+        etag = check_precondition(obj, body)
+        body = _strip_version(body)
+        annotations = dict((body.get("metadata") or {}).get("annotations") or {})
+        release = str(annotations.pop(RELEASE, "")).lower() == "true"
+        body["metadata"]["annotations"] = annotations
+        view.claim_verb = "release" if release else "edit"
+        view.check_object_permissions(view.request, obj)
+        claim = claim_services.update_claim(obj.pk, body, if_match=etag)
+        if release:  # `kubectl annotate resourceclaim x draservice.io/release=true`
+            claim_services.release_claim(claim.pk)
+        return self.get(claim.namespace.name, claim.name)
+
+    def delete(self, view, obj) -> None:
+        view.claim_verb = "delete"
+        view.check_object_permissions(view.request, obj)
+        claim_services.delete_claim(obj.pk)
+
+    def tombstone(self, data: dict, namespace: str, version: str) -> dict:
+        out = super().tombstone(data, namespace, version)
+        out["spec"] = versions.claim_spec_out(data.get("spec"), version)
+        out["status"] = {k: v for k, v in (("phase", data.get("phase")), ("cluster", data.get("cluster")),
+                                           ("node", data.get("node"))) if v}
+        return out
+
+
+class TemplateStore(Store):
+    resource = RESOURCES[2]
+    model = ResourceClaimTemplate
+    change_resource = "resourceclaimtemplates"
+
+    def queryset(self):
+        return ResourceClaimTemplate.objects.select_related("namespace").order_by("id")
+
+    def render(self, obj, version: str) -> dict:
+        rendered = claim_render.render_template(obj)
+        rendered["spec"] = versions.template_spec_out(rendered.get("spec"), version)
+        return _with_version(rendered, self.resource.api_version(version), obj.change_seq)
+
+    def create(self, view, namespace, body):
+        template = claim_services.create_template(namespace, body)
+        return self.get(namespace, template.name)
+
+    def delete(self, view, obj) -> None:
+        claim_services.delete_template(obj.pk)
+
+
+class ConsumerStore(Store):
+    resource = RESOURCES[5]
+    model = Consumer
+    change_resource = "consumers"
+
+    def queryset(self):
+        return Consumer.objects.select_related("namespace").order_by("id")
+
+    def render(self, obj, version: str) -> dict:
+        return _with_version(claim_render.render_consumer(obj), self.resource.api_version(version), obj.change_seq)
+
+    def create(self, view, namespace, body):
+        consumer = consumer_services.create_consumer(namespace, body)
+        return self.get(namespace, consumer.name)
+
+    def delete(self, view, obj) -> None:
+        consumer_services.delete_consumer(obj.pk)
+
+
+class NamespaceStore(Store):
+    resource = RESOURCES[0]
+    model = Namespace
+
+    def scoped(self, request, namespace, params):
+        qs = super().scoped(request, namespace, params).order_by("id")
+        allowed = readable_namespaces(request)
+        return qs if allowed is None else qs.filter(name__in=allowed)
+
+    def render(self, obj, version: str) -> dict:
+        meta = {"name": obj.name, "uid": f"ns-{obj.pk}", "resourceVersion": "1",
+                "creationTimestamp": claim_render.ts(obj.created_at)}
+        if obj.labels:
+            meta["labels"] = obj.labels
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta, "status": {"phase": "Active"}}
+
+
+def _split_cluster(name: str) -> tuple[str, str]:
+    cluster, _, rest = name.partition(".")
+    if not rest:
+        raise Http404
+    return cluster, rest
+
+
+class ClusterObjectStore(Store):
+    """Inventory objects of the whole fleet. One cluster's objects are named ``<cluster>.<name>`` here and carry
+    the ``draservice.io/cluster`` label; fleet-wide ones (cluster NULL: admin DeviceClasses) keep their names."""
+
+    def queryset(self):
+        return self.model.objects.select_related("cluster").order_by("id")  # type: ignore[attr-defined]
+
+    def fleet_name(self, obj) -> str:
+        return f"{obj.cluster.name}.{obj.name}" if obj.cluster_id else obj.name
+
+    def get(self, namespace, name: str):
+        obj = self.queryset().filter(cluster__isnull=True, name=name).first() if self.has_fleet_wide else None
+        if obj is None:
+            try:
+                cluster, rest = _split_cluster(name)
+            except Http404:
+                raise not_found(self.resource.qualified, name, self.resource.plural) from None
+            obj = self.queryset().filter(cluster__name=cluster, name=rest).first()
+        if obj is None:
+            raise not_found(self.resource.qualified, name, self.resource.plural)
+        return obj
+
+    has_fleet_wide = False
+
+    def filter_by_name(self, qs, op, value):
+        try:
+            cluster, rest = _split_cluster(value)
+            match = qs.filter(cluster__name=cluster, name=rest)
+        except Http404:
+            match = qs.none()
+        if self.has_fleet_wide:
+            match = match | qs.filter(cluster__isnull=True, name=value)
+        return qs.exclude(pk__in=match.values("pk")) if op == "!=" else match
+
+    def render_object(self, obj, stored: dict, version: str) -> dict:
+        out = dict(stored)
+        meta = dict(out.get("metadata") or {})
+        meta["name"] = self.fleet_name(obj)
+        meta.setdefault("uid", f"{self.resource.plural}-{obj.pk}")
+        meta["resourceVersion"] = str(getattr(obj, "resource_version", None) or 1)
+        meta.setdefault("creationTimestamp", claim_render.ts(getattr(obj, "created_at", None)
+                                                             or getattr(obj, "updated_at", None)))
+        if obj.cluster_id:
+            meta["labels"] = {**(meta.get("labels") or {}), CLUSTER_LABEL: obj.cluster.name}
+        out["metadata"] = meta
+        out["apiVersion"] = self.resource.api_version(version)
+        out["kind"] = self.resource.kind
+        return out
+
+
+class DeviceClassStore(ClusterObjectStore):
+    resource = RESOURCES[3]
+    model = DeviceClass
+    has_fleet_wide = True
+
+    def render(self, obj, version: str) -> dict:
+        return self.render_object(obj, obj.object, version)
+
+
+class SliceStore(ClusterObjectStore):
+    resource = RESOURCES[4]
+    model = ResourceSlice
+
+    def render(self, obj, version: str) -> dict:
+        return versions.slice_out(self.render_object(obj, obj.object, version), version)
+
+
+class EventStore(Store):
+    """Core v1 Events from the claims' events, so that ``kubectl describe`` shows what happened and why."""
+
+    resource = RESOURCES[6]
+    model = ClaimEvent
+    field_columns = {"metadata.name": "id", "metadata.namespace": "namespace",
+                     "involvedObject.name": "claim_name", "involvedObject.namespace": "namespace",
+                     "involvedObject.uid": "claim_uid", "involvedObject.kind": "_kind"}
+
+    def queryset(self):
+        return ClaimEvent.objects.order_by("id")
+
+    def scoped(self, request, namespace, params):
+        qs = self.queryset()
+        if namespace:
+            qs = qs.filter(namespace=namespace)
+        else:
+            allowed = readable_namespaces(request)
+            if allowed is not None:
+                qs = qs.filter(namespace__in=allowed)
+        for field, (op, value) in parse_fields(params.get("fieldSelector"), tuple(self.field_columns)).items():
+            column = self.field_columns[field]
+            if column == "_kind":
+                qs = qs if (value == "ResourceClaim") != (op == "!=") else qs.none()
+                continue
+            if column == "id":
+                value = value.rpartition(".")[2]
+                if not value.isdigit():
+                    qs = qs.none() if op == "=" else qs
+                    continue
+            qs = qs.exclude(**{column: value}) if op == "!=" else qs.filter(**{column: value})
+        return qs
+
+    def get(self, namespace, name):
+        event = self.queryset().filter(namespace=namespace, id=name.rpartition(".")[2] if name.rpartition(
+            ".")[2].isdigit() else -1).first()
+        if event is None:
+            raise not_found(self.resource.qualified, name, self.resource.plural)
+        return event
+
+    def render(self, obj, version: str) -> dict:
+        when = claim_render.ts(obj.created_at)
+        warning = obj.type in ("Failed", "AllocationFailed", "DeviceRemoved", "Preempted") or "Fail" in obj.reason
+        return {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": f"{obj.claim_name}.{obj.pk}", "namespace": obj.namespace,
+                             "resourceVersion": str(obj.pk), "creationTimestamp": when, "uid": f"event-{obj.pk}"},
+                "involvedObject": {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                   "name": obj.claim_name, "namespace": obj.namespace, "uid": str(obj.claim_uid)},
+                "reason": obj.reason or obj.type, "message": obj.message, "type": "Warning" if warning else "Normal",
+                "source": {"component": "draservice"}, "count": 1, "firstTimestamp": when, "lastTimestamp": when}
+
+
+STORES: dict[str, Store] = {s.resource.plural: s for s in (
+    NamespaceStore(), ClaimStore(), TemplateStore(), ConsumerStore(), DeviceClassStore(), SliceStore(),
+    EventStore())}

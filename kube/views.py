@@ -1,0 +1,229 @@
+"""The /k8s door's resource endpoints: collections, objects and the status subresource of every resource in
+``kube.registry``, answered as the Kubernetes API server answers (objects in the version asked for, lists
+with ``metadata.resourceVersion``/``continue``, ``Table`` for kubectl, ``Status`` for every error).
+
+Thin, like the API's views: access through the same permission classes (``draservice.permissions``), reads
+and writes through ``kube.stores`` (which call the owning services)."""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+
+from django.http import JsonResponse, StreamingHttpResponse
+from rest_framework.views import APIView
+
+from claims.placement import body_pin
+from draservice import changes
+from draservice.parsers import JSONParser, MergePatchParser
+from draservice.permissions import ClaimAccess, IsAuthenticatedPrincipal, NamespaceAccess
+from draservice.yaml import YAMLParser
+from kube import fields, patch, tables, watch
+from kube.registry import Resource, lookup
+from kube.status import KubeError, translate
+from kube.stores import STORES, Store
+
+log = logging.getLogger(__name__)
+MAX_LIST = 5000  # one page at most, whatever limit asks (the client pages on with continue)
+
+
+class StrategicMergePatchParser(JSONParser):
+    media_type = patch.STRATEGIC
+
+
+class JSONPatchParser(JSONParser):
+    media_type = patch.JSON_PATCH
+
+
+def _json(body: dict, code: int = 200) -> JsonResponse:
+    return JsonResponse(body, status=code, json_dumps_params={"separators": (",", ":")})
+
+
+def _encode_continue(last_id: int, rv: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"id": last_id, "rv": rv}).encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, int]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        return int(data["id"]), int(data["rv"])
+    except (ValueError, KeyError, TypeError):
+        raise KubeError(400, "continue key is not valid: illegal base64 data or not a continue token") from None
+
+
+class ResourceView(APIView):
+    """``/k8s/api[s]/{group}/{version}[/namespaces/{namespace}]/{plural}[/{name}[/status]]``."""
+
+    parser_classes = [JSONParser, YAMLParser, MergePatchParser, StrategicMergePatchParser, JSONPatchParser]
+    claim_verb: str | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    resource: Resource
+
+    def initial(self, request, *args, **kwargs):
+        resource = lookup(kwargs.get("group", ""), kwargs["version"], kwargs["plural"])
+        if resource is None or resource.plural not in STORES:
+            raise KubeError(404, "the server could not find the requested resource")
+        self.resource = resource
+        # A namespaced resource is also listed (and watched) across namespaces: /apis/g/v/resourceclaims.
+        across = self.resource.namespaced and "namespace" not in kwargs
+        if (not self.resource.namespaced and "namespace" in kwargs) or (across and (
+                "name" in kwargs or request.method != "GET")):
+            raise KubeError(404, "the server could not find the requested resource")
+        self.store: Store = STORES[self.resource.plural]
+        super().initial(request, *args, **kwargs)
+
+    def get_permissions(self):
+        if "namespace" in self.kwargs:
+            return [ClaimAccess() if self.kwargs["plural"] == "resourceclaims" else NamespaceAccess()]
+        return [IsAuthenticatedPrincipal()]
+
+    def new_claim(self, body):
+        return ClaimAccess.new_claim(body_pin(body))
+
+    def handle_exception(self, exc):
+        resource = getattr(self, "resource", None)
+        error = translate(exc, resource.qualified if resource else "", resource.kind if resource else "",
+                          self.kwargs.get("name", ""))
+        if error is None:
+            raise exc
+        response = _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                          "message": error.message, "reason": error.reason,
+                          **({"details": error.details} if error.details else {}), "code": error.code}, error.code)
+        for key, value in error.headers.items():
+            response[key] = value
+        if error.code == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="draservice"'
+        return response
+
+    def _body(self, request) -> dict:
+        body = request.data
+        if not isinstance(body, dict):
+            raise KubeError(400, "the request body must be a Kubernetes object (a JSON or YAML mapping)")
+        return body
+
+    def _check_body(self, body: dict, namespace: str | None, name: str | None = None) -> tuple[dict, list[str]]:
+        """apiVersion and kind as the URL says, the URL's namespace and name; unknown fields by
+        ``fieldValidation`` (Strict: 400; Warn, the default, and Ignore: dropped, Warn with a warning)."""
+        r, version = self.resource, self.kwargs["version"]
+        if body.get("apiVersion") not in (None, r.api_version(version)) or body.get("kind") not in (None, r.kind):
+            raise KubeError(400, f"the API version in the data ({body.get('apiVersion')}) does not match the "
+                                 f"expected API version ({r.api_version(version)})" if body.get("kind") in (
+                                     None, r.kind) else f"the kind in the data ({body.get('kind')}) does not "
+                                                        f"match the expected kind ({r.kind})")
+        meta: dict = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
+        if namespace and meta.get("namespace") not in (None, "", namespace):
+            raise KubeError(400, "the namespace of the provided object does not match the namespace sent on the "
+                                 "request")
+        if name is not None and meta.get("name") not in (None, name):
+            raise KubeError(400, f"the name of the object ({meta.get('name')}) does not match the name on the "
+                                 f"URL ({name})")
+        body = {**body, "apiVersion": r.api_version(version), "kind": r.kind}
+        if namespace:
+            body["metadata"] = {**meta, **({"namespace": namespace} if meta else {"namespace": namespace})}
+        return fields.validate(body, r.plural, version, self.request.query_params.get("fieldValidation"))
+
+    def _respond(self, obj, code: int = 200, warnings: list[str] | None = None):
+        response = _json(self.store.render(obj, self.kwargs["version"]), code)
+        for warning in warnings or []:
+            response["Warning"] = f'299 - "{warning}"'
+        return response
+
+    # ------------------------------------------------------------------ verbs
+    def get(self, request, **kw):
+        if "name" in kw:
+            obj = self.store.get(kw.get("namespace"), kw["name"])
+            rendered = self.store.render(obj, kw["version"])
+            if tables.wants_table(request):
+                return _json(tables.table(self.resource.plural, [rendered], request.query_params.get(
+                    "includeObject") or "Metadata"))
+            return _json(rendered)
+        if request.query_params.get("watch") in ("1", "true", "True"):
+            return self._watch(request, kw)
+        return self._list(request, kw)
+
+    def _list(self, request, kw):
+        params = request.query_params
+        qs = self.store.scoped(request, kw.get("namespace"), params)
+        token = params.get("continue")
+        rv = None
+        if token:
+            last_id, rv = _decode_continue(token)
+            qs = qs.filter(pk__gt=last_id)
+        if rv is None:
+            rv = changes.settled()
+        try:
+            limit = int(params.get("limit") or 0)
+        except ValueError:
+            raise KubeError(400, f"invalid limit: {params.get('limit')!r}") from None
+        limit = MAX_LIST if limit <= 0 else min(limit, MAX_LIST)
+        objects = list(qs.order_by("pk")[:limit + 1])
+        more = len(objects) > limit
+        objects = objects[:limit]
+        meta: dict = {"resourceVersion": str(rv)}
+        if more:
+            meta["continue"] = _encode_continue(objects[-1].pk, rv)
+        rendered = self.store.render_many(objects, kw["version"])
+        if tables.wants_table(request):
+            return _json(tables.table(self.resource.plural, rendered, params.get("includeObject") or "Metadata",
+                                      meta))
+        return _json({"apiVersion": self.resource.api_version(kw["version"]), "kind": f"{self.resource.kind}List",
+                      "metadata": meta, "items": rendered})
+
+    def _watch(self, request, kw):
+        if not self.store.change_resource or "name" in kw:
+            raise KubeError(405, f"watch is not supported on {self.resource.qualified}")
+        since = watch.parse_resource_version(request.query_params.get("resourceVersion"))
+        w = watch.Watch(self.store, request, kw.get("namespace"), kw["version"], request.query_params,
+                        tables.wants_table(request))
+        self.store.scoped(request, kw.get("namespace"), request.query_params)  # selectors: a 400 now, not mid-stream
+        watch.acquire_slot()
+        response = StreamingHttpResponse(w.stream(since), content_type="application/json")
+        response["Cache-Control"] = "no-cache"
+        return response
+
+    def post(self, request, **kw):
+        if "name" in kw:
+            raise KubeError(405, "the server does not allow this method on the requested resource")
+        body, warnings = self._check_body(self._body(request), kw.get("namespace"))
+        obj = self.store.create(self, kw.get("namespace"), body)
+        return self._respond(obj, 201, warnings)
+
+    def put(self, request, **kw):
+        self._object_write_allowed(kw)
+        obj = self.store.get(kw.get("namespace"), kw["name"])
+        body, warnings = self._check_body(self._body(request), kw.get("namespace"), kw["name"])
+        return self._respond(self.store.replace(self, obj, body), 200, warnings)
+
+    def patch(self, request, **kw):
+        self._object_write_allowed(kw)
+        obj = self.store.get(kw.get("namespace"), kw["name"])
+        current = self.store.render(obj, kw["version"])
+        current.pop("status", None)
+        meta = current.get("metadata") or {}
+        meta.pop("resourceVersion", None)  # a patch applies to the object as it is, unless it names a version
+        patched = patch.apply_patch(current, request.data, request.content_type or "")
+        if not isinstance(patched, dict):
+            raise KubeError(422, "the patched object is not an object")
+        body, warnings = self._check_body(patched, kw.get("namespace"), kw["name"])
+        return self._respond(self.store.replace(self, obj, body), 200, warnings)
+
+    def delete(self, request, **kw):
+        self._object_write_allowed(kw)
+        obj = self.store.get(kw.get("namespace"), kw["name"])
+        rendered = self.store.render(obj, kw["version"])
+        self.store.delete(self, obj)
+        return _json(rendered)
+
+    def _object_write_allowed(self, kw) -> None:
+        if "name" not in kw:
+            raise KubeError(405, "the server does not allow this method on the requested resource")
+        if kw.get("subresource") == "status":
+            raise KubeError(405, f"{self.resource.qualified}/status is written by the service only")
+
+
+def not_found(request, *args, **kwargs):
+    return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                  "message": "the server could not find the requested resource", "reason": "NotFound",
+                  "details": {}, "code": 404}, 404)
+
