@@ -83,8 +83,8 @@ class ResourceView(APIView):
 
     def handle_exception(self, exc):
         resource = getattr(self, "resource", None)
-        error = translate(exc, resource.qualified if resource else "", resource.kind if resource else "",
-                          self.kwargs.get("name", ""))
+        name = self.kwargs.get("name") or getattr(self, "body_name", "")
+        error = translate(exc, resource.qualified if resource else "", resource.kind if resource else "", name)
         if error is None:
             raise exc
         response = _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -112,6 +112,7 @@ class ResourceView(APIView):
                                      None, r.kind) else f"the kind in the data ({body.get('kind')}) does not "
                                                         f"match the expected kind ({r.kind})")
         meta: dict = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
+        self.body_name = str(meta.get("name") or "")  # for the error messages
         if namespace and meta.get("namespace") not in (None, "", namespace):
             raise KubeError(400, "the namespace of the provided object does not match the namespace sent on the "
                                  "request")

@@ -22,11 +22,12 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+
+from tests.live import admin_sql, database_url, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -64,48 +65,14 @@ print(json.dumps({{"admin": admin, "namespace": team,
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _admin_sql(sql: str) -> None:
-    import psycopg
-
-    db = settings.DATABASES["default"]
-    with psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"],
-                         password=db["PASSWORD"] or None, dbname="postgres", autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def _database_url(name: str) -> str:
-    db = settings.DATABASES["default"]
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgresql://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{name}"
-
-
-def _wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the service exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"the service did not answer {url} within {seconds} s")
-
-
 @pytest.fixture(scope="module")
 def live_service(tmp_path_factory):
     """``(base URL, seed facts, service log)`` of a seeded service on a database of its own."""
     name = f"{settings.DATABASES['default']['NAME']}_st_{os.getpid()}"
-    _admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    _admin_sql(f'CREATE DATABASE "{name}"')
+    admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin_sql(f'CREATE DATABASE "{name}"')
     log = tmp_path_factory.mktemp("schemathesis") / "service.log"
-    env = {**os.environ, "DATABASE_URL": _database_url(name), "CELERY_BROKER_URL": "", "DEBUG": "false",
+    env = {**os.environ, "DATABASE_URL": database_url(name), "CELERY_BROKER_URL": "", "DEBUG": "false",
            "DJANGO_SETTINGS_MODULE": "draservice.settings", "PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"}
     proc = None
     try:
@@ -115,12 +82,12 @@ def live_service(tmp_path_factory):
         out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, check=True, capture_output=True,
                              text=True).stdout
         facts = json.loads(out.strip().splitlines()[-1])
-        port = _free_port()
+        port = free_port()
         with open(log, "w") as fh:
             proc = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
                                     cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
-        _wait_for(f"{base}/livez", proc)
+        wait_for(f"{base}/livez", proc)
         yield base, facts, log
     finally:
         if proc is not None:
@@ -130,7 +97,7 @@ def live_service(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        _admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _config(facts: dict) -> str:
