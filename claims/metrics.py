@@ -40,10 +40,9 @@ ROUND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 ROUND_OUTCOMES = ("allocated", "pending", "failed", "lost_race")
 
 
-def _bucket_counts(qs, field: str, bounds: Iterable[float], as_value) -> dict:
-    """One aggregate over ``qs`` (already sliced to the newest rows): the cumulative count at each bound."""
-    return qs.aggregate(**{f"le_{i}": Count("id", filter=Q(**{f"{field}__lte": as_value(b)}))
-                           for i, b in enumerate(bounds)})
+def _buckets(field: str, bounds: Iterable[float], as_value) -> dict:
+    """Aggregates (for one ``aggregate()`` with the totals): the cumulative count at each bound."""
+    return {f"le_{i}": Count("id", filter=Q(**{f"{field}__lte": as_value(b)})) for i, b in enumerate(bounds)}
 
 
 def _histogram(name: str, doc: str, bounds: tuple[float, ...], counts: dict, n: int, total: float):
@@ -107,23 +106,22 @@ def latency_family(since) -> GaugeHistogramMetricFamily:
                                 output_field=DurationField())
     rows = (ClaimEvent.objects.filter(type=ev.ALLOCATED, created_at__gte=since).order_by("-created_at")
             .annotate(latency=latency)[:settings.METRICS_WINDOW_ROWS])
-    counts = _bucket_counts(rows, "latency", LATENCY_BUCKETS, lambda b: timedelta(seconds=b))
-    totals = rows.aggregate(n=Count("id", filter=Q(latency__isnull=False)), total=Sum("latency"))
-    total = totals["total"].total_seconds() if totals["total"] else 0.0
+    agg = rows.aggregate(n=Count("id", filter=Q(latency__isnull=False)), total=Sum("latency"),
+                         **_buckets("latency", LATENCY_BUCKETS, lambda b: timedelta(seconds=b)))
+    total = agg["total"].total_seconds() if agg["total"] else 0.0
     return _histogram("draservice_claim_submit_to_allocated_seconds",
                       "Submit->allocated latency of the claims allocated in the last METRICS_WINDOW_SECONDS "
-                      "(a gauge histogram over that window: no rate())", LATENCY_BUCKETS, counts, totals["n"], total)
+                      "(a gauge histogram over that window: no rate())", LATENCY_BUCKETS, agg, agg["n"], total)
 
 
 def round_families(since) -> list:
     rows = AllocationRound.objects.filter(finished_at__gte=since).order_by("-finished_at")[
         :settings.METRICS_WINDOW_ROWS]
-    counts = _bucket_counts(rows, "seconds", ROUND_BUCKETS, float)
     totals = rows.aggregate(n=Count("id"), total=Sum("seconds"), errors=Count("id", filter=~Q(error="")),
-                            **{k: Sum(k) for k in ROUND_OUTCOMES})
+                            **{k: Sum(k) for k in ROUND_OUTCOMES}, **_buckets("seconds", ROUND_BUCKETS, float))
     histogram = _histogram("draservice_allocation_round_seconds",
                            "Duration of the allocation rounds of the last METRICS_WINDOW_SECONDS (a gauge histogram "
-                           "over that window: no rate())", ROUND_BUCKETS, counts, totals["n"], totals["total"] or 0.0)
+                           "over that window: no rate())", ROUND_BUCKETS, totals, totals["n"], totals["total"] or 0.0)
     errors = GaugeMetricFamily("draservice_allocation_round_errors",
                                "Allocation rounds that raised in the last METRICS_WINDOW_SECONDS")
     errors.add_metric([], totals["errors"])
