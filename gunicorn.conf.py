@@ -7,6 +7,7 @@ WEB_WORKERS / WEB_THREADS size the server; everything else here is behaviour, wi
 """
 import glob
 import os
+import shutil
 import tempfile
 
 from prometheus_client import multiprocess
@@ -61,6 +62,9 @@ def post_worker_init(worker):
 # scrape would see one worker's counters at random and rate() would be noise. Set here, in the master, before
 # any worker imports prometheus_client (the mode is chosen at import). The directory must start empty: files
 # left by an earlier server would be counted again.
+_created: dict[str, str] = {}
+
+
 def on_starting(server):
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if path:
@@ -69,7 +73,14 @@ def on_starting(server):
             os.remove(stale)
     else:
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="draservice-metrics-", dir=shm)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = _created["dir"] = tempfile.mkdtemp(prefix="draservice-metrics-",
+                                                                                    dir=shm)
+
+
+def on_exit(server):
+    # Only a directory this server made up itself; one the operator named is theirs to keep.
+    if _created.get("dir"):
+        shutil.rmtree(_created.pop("dir"), ignore_errors=True)
 
 
 def child_exit(server, worker):

@@ -3,6 +3,7 @@ request counters are the sum over all workers, and the database-derived families
 from __future__ import annotations
 
 import os
+import runpy
 import socket
 import subprocess
 import sys
@@ -104,3 +105,20 @@ def test_scrapes_sum_the_workers_request_counters(server):
                     if s.name == "draservice_clusters"]
         assert [s.value for s in clusters] == [1.0]  # read from the database, once
     assert get(f"{base}/metrics")[0] == 401  # still behind the admin token
+
+
+def test_gunicorn_conf_sets_up_and_cleans_the_multiprocess_directory(monkeypatch, tmp_path):
+    conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    conf["on_starting"](None)
+    made = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    assert made.is_dir() and not list(made.iterdir())
+    conf["on_exit"](None)
+    assert not made.exists()  # its own directory goes with the server
+    # A directory the operator names is kept, emptied of an earlier server's files (they would count again).
+    (tmp_path / "counter_123.db").write_bytes(b"x")
+    (tmp_path / "keep.txt").write_text("x")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    conf["on_starting"](None)
+    conf["on_exit"](None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
