@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 from unittest import mock
@@ -268,3 +270,30 @@ def test_prometheus_scrape_config_sends_a_bearer_token():
     assert job["metrics_path"] == "/metrics"
     assert job["authorization"]["type"] == "Bearer" and job["authorization"]["credentials_file"]
     assert "alerts.yml" in " ".join(config["rule_files"])
+
+
+def grafana_to_promql(expr: str) -> str:
+    """A board expression as Prometheus would receive it from Grafana (variables substituted)."""
+    return expr.replace("$__rate_interval", "2m").replace("$driver", ".*").replace("$cluster", ".*")
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian: prometheus) is not installed")
+def test_promtool_accepts_the_rules_the_config_and_every_board_expression(tmp_path):
+    """promtool parses each expression (the name and label test above cannot tell broken PromQL)."""
+    recorded = [{"record": f"board:expr{i}", "expr": grafana_to_promql(expr)}
+                for i, (expr, _) in enumerate(board_expressions())]
+    rules = {"groups": [{"name": "board", "rules": recorded}]}
+    (tmp_path / "board.yml").write_text(yaml.safe_dump(rules))
+    for args in (["check", "rules", str(ROOT / "deploy" / "prometheus" / "alerts.yml")],
+                 ["check", "rules", str(tmp_path / "board.yml")]):
+        done = subprocess.run(["promtool", *args], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    # The scrape config, with its token file where the test can put one.
+    config = (ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text()
+    (tmp_path / "token").write_text("x")
+    (tmp_path / "prometheus.yml").write_text(config.replace("/etc/prometheus/secrets/draservice-token",
+                                                            str(tmp_path / "token")))
+    shutil.copy(ROOT / "deploy" / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
+    done = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
