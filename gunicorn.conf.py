@@ -10,8 +10,6 @@ import os
 import shutil
 import tempfile
 
-from prometheus_client import multiprocess
-
 wsgi_app = "draservice.wsgi:application"
 
 # Threads, because a ``?wait=60s`` long poll holds one for up to two minutes; idle keep-alive connections
@@ -60,8 +58,8 @@ def post_worker_init(worker):
 # prometheus_client's multiprocess mode for the request metrics (draservice.metrics): each worker writes its
 # counters to files in this directory and a scrape, whichever worker answers it, sums them all. Without it a
 # scrape would see one worker's counters at random and rate() would be noise. Set here, in the master, before
-# any worker imports prometheus_client (the mode is chosen at import). The directory must start empty: files
-# left by an earlier server would be counted again.
+# any worker imports prometheus_client (the mode is chosen at import: nothing in this file may import it at
+# the top). The directory must start empty: files left by an earlier server would be counted again.
 _created: dict[str, str] = {}
 
 
@@ -85,5 +83,10 @@ def on_exit(server):
 
 def child_exit(server, worker):
     # A dead worker's gauges (none today; histograms and counters are kept) are dropped from the sums.
+    # Imported here, not at the top: prometheus_client picks its value store when first imported, and
+    # workers forked from a master that had imported it before on_starting would inherit the
+    # single-process store (and /metrics would then read an empty directory).
+    from prometheus_client import multiprocess
+
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.mark_process_dead(worker.pid)

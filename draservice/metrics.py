@@ -28,6 +28,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
+    values,
 )
 from prometheus_client.registry import Collector
 from rest_framework import exceptions
@@ -78,11 +79,17 @@ class RequestMetricsMiddleware:
         return response
 
 
+def _counting_in_files() -> bool:
+    """prometheus_client chose its value store when first imported: if that was before PROMETHEUS_MULTIPROC_DIR
+    was set, this process counts in memory, and reading the directory would report no request at all."""
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
+
+
 def registry() -> CollectorRegistry:
     """The default registry in one process; under gunicorn's multiprocess mode, one that sums every worker's
     request metrics and adds the apps' scrape-time collectors (read once, by whichever worker answers)."""
     global _multiprocess_registry
-    if not settings.PROMETHEUS_MULTIPROC_DIR:
+    if not (settings.PROMETHEUS_MULTIPROC_DIR and _counting_in_files()):
         return REGISTRY
     with _lock:
         if _multiprocess_registry is None:
