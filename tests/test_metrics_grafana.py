@@ -124,7 +124,7 @@ def test_pending_by_queue_and_top_namespaces(admin_client, seeded, settings):
     assert [lab["namespace"] for lab, _ in s["draservice_namespace_oldest_pending_seconds"]] == ["team-b"]
 
 
-def test_allocation_histograms_from_the_database(admin_client, seeded):
+def test_allocation_histograms_from_the_database(admin_client, seeded, settings):
     s = scrape(admin_client)
     name = "draservice_claim_submit_to_allocated_seconds"
     # "shared-gpu" was allocated within seconds of its submission, "job" 42 s after its own.
@@ -138,6 +138,9 @@ def test_allocation_histograms_from_the_database(admin_client, seeded):
     assert value(s, "draservice_allocation_round_claims", outcome="allocated") == 2
     assert value(s, "draservice_allocation_round_claims", outcome="pending") == 3
     assert value(s, "draservice_allocation_round_errors") == 0
+    settings.METRICS_WINDOW_ROWS = 1  # the bound: only the newest rows are read
+    assert value(scrape(admin_client), f"{name}_gcount") == 1
+    settings.METRICS_WINDOW_ROWS = 20000
     # A round that raises is counted (and the task still fails); rows older than the window are not.
     AllocationRound.objects.update(finished_at=timezone.now() - timedelta(hours=2))
     with mock.patch.object(allocation, "allocate_round", side_effect=RuntimeError("engine blew up")), \
