@@ -5,7 +5,10 @@ CMD and docker-compose.yml all run ``gunicorn -c gunicorn.conf.py draservice.wsg
 The address stays on the command line (``--bind``) because it differs between a host and a container.
 WEB_WORKERS / WEB_THREADS size the server; everything else here is behaviour, with its reason.
 """
+import glob
 import os
+import shutil
+import tempfile
 
 wsgi_app = "draservice.wsgi:application"
 
@@ -50,3 +53,40 @@ def post_worker_init(worker):
     from draservice import notify
 
     notify.start_listener()
+
+
+# prometheus_client's multiprocess mode for the request metrics (draservice.metrics): each worker writes its
+# counters to files in this directory and a scrape, whichever worker answers it, sums them all. Without it a
+# scrape would see one worker's counters at random and rate() would be noise. Set here, in the master, before
+# any worker imports prometheus_client (the mode is chosen at import: nothing in this file may import it at
+# the top). The directory must start empty: files left by an earlier server would be counted again.
+_created: dict[str, str] = {}
+
+
+def on_starting(server):
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        os.makedirs(path, exist_ok=True)
+        for stale in glob.glob(os.path.join(path, "*.db")):
+            os.remove(stale)
+    else:
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = _created["dir"] = tempfile.mkdtemp(prefix="draservice-metrics-",
+                                                                                    dir=shm)
+
+
+def on_exit(server):
+    # Only a directory this server made up itself; one the operator named is theirs to keep.
+    if _created.get("dir"):
+        shutil.rmtree(_created.pop("dir"), ignore_errors=True)
+
+
+def child_exit(server, worker):
+    # A dead worker's gauges (none today; histograms and counters are kept) are dropped from the sums.
+    # Imported here, not at the top: prometheus_client picks its value store when first imported, and
+    # workers forked from a master that had imported it before on_starting would inherit the
+    # single-process store (and /metrics would then read an empty directory).
+    from prometheus_client import multiprocess
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(worker.pid)

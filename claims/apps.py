@@ -7,12 +7,11 @@ class ClaimsConfig(AppConfig):
 
     def ready(self):
         # Imports here, not at the top: models and services may be imported only once the registry is ready.
-        from prometheus_client import REGISTRY
-
         from claims import receivers
         from claims.metrics import ClaimsCollector
         from claims.services import device_states
         from claims.tasks import on_inventory_changed
+        from draservice.metrics import register_collector
         from inventory import hooks
         from inventory.signals import inventory_changed
 
@@ -21,6 +20,4 @@ class ClaimsConfig(AppConfig):
         # The inventory's device view shows (and filters by) what claims hold through these hooks.
         hooks.register_allocation_state_provider(device_states.allocation_states)
         hooks.register_allocation_state_filter(device_states.state_condition, device_states.STATES)
-        if not getattr(REGISTRY, "_draservice_claims", False):
-            REGISTRY.register(ClaimsCollector())
-            REGISTRY._draservice_claims = True
+        register_collector("claims", ClaimsCollector())

@@ -306,3 +306,20 @@ class UtilisationSnapshot(models.Model):
     class Meta:
         ordering = ["taken_at", "cluster", "driver", "product"]
         indexes = [models.Index(fields=["cluster", "taken_at"], name="claims_util_cluster")]
+
+
+class AllocationRound(models.Model):
+    """One allocation round of a worker, as ``/metrics`` reads it: the round-duration histogram and the
+    allocation-error counts are computed from these rows at scrape time, so every web process reports the
+    same numbers whichever worker process (or host) ran the round. Insert-only; rows older than the metrics
+    window are purged hourly (``claims.services.round_log.purge``)."""
+
+    finished_at = models.DateTimeField(db_index=True)
+    seconds = models.FloatField()
+    taken = models.IntegerField(default=0)
+    allocated = models.IntegerField(default=0)
+    pending = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    lost_race = models.IntegerField(default=0)
+    # The round raised (the exception still propagates to the task): an allocation error an operator must see.
+    error = models.CharField(max_length=200, blank=True, default="")

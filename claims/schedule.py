@@ -10,4 +10,5 @@ SCHEDULE = {
     "claims-retry-pending": {"task": "claims.tasks.allocate_pending", "schedule": timedelta(seconds=15)},
     "claims-utilisation-snapshot": {"task": "claims.tasks.record_utilisation", "schedule": timedelta(minutes=1)},
     "claims-purge-idempotency-keys": {"task": "claims.tasks.purge_idempotency_keys", "schedule": timedelta(hours=1)},
+    "claims-purge-round-log": {"task": "claims.tasks.purge_round_log", "schedule": timedelta(hours=1)},
 }

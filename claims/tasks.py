@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import transaction
 
 from claims import dispatch, receivers
-from claims.services import allocation, device_removed, fleet, idempotency, utilisation
+from claims.services import allocation, device_removed, fleet, idempotency, round_log, utilisation
 from claims.services import claims as claim_services
 
 log = logging.getLogger(__name__)
@@ -28,9 +28,16 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
     fanned_out = False
     idle_spins = 0
     while True:
-        result = allocation.allocate_round(batch_size)
+        started = time.perf_counter()
+        try:
+            result = allocation.allocate_round(batch_size)
+        except Exception as exc:
+            # /metrics counts rounds that raised (the allocation-errors alert); the task still fails as before.
+            round_log.record(None, error=exc, seconds=time.perf_counter() - started)
+            raise
         if not result.taken:
             break
+        round_log.record(result)
         totals["rounds"] += 1
         for key in ("allocated", "pending", "failed", "lost_race"):
             totals[key] += getattr(result, key)
@@ -70,6 +77,11 @@ def record_utilisation() -> int:
 @shared_task(name="claims.tasks.purge_idempotency_keys", ignore_result=True)
 def purge_idempotency_keys() -> int:
     return idempotency.purge_expired()
+
+
+@shared_task(name="claims.tasks.purge_round_log", ignore_result=True)
+def purge_round_log() -> int:
+    return round_log.purge()
 
 
 @shared_task(name="claims.tasks.check_removed_devices", ignore_result=True)

@@ -145,6 +145,16 @@ DEMO_FLEET_NODES = int(os.environ.get("DEMO_FLEET_NODES", "48"))
 # /metrics names every cluster and its allocation counts: it needs an admin token unless this is true
 # (e.g. for a Prometheus that scrapes without credentials inside a trusted network).
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
+# /metrics names pending claims per namespace only for the namespaces with the most pending claims (a series
+# per namespace would grow without bound with the tenants).
+METRICS_TOP_NAMESPACES = int(os.environ.get("METRICS_TOP_NAMESPACES", "20"))
+# The allocation histograms (submit->allocated latency, round duration) describe this trailing window, read
+# from the database at scrape time; at most METRICS_WINDOW_ROWS of the newest rows are read per histogram.
+METRICS_WINDOW_SECONDS = int(os.environ.get("METRICS_WINDOW_SECONDS", "900"))
+METRICS_WINDOW_ROWS = int(os.environ.get("METRICS_WINDOW_ROWS", "20000"))
+# Set by gunicorn.conf.py for its workers (prometheus_client's multiprocess mode: /metrics sums the request
+# metrics of every worker of the server); empty in single-process runs (manage.py serve, Celery, tests).
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 # Prefix of every Redis key and pub/sub channel the service uses. Empty: derived from the database (host,
 # port, name), so deployments sharing a Redis do not wake or silence each other (claims.notify.key_prefix).
 REDIS_KEY_PREFIX = os.environ.get("REDIS_KEY_PREFIX", "")

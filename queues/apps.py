@@ -6,14 +6,11 @@ class QueuesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from prometheus_client import REGISTRY
-
         from claims.services import queueing
+        from draservice.metrics import register_collector
         from queues.metrics import QueuesCollector
         from queues.services import hooks
 
         # The claims app asks queues through this registry (claims must not import queues: queues is above it).
         queueing.register(hooks.QueueHooks())
-        if not getattr(REGISTRY, "_draservice_queues", False):
-            REGISTRY.register(QueuesCollector())
-            REGISTRY._draservice_queues = True
+        register_collector("queues", QueuesCollector())

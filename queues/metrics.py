@@ -1,18 +1,34 @@
 """Prometheus gauges per queue, read from the database at scrape time (as ``claims.metrics``): quota
-(nominal), use and borrowing per class and unit, pending claims, dominant share, preemptions."""
+(nominal), use and borrowing per class and unit, pending claims and the oldest one's age, dominant share,
+preemptions."""
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
 from fractions import Fraction
 
+from django.db.models import Min
+from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from claims.models import Phase, ResourceClaim
+from queues.services.resolve import claims_of_queue_q
 
 log = logging.getLogger(__name__)
 LABELS = ["queue", "device_class", "unit", "resource"]
 
 
-class QueuesCollector:
+def oldest_pending_seconds(queue, now) -> float:
+    """The queue's own claims, by the same rule as its ``pendingClaims`` (``queues.services.status``): one
+    aggregate per queue on the pending claims' partial index."""
+    first = (ResourceClaim.objects.filter(phase=Phase.PENDING)
+             .filter(claims_of_queue_q(queue.name, queue.spec.get("namespaces") or []))
+             .aggregate(at=Min("created_at"))["at"])
+    return (now - first).total_seconds() if first else 0.0
+
+
+class QueuesCollector(Collector):
     def collect(self):
         from django.db.models import Count
 
@@ -28,10 +44,13 @@ class QueuesCollector:
                                  labels=LABELS)
         borrowed = GaugeMetricFamily("draservice_queue_borrowed", "In use beyond the nominal quota", labels=LABELS)
         pending = GaugeMetricFamily("draservice_queue_pending_claims", "Pending claims of the queue", labels=["queue"])
+        oldest = GaugeMetricFamily("draservice_queue_oldest_pending_seconds",
+                                   "Age of the queue's oldest pending claim (0 when none is pending)", labels=["queue"])
         share = GaugeMetricFamily("draservice_queue_dominant_share", "Dominant share of what the queue borrows, "
                                   "over its weight (the fair-share order's key)", labels=["queue"])
         preempted = CounterMetricFamily("draservice_queue_preemptions", "Claims of the queue preempted",
                                         labels=["queue"])
+        now = timezone.now()
         try:
             queues = list(Queue.objects.order_by("id"))
             statuses = status.statuses(queues)
@@ -55,13 +74,14 @@ class QueuesCollector:
                     used.add_metric([q.name, *key], value)
                     borrowed.add_metric([q.name, *key], max(0.0, value - float(quota.get(key, 0))))
                 pending.add_metric([q.name], statuses[q.id]["pendingClaims"])
+                oldest.add_metric([q.name], oldest_pending_seconds(q, now))
                 share.add_metric([q.name], float(shares.dominant(q.id)) / max(q.weight, 1e-9))
             for name, n in Preemption.objects.values_list("queue").annotate(n=Count("id")).values_list("queue", "n"):
                 preempted.add_metric([name], n)
         except Exception as exc:  # a scrape must not fail because the database is briefly away
             log.warning("queue metrics unavailable: %s", exc)
             return
-        yield from (nominal, used, borrowed, pending, share, preempted)
+        yield from (nominal, used, borrowed, pending, oldest, share, preempted)
 
     def describe(self):
         return []
