@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "frontend",
     "gangs",
     "queues",
+    "usage",
     "draservice",  # last: collects the beat schedule once every app is ready
 ]
 

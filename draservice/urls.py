@@ -17,6 +17,8 @@ urlpatterns = [
     path("gangs/", include("gangs.urls")),
     path("api/v1/", include("queues.api.urls")),
     path("queues/", include("queues.urls")),
+    path("api/v1/", include("usage.api.urls")),
+    path("usage/", include("usage.urls")),
     path("", include("frontend.urls")),
 ]
 
