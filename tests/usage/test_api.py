@@ -76,6 +76,8 @@ def test_csv_by_accept_header_or_format_parameter(admin_client, used):
     ({"since": "yesterday"}, "since"),
     ({"since": "2026-03-01"}, "since"),  # a date is not an RFC 3339 date-time
     ({"until": "2026-03-01T00:00:00"}, "until"),  # no offset
+    ({"since": "0001-01-01T00:00:00+01:00"}, "since"),  # before year 1 in UTC
+    ({"until": "2026-02-30T00:00:00Z"}, "until"),
     ({"since": "2026-03-02T00:00:00Z", "until": "2026-03-01T00:00:00+01:00"}, "until"),
 ])
 def test_bad_parameters_are_a_400_naming_the_field(admin_client, db, params, field):

@@ -74,8 +74,10 @@ def parse_time(raw: str | None, name: str) -> datetime | None:
         raise FieldError([(name, f"Invalid value: {raw!r}: must be an RFC 3339 date-time "
                                  "(e.g. 2026-01-31T00:00:00Z)")], status_code=400, title="Bad Request")
     try:
-        return datetime.fromisoformat(raw.strip().upper().replace("Z", "+00:00"))
-    except ValueError:
+        value = datetime.fromisoformat(raw.strip().upper().replace("Z", "+00:00"))
+        value.astimezone(UTC)  # year 1 at +01:00 or year 9999 at -01:00 is outside what can be rendered
+        return value
+    except (ValueError, OverflowError):
         raise FieldError([(name, f"Invalid value: {raw!r}: not a valid date-time")], status_code=400,
                          title="Bad Request") from None
 
