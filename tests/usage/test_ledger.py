@@ -3,11 +3,13 @@ device-hours, MIG and consumable-capacity weights, written in the commit's trans
 that frees devices."""
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
+from django.apps import apps as django_apps
 from django.db import transaction
 
 from claims.models import Consumer, DeviceAllocation, ResourceClaim
@@ -172,4 +174,19 @@ def test_every_path_that_frees_devices_closes_its_intervals(admin_client, fleet,
     assert [v for k, v in ended.items() if k not in ("rel", "del", "lease", "pre")] == [T0 + timedelta(minutes=5)]
     # The deleted claims' rows stay: the ledger outlives them.
     assert UsageInterval.objects.count() == 5 and not ResourceClaim.objects.filter(name="del").exists()
+    assert_ledger_matches_allocations()
+
+
+def test_the_upgrade_opens_intervals_for_allocations_made_before_the_ledger(admin_client, fleet, clock):
+    backfill = importlib.import_module("usage.migrations.0002_backfill_open_intervals").backfill
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("job", count=2), format="json")
+    admin_client.post(f"{NS}/resourceclaims", mig_pair_claim("mig"), format="json")
+    run_rounds()
+    fields = ("claim_id", "claim_uid", "namespace", "cluster", "node", "driver", "pool", "device", "share_id",
+              "product", "sharing", "weight", "started_at", "ended_at")
+    written = sorted(UsageInterval.objects.values_list(*fields))
+    assert len(written) == 4
+    UsageInterval.objects.all().delete()  # as before the upgrade
+    backfill(django_apps, None)
+    assert sorted(UsageInterval.objects.values_list(*fields)) == written
     assert_ledger_matches_allocations()

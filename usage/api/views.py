@@ -97,7 +97,8 @@ class PriceBase(APIView):
 
 
 class PriceListView(PriceBase):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List prices per device-hour")
+    @extend_schema(operation_id="prices_list", responses={200: OpenApiTypes.OBJECT},
+                   summary="List prices per device-hour")
     def get(self, request):
         paginator = KubeListPagination()
         page = list(paginator.paginate_queryset(Price.objects.order_by("id"), request, self) or [])
@@ -114,7 +115,7 @@ class PriceListView(PriceBase):
 
 
 class PriceDetailView(PriceBase):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Read a price")
+    @extend_schema(operation_id="prices_read", responses={200: OpenApiTypes.OBJECT}, summary="Read a price")
     def get(self, request, pk):
         return self.render(Price.objects.get(pk=pk))
 

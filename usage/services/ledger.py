@@ -60,7 +60,7 @@ def open_intervals(held: list[Held], snapshot, now) -> int:
                 namespace=h.claim.namespace.name, queue=h.queue or "", cluster=h.cluster,
                 node=h.node or slice_node, driver=res["driver"], pool=res["pool"], device=res["device"],
                 share_id=share_id, product=product_of(device), sharing=sharing,
-                weight=_decimal(weight), started_at=now))
+                weight=to_decimal(weight), started_at=now))
     UsageInterval.objects.bulk_create(rows, batch_size=1000)
     return len(rows)
 
@@ -120,7 +120,7 @@ def _quantity(text) -> Fraction:
         return Fraction(0)
 
 
-def _decimal(value: Fraction) -> Decimal:
+def to_decimal(value: Fraction) -> Decimal:
     return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(WEIGHT_PLACES)
 
 
