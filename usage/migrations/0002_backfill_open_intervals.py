@@ -22,7 +22,7 @@ def backfill(apps, schema_editor):
     devices = {(d["cluster__name"], d["driver"], d["pool_name"], d["name"]): d for d in Device.objects.filter(
         cluster__name__in=clusters, pool_name__in=pools).values(
         "cluster__name", "driver", "pool_name", "name", "capacity", "consumes_counters", "attributes", "node_name")}
-    counters = defaultdict(dict)
+    counters: dict[tuple, dict] = defaultdict(dict)
     for s in ResourceSlice.objects.filter(cluster__name__in=clusters, pool_name__in=pools).values(
             "cluster__name", "driver", "pool_name", "object"):
         for cs in ((s["object"] or {}).get("spec") or {}).get("sharedCounters") or ():
