@@ -41,6 +41,8 @@ def test_the_report_groups_device_hours_and_cuts_until_at_now(admin_client, used
     assert body["kind"] == "UsageReport" and body["groupBy"] == ["namespace"]
     assert hours_by(body) == {"team-a": 4.0, "team-b": 1.0} and body["total"]["deviceHours"] == 5.0
     assert body["until"] == "2026-03-02T11:00:00Z"  # now, not the future
+    only_b = admin_client.get("/api/v1/usage", {"namespace": "team-b, nobody", "cluster": "c1", **WINDOW}).json()
+    assert hours_by(only_b) == {"team-b": 1.0}
     two = admin_client.get("/api/v1/usage", {"groupBy": "cluster,product,sharing,queue", **WINDOW}).json()
     assert two["items"] == [{"cluster": "c1", "product": H100, "sharing": "exclusive", "queue": "default",
                              "deviceHours": 5.0, "deviceSeconds": 18000.0, "cost": None, "currency": None,
@@ -50,6 +52,8 @@ def test_the_report_groups_device_hours_and_cuts_until_at_now(admin_client, used
 def test_a_namespace_token_sees_only_its_namespaces(ns_client, used):
     body = ns_client("team-a").get("/api/v1/usage", WINDOW).json()
     assert hours_by(body) == {"team-a": 4.0} and body["total"]["deviceHours"] == 4.0
+    # A filter narrows within what the token may read, never beyond it.
+    assert hours_by(ns_client("team-a").get("/api/v1/usage", {"namespace": "team-b", **WINDOW}).json()) == {}
     assert Client().get("/api/v1/usage").status_code in (401, 403)
 
 

@@ -31,19 +31,22 @@ SINCE = OpenApiParameter("since", OpenApiTypes.DATETIME, description="RFC 3339; 
 UNTIL = OpenApiParameter("until", OpenApiTypes.DATETIME, description="RFC 3339; default (and at most): now")
 GROUP_BY = OpenApiParameter("groupBy", OpenApiTypes.STR,
                             description=f"comma-separated, of: {', '.join(r.GROUPS)} (default: namespace)")
+FILTERS = [OpenApiParameter(g, OpenApiTypes.STR, description=f"only these values of {g} (comma-separated)")
+           for g in r.GROUPS]
 
 
 class UsageView(APIView):
     permission_classes = [IsAuthenticatedPrincipal]
     renderer_classes = [JSONRenderer, CSVRenderer]
 
-    @extend_schema(parameters=[GROUP_BY, SINCE, UNTIL], responses={200: OpenApiTypes.OBJECT},
+    @extend_schema(parameters=[GROUP_BY, SINCE, UNTIL, *FILTERS], responses={200: OpenApiTypes.OBJECT},
                    summary="Device-hours and cost per namespace, queue, cluster, product or sharing mode")
     def get(self, request):
         now = timezone.now()
         groups = r.parse_group_by(request.query_params.get("groupBy"))
         window = r.parse_window(request.query_params.get("since"), request.query_params.get("until"), now)
-        report = r.usage(window, groups, readable_namespaces(request), now)
+        filters = r.parse_filters(request.query_params)
+        report = r.usage(window, groups, readable_namespaces(request), now, filters)
         if getattr(request.accepted_renderer, "format", "") == "csv":
             response = Response({"columns": [*groups, *CSV_VALUES], "items": report["items"]})
             stamp = f"{report['since']}_{report['until']}".replace(":", "")

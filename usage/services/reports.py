@@ -110,32 +110,48 @@ def parse_group_by(raw: str | None) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ reports
 
-def overlapping(window: Window, namespaces: frozenset[str] | None) -> QuerySet[UsageInterval]:
+def parse_filters(params) -> dict[str, list[str]]:
+    """``?namespace=a,b&product=…``: keep only those values of a grouping (any of ``GROUPS``)."""
+    out = {}
+    for name in GROUPS:
+        raw = params.get(name)
+        if raw is not None and raw.strip():
+            out[name] = sorted({v.strip() for v in raw.split(",")})
+    return out
+
+
+def overlapping(window: Window, namespaces: frozenset[str] | None,
+                filters: dict[str, list[str]] | None = None) -> QuerySet[UsageInterval]:
     qs = UsageInterval.objects.filter(started_at__lt=window.until).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gt=window.since))
+    for name, values in (filters or {}).items():
+        qs = qs.filter(**{f"{name}__in": values})
     return qs if namespaces is None else qs.filter(namespace__in=sorted(namespaces))
 
 
-def device_seconds(window: Window, groups: list[str], namespaces: frozenset[str] | None,
-                   now: datetime) -> list[dict]:
+def device_seconds(window: Window, groups: list[str], namespaces: frozenset[str] | None, now: datetime,
+                   filters: dict[str, list[str]] | None = None) -> list[dict]:
     """Per distinct value of ``groups``: the exact device-seconds in the window (one SQL aggregate)."""
     at = DateTimeField()
     start = Greatest(F("started_at"), Value(window.since, output_field=at), output_field=at)
     end = Least(Coalesce(F("ended_at"), Value(now, output_field=at), output_field=at),
                 Value(window.until, output_field=at), output_field=at)
+    # Never negative: only intervals that start before ``until`` are read, and one ends no earlier than it
+    # started (``ledger.close_intervals``).
     seconds = Epoch(end) - Epoch(start)
-    return list(overlapping(window, namespaces).values(*groups).order_by(*groups)
+    return list(overlapping(window, namespaces, filters).values(*groups).order_by(*groups)
                 .annotate(device_seconds=Sum(F("weight") * seconds,
                                              output_field=DecimalField(max_digits=30, decimal_places=9))))
 
 
-def usage(window: Window, groups: list[str], namespaces: frozenset[str] | None, now: datetime) -> dict:
+def usage(window: Window, groups: list[str], namespaces: frozenset[str] | None, now: datetime,
+          filters: dict[str, list[str]] | None = None) -> dict:
     """The report: rows per group (device-hours, cost per currency), and the totals."""
     inner = sorted(set(groups) | {"cluster", "product"}, key=GROUPS.index)
     table = prices.table()
     rows: dict[tuple, Row] = {}
     total = Row(keys={})
-    for r in device_seconds(window, inner, namespaces, now):
+    for r in device_seconds(window, inner, namespaces, now, filters):
         ds = Decimal(r["device_seconds"] or 0)
         if ds <= 0:
             continue
