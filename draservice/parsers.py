@@ -174,7 +174,13 @@ class YAMLParser(BaseParser):
             text = stream.read().decode("utf-8")
             events = _check_yaml_depth(text)  # before composing: the composer recurses once per level
             docs = [d for d in yaml.load_all(text, Loader=_YAML_LOADER) if d is not None]
-        except (yaml.YAMLError, UnicodeDecodeError, ValueError) as exc:
+        except yaml.YAMLError as exc:
+            # PyYAML 6.0.4's scanner stops deep flow collections ("[[[...") itself, before any event reaches
+            # our check: the same refusal, in the same words.
+            if "exceeded maximum nesting depth" in str(exc):
+                raise _too_deep() from exc
+            raise bad_body(f"YAML parse error: {exc}") from exc
+        except (UnicodeDecodeError, ValueError) as exc:
             raise bad_body(f"YAML parse error: {exc}") from exc
         data = docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
         # YAML has its own string escapes (\0, \x00) and aliases: always walk. Aliases may repeat parts of the

@@ -18,6 +18,8 @@ urlpatterns = [
     path("api/v1/", include("queues.api.urls")),
     path("k8s/", include("kube.urls")),
     path("queues/", include("queues.urls")),
+    path("api/v1/", include("usage.api.urls")),
+    path("usage/", include("usage.urls")),
     path("", include("frontend.urls")),
 ]
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('claims', '0005_taken_by'),
+        ('claims', '0006_change_log'),
     ]
 
     operations = [

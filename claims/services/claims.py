@@ -23,6 +23,7 @@ from draservice import notify
 from draservice.bulk import mark_saved, pg_execute
 from draservice.etag import check_precondition
 from draservice.problems import Conflict, FieldError
+from usage.services import ledger
 
 MAX_BATCH = 1000
 LEASE_EXPIRED = "LeaseExpired"
@@ -302,6 +303,7 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     if not live:
         return []
     freed = DeviceAllocation.objects.filter(claim_id__in=[c.id for c in live]).delete()[0]
+    ledger.close_intervals([c.id for c in live], now)  # same transaction: the ledger matches the rows
     events = []
     for c in live:
         had = c.phase == Phase.ALLOCATED

@@ -29,6 +29,7 @@ from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services import bulk, fleet, locking, queueing
 from claims.services import events as ev
 from claims.services.conditions import set_allocated_condition, set_condition
+from usage.services import ledger
 
 LOCK_TIMEOUT = "2s"
 ROW_KEY = ("id", "cluster", "driver", "pool", "device", "share_id", "consumed_capacity", "admin_access")
@@ -135,18 +136,23 @@ def commit(units: list[Unit], view, rows_seen, now) -> CommitResult:
     verdicts = {live[j]: v for j, v in queueing.admit([units[i] for i in live], view, now).items()}
     out.refused = {i: v for i, v in verdicts.items() if v.reason != queueing.ADMITTED}
     rows: list[DeviceAllocation] = []
+    held: list[ledger.Held] = []
     events = []
     for i, unit in enumerate(units):
         if i in out.lost or i in out.refused:
             continue
+        queue = verdicts[i].queue if i in verdicts else ""
         for p in unit.placements:
             for claim, allocation in zip(p.claims, p.allocations, strict=True):
                 rows.extend(device_rows(claim, p.cluster, allocation))
+                held.append(ledger.Held(claim, p.cluster, p.node, results_of(allocation), queue))
                 set_allocated(claim, p, allocation, now, events)
                 if i in verdicts:
                     set_quota_condition([claim], verdicts[i], now)
                 out.allocated.append(claim)
     out.written = bulk.insert_rows(rows, returning=ROW_KEY)
+    # The usage ledger in the same transaction: an interval is open exactly while its allocation row exists.
+    ledger.open_intervals(held, view.snapshot, now)
     record(out.allocated, events)
     return out
 

@@ -16,6 +16,7 @@ from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
 from claims.services.conditions import set_allocated_condition, set_condition
 from draservice import notify
+from usage.services import ledger
 
 PREEMPTED = "Preempted"
 PREEMPTION_PENDING = "PreemptionPending"
@@ -46,6 +47,7 @@ def requeue(claims: list[ResourceClaim], message: str, now) -> None:
     if not live:
         return
     DeviceAllocation.objects.filter(claim_id__in=[c.id for c in live]).delete()
+    ledger.close_intervals([c.id for c in live], now)  # same transaction: the ledger matches the rows
     for c in live:
         c.phase = Phase.PENDING
         c.reason, c.message = PREEMPTED, message

@@ -1,0 +1,110 @@
+"""The price table: a price per device-hour of a product, on one cluster or on all (admins set it).
+
+A cluster-specific price beats the product-wide one (``price_for``). Prices apply to a report when it is read:
+changing a price re-prices past usage too, which is what a finance person comparing tariffs wants; an invoice
+that must not change is exported (CSV) when it is issued.
+"""
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from draservice.etag import check_if_match
+from draservice.problems import FieldError
+from usage.models import Price
+
+API_VERSION = "draservice.io/v1alpha1"
+CURRENCY = re.compile(r"^[A-Z]{3}$")  # ISO 4217 alphabetic code
+MAX_PRICE = Decimal("1e12")
+
+
+def table() -> dict[tuple[str, str], Price]:
+    """Every price by (product, cluster); a handful of rows, read once per report."""
+    return {(p.product, p.cluster): p for p in Price.objects.all()}
+
+
+def price_for(prices: dict[tuple[str, str], Price], product: str, cluster: str) -> Price | None:
+    return prices.get((product, cluster)) or prices.get((product, ""))
+
+
+def parse(body) -> dict:
+    """The fields of a price from a request body; FieldError (422) naming each bad field."""
+    if not isinstance(body, dict):
+        raise FieldError([("", "must be an object")])
+    errors: list[tuple[str, str]] = []
+    product, cluster = body.get("product"), body.get("cluster") or ""
+    if not isinstance(product, str) or not product.strip() or len(product) > 253:
+        errors.append(("product", "Required value: a product name of at most 253 characters"))
+    if not isinstance(cluster, str) or len(cluster) > 63:
+        errors.append(("cluster", "must be a cluster name of at most 63 characters, or absent for every cluster"))
+    currency = body.get("currency")
+    if not isinstance(currency, str) or not CURRENCY.match(currency):
+        errors.append(("currency", "Required value: an ISO 4217 code of three capital letters (EUR, USD)"))
+    amount = _amount(body.get("pricePerDeviceHour"))
+    if amount is None:
+        errors.append(("pricePerDeviceHour", "Required value: a non-negative decimal number with at most 6 "
+                                             "decimal places (a string or a number)"))
+    if errors:
+        raise FieldError(errors)
+    return {"product": str(product).strip(), "cluster": cluster, "currency": currency, "per_device_hour": amount}
+
+
+def _amount(raw) -> Decimal | None:
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        return None
+    try:
+        value = Decimal(str(raw).strip())
+    except InvalidOperation:
+        return None
+    if not value.is_finite() or value < 0 or value >= MAX_PRICE or -value.as_tuple().exponent > 6:  # type: ignore[operator]
+        return None
+    return value
+
+
+def create(body) -> Price:
+    fields = parse(body)
+    try:
+        with transaction.atomic():
+            return Price.objects.create(**fields)
+    except IntegrityError:
+        raise _exists(fields) from None
+
+
+def replace(price_id: int, body, if_match: list[str] | None) -> Price:
+    fields = parse(body)
+    try:
+        with transaction.atomic():
+            price = Price.objects.select_for_update().get(pk=price_id)
+            check_if_match(if_match, price.resource_version)
+            for name, value in fields.items():
+                setattr(price, name, value)
+            price.resource_version = F("resource_version") + 1
+            price.save()
+    except IntegrityError:
+        raise _exists(fields) from None
+    price.refresh_from_db()
+    return price
+
+
+def delete(price_id: int, if_match: list[str] | None) -> None:
+    with transaction.atomic():
+        price = Price.objects.select_for_update().get(pk=price_id)
+        check_if_match(if_match, price.resource_version)
+        price.delete()
+
+
+def _exists(fields: dict) -> FieldError:
+    where = f'cluster "{fields["cluster"]}"' if fields["cluster"] else "every cluster"
+    return FieldError([("product", f'a price for product "{fields["product"]}" on {where} already exists; '
+                                   "replace it (PUT)")], status_code=409, title="AlreadyExists")
+
+
+def render(price: Price) -> dict:
+    return {"id": price.id, "product": price.product, "cluster": price.cluster or None, "currency": price.currency,
+            "pricePerDeviceHour": format(price.per_device_hour.normalize(), "f"),
+            "resourceVersion": str(price.resource_version),
+            "createdAt": price.created_at.isoformat().replace("+00:00", "Z"),
+            "updatedAt": price.updated_at.isoformat().replace("+00:00", "Z")}
