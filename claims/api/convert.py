@@ -12,7 +12,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dra.k8s.doctor import diagnose, is_kubernetes_object, objects_in
+from dra.k8s.doctor import WorkBudget, diagnose, is_kubernetes_object, objects_in
 from draservice.parsers import JSONParser
 from draservice.permissions import IsAuthenticatedPrincipal
 from draservice.problems import FieldError
@@ -36,6 +36,6 @@ class ConvertView(APIView):
                                    "kind: List")])
         if len(objects) > MAX_OBJECTS:
             raise FieldError([("items", f"must have at most {MAX_OBJECTS} items")])
-        fleet = fleet_vocabulary()
-        items = [diagnose(obj, fleet).as_dict() for obj in objects]
+        fleet, budget = fleet_vocabulary(), WorkBudget()  # one parsing budget for the whole body
+        items = [diagnose(obj, fleet, budget).as_dict() for obj in objects]
         return Response({"apiVersion": "draservice.io/v1", "kind": "DiagnosisList", "items": items})

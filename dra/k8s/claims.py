@@ -115,15 +115,19 @@ def v1beta1_request_to_v1(request: Any) -> Any:
 def default_claim(claim: dict) -> dict:
     """A copy with API server defaults: ``allocationMode: ExactCount``, ``count: 1``, toleration ``Equal``."""
     out = copy.deepcopy(claim)
-    devices = (out.get("spec") or {}).get("devices")
+    # Defaulting runs before validation: it skips what has the wrong shape and leaves validation to say so.
+    spec = out.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
     if not isinstance(devices, dict):
         return out
-    for request in devices.get("requests") or []:
+    requests = devices.get("requests")
+    for request in requests if isinstance(requests, list) else []:
         if not isinstance(request, dict):
             continue
         if isinstance(request.get("exactly"), dict):
             _default_exact(request["exactly"])
-        for sub in request.get("firstAvailable") or []:
+        first = request.get("firstAvailable")
+        for sub in first if isinstance(first, list) else []:
             if isinstance(sub, dict):
                 _default_exact(sub)
     return out
@@ -134,7 +138,8 @@ def _default_exact(req: dict) -> None:
         req["allocationMode"] = "ExactCount"
     if req["allocationMode"] == "ExactCount" and req.get("count") in (None, 0):
         req["count"] = 1
-    for tol in req.get("tolerations") or []:
+    tolerations = req.get("tolerations")
+    for tol in tolerations if isinstance(tolerations, list) else []:
         if isinstance(tol, dict) and not tol.get("operator"):
             tol["operator"] = "Equal"
 

@@ -25,15 +25,16 @@ from typing import Any
 
 from celpy.celparser import CELParseError
 
-from dra.cel import compile_selector
+from dra.cel import MAX_EXPRESSION_LENGTH, compile_selector
 from dra.cel.analysis import drivers as expression_drivers
 from dra.cel.compiler import _parse as parse_cel  # the engine's own parser (thread-safe, shared)
 from dra.k8s import claims as k8s_claims
 from dra.k8s import slices as k8s_slices
-from dra.k8s.doctor_cel import FleetVocabulary, fix_selector
+from dra.k8s.doctor_cel import FleetVocabulary, WorkBudget, fix_selector
 from dra.k8s.fields import GROUP, V1, Errors, ObjectInvalid, check_name
 
-__all__ = ["Diagnosis", "FleetVocabulary", "diagnose", "diagnose_body", "is_kubernetes_object", "objects_in"]
+__all__ = ["Diagnosis", "FleetVocabulary", "WorkBudget", "diagnose", "diagnose_body", "is_kubernetes_object",
+           "objects_in", "validate_claim_like", "validate_device_class"]
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 _CONVERTED = ("v1beta2", "v1beta1", "v1alpha3")  # versions with a machine conversion to v1
@@ -81,12 +82,16 @@ def objects_in(body: Any) -> list | None:
 
 
 def diagnose_body(body: Any, fleet: FleetVocabulary | None) -> list[Diagnosis] | None:
+    """Every object of a request body (one budget for all), or None when the body holds no object."""
     objects = objects_in(body)
-    return None if objects is None else [diagnose(obj, fleet) for obj in objects]
+    budget = WorkBudget()
+    return None if objects is None else [diagnose(obj, fleet, budget) for obj in objects]
 
 
-def diagnose(obj: Any, fleet: FleetVocabulary | None) -> Diagnosis:
-    """What is wrong with one manifest and how to write it for ``resource.k8s.io/v1``."""
+def diagnose(obj: Any, fleet: FleetVocabulary | None, budget: WorkBudget | None = None) -> Diagnosis:
+    """What is wrong with one manifest and how to write it for ``resource.k8s.io/v1``. ``budget``: the CEL
+    parsing the doctor may do (share one between the objects of a request)."""
+    budget = budget if budget is not None else WorkBudget()
     if not is_kubernetes_object(obj):
         return Diagnosis("", "", "unfixable", "not a Kubernetes object: apiVersion and kind are required")
     kind, api_version = obj["kind"], obj["apiVersion"]
@@ -100,9 +105,9 @@ def diagnose(obj: Any, fleet: FleetVocabulary | None) -> Diagnosis:
         return Diagnosis(kind, api_version, "unfixable", f"{api_version} is not a DRA version the doctor knows "
                                                          f"(v1alpha2, v1alpha3, v1beta1, v1beta2, v1)")
     if kind in CLAIM_KINDS:
-        return _claim_like(obj, version, fleet)
+        return _claim_like(obj, version, fleet, budget)
     if kind == "DeviceClass":
-        return _device_class(obj, version, fleet)
+        return _device_class(obj, version, fleet, budget)
     return Diagnosis(kind, api_version, "unfixable", f"the doctor rewrites ResourceClaims, ResourceClaimTemplates "
                                                      f"and DeviceClasses, not {kind}s")
 
@@ -123,7 +128,7 @@ def validate_claim_like(obj: dict) -> Errors:
     return errors + [(f"spec.{path}", reason) for path, reason in k8s_claims.normalize_claim(claim)[1]]
 
 
-def _claim_like(obj: dict, version: str, fleet: FleetVocabulary | None) -> Diagnosis:
+def _claim_like(obj: dict, version: str, fleet: FleetVocabulary | None, budget: WorkBudget) -> Diagnosis:
     kind = obj["kind"]
     if version == "v1" and not validate_claim_like(obj):
         return _valid(obj)
@@ -142,7 +147,7 @@ def _claim_like(obj: dict, version: str, fleet: FleetVocabulary | None) -> Diagn
             changes.append(_change(f"{prefix}.controller", spec.pop("controller"), None,
                                    "v1alpha3's controller field was removed in v1beta1: the scheduler allocates"))
         _requests_to_v1(spec, version, prefix, changes)
-        _fix_claim_selectors(spec, prefix, fleet, changes)
+        _fix_claim_selectors(spec, prefix, fleet, changes, budget)
     return _finish(obj, out, changes, validate_claim_like(out))
 
 
@@ -165,7 +170,8 @@ def _requests_to_v1(spec: dict, version: str, prefix: str, changes: list[dict]) 
                                copy.deepcopy(devices["requests"][i]), why))
 
 
-def _fix_claim_selectors(spec: dict, prefix: str, fleet: FleetVocabulary | None, changes: list[dict]) -> None:
+def _fix_claim_selectors(spec: dict, prefix: str, fleet: FleetVocabulary | None, changes: list[dict],
+                         budget: WorkBudget) -> None:
     devices = spec.get("devices")
     if not isinstance(devices, dict) or not isinstance(devices.get("requests"), list):
         return
@@ -175,10 +181,11 @@ def _fix_claim_selectors(spec: dict, prefix: str, fleet: FleetVocabulary | None,
         path = f"{prefix}.devices.requests[{i}]"
         if isinstance(request.get("exactly"), dict):
             _fix_selectors(request["exactly"], f"{path}.exactly", _class_hint(request["exactly"], fleet), fleet,
-                           changes)
-        for j, sub in enumerate(request.get("firstAvailable") or []):
+                           changes, budget)
+        first = request.get("firstAvailable")
+        for j, sub in enumerate(first if isinstance(first, list) else []):
             if isinstance(sub, dict):
-                _fix_selectors(sub, f"{path}.firstAvailable[{j}]", _class_hint(sub, fleet), fleet, changes)
+                _fix_selectors(sub, f"{path}.firstAvailable[{j}]", _class_hint(sub, fleet), fleet, changes, budget)
 
 
 def _class_hint(request: dict, fleet: FleetVocabulary | None) -> frozenset[str]:
@@ -189,7 +196,7 @@ def _class_hint(request: dict, fleet: FleetVocabulary | None) -> frozenset[str]:
 
 
 def _fix_selectors(holder: dict, path: str, drivers: frozenset[str], fleet: FleetVocabulary | None,
-                   changes: list[dict]) -> None:
+                   changes: list[dict], budget: WorkBudget) -> None:
     selectors = holder.get("selectors")
     if not isinstance(selectors, list):
         return
@@ -198,7 +205,7 @@ def _fix_selectors(holder: dict, path: str, drivers: frozenset[str], fleet: Flee
         expression = cel.get("expression") if isinstance(cel, dict) else None
         if not isinstance(expression, str) or not expression.strip():
             continue
-        fixed = fix_selector(expression, fleet, drivers)
+        fixed = fix_selector(expression, fleet, drivers, budget)
         if fixed.changed:
             assert isinstance(cel, dict)
             cel["expression"] = fixed.expression
@@ -219,7 +226,7 @@ def validate_device_class(obj: dict) -> Errors:
     return []
 
 
-def _device_class(obj: dict, version: str, fleet: FleetVocabulary | None) -> Diagnosis:
+def _device_class(obj: dict, version: str, fleet: FleetVocabulary | None, budget: WorkBudget) -> Diagnosis:
     if version == "v1" and not validate_device_class(obj):
         return _valid(obj)
     out = copy.deepcopy(obj)
@@ -234,18 +241,19 @@ def _device_class(obj: dict, version: str, fleet: FleetVocabulary | None) -> Dia
             changes.append(_change("spec.suitableNodes", spec.pop("suitableNodes"), None,
                                    "v1alpha3's suitableNodes has no v1 field: where a device can be used is "
                                    "said by the ResourceSlices that publish it"))
-        drivers = _selector_drivers(spec.get("selectors"))
-        _fix_selectors(spec, "spec", drivers, fleet, changes)
+        drivers = _selector_drivers(spec.get("selectors"), budget)
+        _fix_selectors(spec, "spec", drivers, fleet, changes, budget)
     return _finish(obj, out, changes, validate_device_class(out))
 
 
-def _selector_drivers(selectors: Any) -> frozenset[str]:
+def _selector_drivers(selectors: Any, budget: WorkBudget) -> frozenset[str]:
     """Drivers a class's selectors name (``device.driver == "x"``), to place the names its other selectors use."""
     found: set[str] = set()
     for selector in selectors if isinstance(selectors, list) else []:
         cel = selector.get("cel") if isinstance(selector, dict) else None
         expression = cel.get("expression") if isinstance(cel, dict) else None
-        if isinstance(expression, str):
+        if isinstance(expression, str) and len(expression) <= MAX_EXPRESSION_LENGTH \
+                and budget.spend(len(expression)):
             try:
                 found |= expression_drivers(parse_cel(expression)) or frozenset()
             except CELParseError:
@@ -257,9 +265,10 @@ def _selector_drivers(selectors: Any) -> frozenset[str]:
 
 def _classic_dra(obj: dict, fleet: FleetVocabulary | None) -> Diagnosis:
     kind, api_version = obj["kind"], obj["apiVersion"]
-    name = (obj.get("metadata") or {}).get("name") or "TODO-name"
+    name = _as_dict(obj.get("metadata")).get("name") or "TODO-name"
     if kind == "ResourceClass":
-        driver = obj.get("driverName") or "TODO.driver.example.com"
+        driver = obj.get("driverName")
+        driver = driver if isinstance(driver, str) and driver else "TODO.driver.example.com"
         ref = obj.get("parametersRef")
         spec: dict = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
         if isinstance(ref, dict):
@@ -274,8 +283,8 @@ def _classic_dra(obj: dict, fleet: FleetVocabulary | None) -> Diagnosis:
                        "into spec.config[].opaque in the form the driver documents.")
         return Diagnosis(kind, api_version, "skeleton", explanation, skeleton=skeleton)
     if kind in CLAIM_KINDS:
-        spec_holder = obj.get("spec") if kind == "ResourceClaim" else (obj.get("spec") or {}).get("spec")
-        return _classic_claim(obj, spec_holder if isinstance(spec_holder, dict) else {}, name, fleet)
+        spec_holder = obj.get("spec") if kind == "ResourceClaim" else _as_dict(obj.get("spec")).get("spec")
+        return _classic_claim(obj, _as_dict(spec_holder), name, fleet)
     return Diagnosis(kind, api_version, "unfixable",
                      f"{api_version} {kind} is classic DRA (removed in Kubernetes 1.31) with no v1 counterpart: "
                      "what it said goes into DeviceClass selectors and claim selectors, or into opaque config")
@@ -283,7 +292,8 @@ def _classic_dra(obj: dict, fleet: FleetVocabulary | None) -> Diagnosis:
 
 def _classic_claim(obj: dict, spec: dict, name: str, fleet: FleetVocabulary | None) -> Diagnosis:
     kind, api_version = obj["kind"], obj["apiVersion"]
-    class_name = spec.get("resourceClassName") or "TODO-device-class"
+    class_name = spec.get("resourceClassName")
+    class_name = class_name if isinstance(class_name, str) and class_name else "TODO-device-class"
     ref = spec.get("parametersRef")
     drivers = fleet.class_drivers.get(class_name, frozenset()) if fleet is not None else frozenset()
     driver = next(iter(drivers)) if len(drivers) == 1 else "TODO.driver.example.com"
@@ -292,7 +302,7 @@ def _classic_claim(obj: dict, spec: dict, name: str, fleet: FleetVocabulary | No
     if isinstance(ref, dict):
         claim_spec["devices"]["config"] = [{"requests": ["device"], "opaque": {"driver": driver, "parameters": {
             "TODO": _PARAMETERS_TODO.format(kind=ref.get("kind") or "object", name=ref.get("name"))}}}]
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k in ("name", "namespace", "labels")} \
+    meta = {k: v for k, v in _as_dict(obj.get("metadata")).items() if k in ("name", "namespace", "labels")} \
         or {"name": name}
     skeleton = {"apiVersion": V1, "kind": kind, "metadata": meta,
                 "spec": claim_spec if kind == "ResourceClaim" else {"spec": claim_spec}}
@@ -306,6 +316,10 @@ def _classic_claim(obj: dict, spec: dict, name: str, fleet: FleetVocabulary | No
 
 
 # --------------------------------------------------------------------------------------------- shared
+
+def _as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
 
 def _change(path: str, was: Any, now: Any, why: str) -> dict:
     return {"field": path, "was": was, "now": now, "why": why}

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 import lark
 from celpy.celparser import CELParseError
 
-from dra.cel import CELCompileError, compile_expression, compile_selector
+from dra.cel import MAX_EXPRESSION_LENGTH, CELCompileError, compile_expression, compile_selector
 from dra.cel.analysis import drivers as expression_drivers
 from dra.cel.analysis import ident_name, string_literal, unwrap
 from dra.cel.compiler import _parse as parse_cel  # the engine's own parser (thread-safe, shared)
 
-__all__ = ["FixedSelector", "FleetVocabulary", "PublishedName", "class_drivers", "fix_selector"]
+__all__ = ["FixedSelector", "FleetVocabulary", "PublishedName", "WorkBudget", "class_drivers", "fix_selector"]
 
 ATTRIBUTES, CAPACITY = "attributes", "capacity"
 # Typed getters of the pre-v1 attribute API (``.quantity()``, ``.string()``...): v1 attributes are typed values.
@@ -46,6 +46,10 @@ _ORDERING = frozenset({">=", ">", "<=", "<"})
 # comparison with it wants a quantity.
 _QUANTITY_TEXT = re.compile(r"^[+-]?\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$")
 _MAX_PASSES = 8
+# Characters of CEL one request may have the doctor parse (about 2 s of parsing): a pass parses the whole
+# expression, and a body (up to the upload limit) may hold thousands of 10 KiB selectors. Real manifests
+# use a few hundred characters.
+DEFAULT_BUDGET = 128 * 1024
 
 
 @dataclass(frozen=True, order=True)
@@ -131,6 +135,20 @@ def class_drivers(device_classes: Iterable[dict]) -> dict[str, frozenset[str]]:
     return out
 
 
+class WorkBudget:
+    """What is left of the parsing the doctor may do for one request (``DEFAULT_BUDGET`` characters)."""
+
+    def __init__(self, chars: int = DEFAULT_BUDGET):
+        self.left = chars
+
+    def spend(self, chars: int) -> bool:
+        if chars > self.left:
+            self.left = 0
+            return False
+        self.left -= chars
+        return True
+
+
 @dataclass
 class FixedSelector:
     """``expression``: the rewritten text (the input when no rule applied); ``reasons``: why, one per rewrite;
@@ -148,13 +166,20 @@ class FixedSelector:
         return self.expression != self.original
 
 
-def fix_selector(expression: str, vocabulary: FleetVocabulary | None,
-                 drivers: Iterable[str] = ()) -> FixedSelector:
+def fix_selector(expression: str, vocabulary: FleetVocabulary | None, drivers: Iterable[str] = (),
+                 budget: WorkBudget | None = None) -> FixedSelector:
     """Rewrite one selector. ``drivers``: what its context says about the driver (the DeviceClass the request
-    names, the class's other selectors); the expression's own ``device.driver ==`` clause is added to it."""
+    names, the class's other selectors); the expression's own ``device.driver ==`` clause is added to it.
+    ``budget``: shared by the selectors of a request; when it is spent the selector is left as it is."""
     result = FixedSelector(expression, expression)
     hint = frozenset(drivers)
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        result.error = f"expression is longer than the limit of {MAX_EXPRESSION_LENGTH} characters"
+        return result
     for _ in range(_MAX_PASSES):
+        if budget is not None and not budget.spend(len(result.expression)):
+            result.unresolved.append("the doctor's parsing budget for this request is spent; not looked at")
+            break
         try:
             tree = parse_cel(result.expression)
         except CELParseError:

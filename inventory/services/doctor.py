@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Max, Sum
 
-from dra.k8s.doctor import Diagnosis, diagnose, objects_in
+from dra.k8s.doctor import Diagnosis, WorkBudget, diagnose, objects_in
 from dra.k8s.doctor_cel import FleetVocabulary, class_drivers
 from draservice.problems import FieldError
 from inventory.models import Cluster, Device, DeviceClass
@@ -98,10 +98,10 @@ def _members(body: Any, batch: bool) -> dict:
     if not batch:
         return problem_members(diagnose(body, fleet_vocabulary())) if isinstance(body, dict) else {}
     items = objects_in(body) or []
-    fleet = fleet_vocabulary()
+    fleet, budget = fleet_vocabulary(), WorkBudget()
     diagnoses = []
     for index, item in enumerate(items):
-        members = problem_members(diagnose(item, fleet)) if isinstance(item, dict) else {}
+        members = problem_members(diagnose(item, fleet, budget)) if isinstance(item, dict) else {}
         if members:
             diagnoses.append({"index": index, **members})
     return {"diagnoses": diagnoses} if diagnoses else {}

@@ -138,3 +138,10 @@ def test_fleet_vocabulary_from_stored_devices(small_fleet):
     assert vocabulary.has("attributes", "resource.kubernetes.io", "pcieRoot")
     assert vocabulary.class_drivers["mig.nvidia.com"] == frozenset({"gpu.nvidia.com"})
     assert fleet_vocabulary() is vocabulary  # kept until the inventory or the classes change
+
+
+def test_wrongly_shaped_requests_are_a_422_not_a_500(admin_client, small_fleet):
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "odd"},
+            "spec": {"devices": {"requests": 1}}}
+    assert_422(admin_client.post(ENDPOINTS["ResourceClaim"], body, format="json"))
+    assert convert(admin_client, body)[0]["outcome"] == "unfixable"

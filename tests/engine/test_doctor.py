@@ -3,7 +3,9 @@ writes compiles with ``dra.cel`` and selects what the article meant on the real 
 expected outcome."""
 from __future__ import annotations
 
+import copy
 import json
+import random
 import re
 from pathlib import Path
 
@@ -12,8 +14,9 @@ import yaml
 
 from dra.cel import CELDevice, CELRuntimeError, compile_selector
 from dra.k8s import slices as k8s_slices
+from dra.k8s.claims import normalize_claim
 from dra.k8s.doctor import diagnose, diagnose_body, objects_in
-from dra.k8s.doctor_cel import FleetVocabulary, PublishedName, fix_selector
+from dra.k8s.doctor_cel import FleetVocabulary, PublishedName, WorkBudget, fix_selector
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_SLICES = json.loads((ROOT.parent / "shared" / "fixtures" / "real-slices.json").read_text())
@@ -259,3 +262,52 @@ def test_article_fixtures(name, expect, obj):
         assert d.skeleton["apiVersion"] == "resource.k8s.io/v1" and d.rewrite is None
     else:
         assert d.rewrite is None and d.changes == []
+
+
+# --------------------------------------------------------------------------------------------- hostile input
+
+def test_parsing_budget_bounds_the_work_of_one_request():
+    selector = {"cel": {"expression": " && ".join(['device.capacity["memory"] >= "1Gi"'] * 50)}}
+    request = {"name": "g", "deviceClassName": "gpu.nvidia.com",
+               "selectors": [copy.deepcopy(selector) for _ in range(8)]}
+    obj = claim("resource.k8s.io/v1beta1", request)
+    budget = WorkBudget(8 * 1024)
+    d = diagnose(obj, FLEET, budget)
+    assert budget.left == 0 and d.outcome == "unfixable"
+    assert any("budget" in c["why"] for c in d.changes)
+
+
+def _paths(obj, path=()):
+    yield path
+    children = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in children:
+        yield from _paths(value, path + (key,))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_wrong_shapes_anywhere_never_raise(seed):
+    """Any value of the wrong type at any place of an article's objects (and of the versions the doctor knows)
+    gets a diagnosis, never an exception."""
+    rng = random.Random(seed)
+    junk = [None, 0, 1, True, "", "x", "device.attributes[", [], {}, [1], {"a": 1}, [None], 1.5,
+            {"cel": 3}, [{"cel": {"expression": 5}}], 'device.attributes["memory"] >= "1Gi"']
+    docs = [doc for _, _, doc in articles()]
+    for _ in range(300):
+        obj = copy.deepcopy(rng.choice(docs))
+        obj["apiVersion"] = rng.choice(["resource.k8s.io/v1", "resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2",
+                                        "resource.k8s.io/v1alpha3", "resource.k8s.io/v1alpha2"])
+        for _ in range(rng.randint(1, 3)):
+            path = rng.choice([p for p in _paths(obj) if p])
+            parent = obj
+            for key in path[:-1]:
+                parent = parent[key]
+            parent[path[-1]] = copy.deepcopy(rng.choice(junk))
+        json.dumps(diagnose(obj, FLEET).as_dict())
+
+
+def test_claim_defaulting_survives_wrong_shapes():
+    for spec in ({"devices": {"requests": 1}}, {"devices": {"requests": [{"name": "a", "firstAvailable": 1}]}},
+                 {"devices": {"requests": [{"name": "a", "exactly": {"deviceClassName": "x", "tolerations": 1}}]}}):
+        _, errors = normalize_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                     "metadata": {"name": "x"}, "spec": spec})
+        assert errors and all("must be a list" in reason for _, reason in errors)
