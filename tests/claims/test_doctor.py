@@ -12,7 +12,11 @@ import yaml
 
 from claims.models import Phase, ResourceClaim
 from claims.services import allocation
+from inventory.models import APIToken
 from inventory.services.doctor import fleet_vocabulary
+from inventory.services.tokens import issue_token
+from tests.claims.fleet import load_fleet
+from tests.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -126,9 +130,12 @@ def test_convert_refuses_what_is_not_a_kubernetes_object(admin_client, body):
     assert problem["errors"][0]["field"] == ""
 
 
-def test_convert_needs_a_principal(client):
-    assert client.post("/api/v1/convert", {"apiVersion": "v1", "kind": "Pod"},
-                       content_type="application/json").status_code in (401, 403)
+def test_convert_needs_a_principal_any_will_do(small_fleet):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    assert client_for(None).post("/api/v1/convert", pod, format="json").status_code == 401
+    team = client_for(issue_token(kind=APIToken.NAMESPACE, namespaces=["team-a"])[1])
+    items = convert(team, pod)
+    assert items[0]["outcome"] == "unfixable" and "only knows DRA objects" in items[0]["explanation"]
 
 
 def test_fleet_vocabulary_from_stored_devices(small_fleet):
@@ -145,3 +152,23 @@ def test_wrongly_shaped_requests_are_a_422_not_a_500(admin_client, small_fleet):
             "spec": {"devices": {"requests": 1}}}
     assert_422(admin_client.post(ENDPOINTS["ResourceClaim"], body, format="json"))
     assert convert(admin_client, body)[0]["outcome"] == "unfixable"
+
+
+def test_an_ambiguous_name_gets_its_candidates_not_a_guess(admin_client, small_fleet):
+    """Without a driver clause and with a class that names no driver, ``memory`` could be several domains'."""
+    assert admin_client.post("/api/v1/deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "anything"},
+        "spec": {}}, format="json").status_code == 201
+    sync_mixed_fleet()
+    body = {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim", "metadata": {"name": "vague"},
+            "spec": {"devices": {"requests": [{"name": "g", "deviceClassName": "anything", "selectors": [
+                {"cel": {"expression": 'device.attributes["memory"].quantity() >= quantity("40Gi")'}}]}]}}}
+    problem = assert_422(admin_client.post(ENDPOINTS["ResourceClaim"], body, format="json"))
+    assert "rewrite" not in problem and "several domains" in problem["explanation"]
+    assert 'device.capacity["gpu.nvidia.com"].memory' in problem["explanation"]
+    assert 'device.capacity["gpu.amd.com"].memory' in problem["explanation"]
+
+
+def sync_mixed_fleet() -> None:
+    """A second cluster with AMD GPUs, so that ``memory`` is published by two domains."""
+    load_fleet({"c-amd": [("mi300x", 1)]})
