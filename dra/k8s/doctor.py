@@ -72,11 +72,11 @@ def is_kubernetes_object(obj: Any) -> bool:
 
 
 def objects_in(body: Any) -> list | None:
-    """The objects of a request body: one object, a JSON/YAML list of them, or a ``kind: List``; None when the
-    body is none of these."""
+    """The objects of a request body: one object, a JSON/YAML list of them, a ``kind: List`` or ``{"items":
+    [...]}`` (as the batch endpoint takes); None when the body is none of these."""
     if isinstance(body, list):
         return body
-    if isinstance(body, dict) and body.get("kind") == "List" and isinstance(body.get("items"), list):
+    if isinstance(body, dict) and body.get("kind", "List") == "List" and isinstance(body.get("items"), list):
         return body["items"]
     return [body] if is_kubernetes_object(body) else None
 

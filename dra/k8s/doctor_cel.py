@@ -276,10 +276,16 @@ class _Rewriter:
             return []
         access = f"device.{target.kind}[{json.dumps(target.domain)}].{name}"
         what = f'{kind}["{key}"]' + (f".{getter}()" if getter else "")
-        why = (f"device.{what}: v1 keys the {target.kind} map by domain and names the "
-               f"{'capacity' if target.kind == CAPACITY else 'attribute'} as a field; the fleet publishes "
-               f"{name!r} as {'a capacity' if target.kind == CAPACITY else 'an attribute'} of domain "
-               f"{target.domain!r}" + (" (driver named by the selector or its class)" if target.type == "?" else ""))
+        noun = "capacity" if target.kind == CAPACITY else "attribute"
+        if target.type == "?":
+            source = f"names without a domain belong to the driver's domain, {target.domain!r} (the driver the " \
+                     "selector or its class names)"
+        elif target.type:
+            source = f"the fleet publishes {name!r} as {'a' if noun == 'capacity' else 'an'} {noun} of domain " \
+                     f"{target.domain!r}"
+        else:
+            source = f"{key!r} is domain/name"
+        why = f"device.{what}: v1 keys the {target.kind} map by domain and names the {noun} as a field; {source}"
         if getter is None:
             return [(*_span(node), access, why)]
         if target.kind == ATTRIBUTES and getter == "quantity":
@@ -308,14 +314,15 @@ class _Rewriter:
                 other = CAPACITY if written == ATTRIBUTES else ATTRIBUTES
                 if not vocabulary.has(written, domain, name) and vocabulary.has(other, domain, name):
                     kind = other
-            return PublishedName(kind, domain, domain, name, "")
+            known = vocabulary.type_of(kind, domain, name) if vocabulary is not None else None
+            return PublishedName(kind, domain, domain, name, known or "")
         candidates = vocabulary.lookup(name) if vocabulary is not None else []
         if not candidates:
             if len(self.drivers) == 1:  # no fleet knowledge: names without a domain are the driver's
                 driver = next(iter(self.drivers))
                 return PublishedName(CAPACITY if wants_quantity else written, driver, driver, name, "?")
-            self.unresolved.append(f"{name!r}: no driver of the fleet publishes it"
-                                   + ("" if self.drivers else " and the selector names no driver"))
+            where = "no driver of the fleet publishes it" if vocabulary is not None else "no fleet to look it up in"
+            self.unresolved.append(f"{name!r}: {where}" + ("" if self.drivers else " and the selector names no driver"))
             return None
         preferred = CAPACITY if wants_quantity else written
         candidates = [c for c in candidates if c.kind == preferred] or candidates

@@ -84,8 +84,8 @@ def problem_members(diagnosis: Diagnosis) -> dict:
 @contextmanager
 def diagnosed(body: Any, *, batch: bool = False) -> Iterator[None]:
     """Around a create: a 422 for an object the doctor can rewrite (or sketch) carries the diagnosis next to
-    the unchanged errors. ``batch``: the body is a list (or ``kind: List``); each item's diagnosis goes into
-    ``diagnoses`` with its index."""
+    the unchanged errors. ``batch``: the body is a list, a ``kind: List`` or ``{"items": [...]}``; each item's
+    diagnosis goes into ``diagnoses`` with its index."""
     try:
         yield
     except FieldError as exc:

@@ -105,10 +105,12 @@ def test_plain_mistakes_get_no_diagnosis(admin_client, small_fleet):
     assert not {"rewrite", "skeleton", "changes", "explanation"} & set(problem)
 
 
-def test_batch_422_carries_a_diagnosis_per_item(admin_client, small_fleet):
+@pytest.mark.parametrize("wrap", [lambda items: {"kind": "List", "items": items}, lambda items: {"items": items},
+                                  lambda items: items], ids=["List", "items", "array"])
+def test_batch_422_carries_a_diagnosis_per_item(admin_client, small_fleet, wrap):
     _, [old] = article("v1-claim-v1beta1-shape.yaml")
     _, [right] = article("v1-claim-correct.yaml")
-    resp = admin_client.post(f"{NS}/resourceclaims/batch", {"kind": "List", "items": [right, old]}, format="json")
+    resp = admin_client.post(f"{NS}/resourceclaims/batch", wrap([right, old]), format="json")
     problem = assert_422(resp)
     assert [d["index"] for d in problem["diagnoses"]] == [1]
     assert problem["diagnoses"][0]["rewrite"]["metadata"]["name"] == "training-gpus"

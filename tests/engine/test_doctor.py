@@ -241,11 +241,28 @@ def test_classic_resource_class_gets_a_device_class_skeleton():
     k8s_slices.normalize_device_class(sk, compile_selector)  # a starting point that is already valid v1
 
 
+def test_classic_template_gets_a_template_skeleton_and_other_classic_kinds_an_explanation():
+    template = {"apiVersion": "resource.k8s.io/v1alpha2", "kind": "ResourceClaimTemplate", "metadata": {"name": "t"},
+                "spec": {"spec": {"resourceClassName": "gpu.nvidia.com",
+                                  "parametersRef": {"kind": "GpuClaimParameters", "name": "p"}}}}
+    d = diagnose(template, FLEET)
+    assert d.outcome == "skeleton" and d.skeleton["kind"] == "ResourceClaimTemplate"
+    inner = d.skeleton["spec"]["spec"]["devices"]
+    assert inner["requests"][0]["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+    assert inner["config"][0]["opaque"]["driver"] == "gpu.nvidia.com"  # the class's driver, from the fleet
+    params = diagnose({"apiVersion": "resource.k8s.io/v1alpha2", "kind": "ResourceClaimParameters",
+                       "metadata": {"name": "p"}}, FLEET)
+    assert params.outcome == "unfixable" and "no v1 counterpart" in params.explanation
+    slice_ = diagnose({"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceSlice", "metadata": {}}, FLEET)
+    assert slice_.outcome == "unfixable" and "not ResourceSlices" in slice_.explanation
+
+
 def test_not_a_dra_object():
     assert diagnose({"apiVersion": "v1", "kind": "Pod"}, FLEET).outcome == "unfixable"
     assert diagnose("text", FLEET).outcome == "unfixable"
     assert objects_in({"spec": {}}) is None and diagnose_body(42, FLEET) is None
     assert len(objects_in({"kind": "List", "items": [{}, {}]})) == 2
+    assert len(objects_in({"items": [{}]})) == 1 and objects_in({"kind": "Pod", "items": []}) is None
 
 
 @pytest.mark.parametrize("name, expect, obj", articles(), ids=lambda v: v if isinstance(v, str) else "")
