@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from django.db import connection
 
 from claims.models import Phase, ResourceClaim
 from claims.services import allocation
 from inventory.models import APIToken
+from inventory.services import doctor as doctor_services
 from inventory.services.doctor import fleet_vocabulary
 from inventory.services.tokens import issue_token
 from tests.claims.fleet import load_fleet
@@ -174,3 +176,13 @@ def test_an_ambiguous_name_gets_its_candidates_not_a_guess(admin_client, small_f
 def sync_mixed_fleet() -> None:
     """A second cluster with AMD GPUs, so that ``memory`` is published by two domains."""
     load_fleet({"c-amd": [("mi300x", 1)]})
+
+
+def test_fleet_vocabulary_without_postgresql_reads_the_same(small_fleet, monkeypatch):
+    """The embedded SQLite default reads the columns instead of asking for distinct keys: the same answer."""
+    by_sql = fleet_vocabulary()
+    doctor_services._memo.clear()
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    by_rows = fleet_vocabulary()
+    assert by_rows is not by_sql
+    assert by_rows.names == by_sql.names and by_rows.class_drivers == by_sql.class_drivers
