@@ -37,6 +37,11 @@ __all__ = ["FixedSelector", "FleetVocabulary", "PublishedName", "WorkBudget", "c
 ATTRIBUTES, CAPACITY = "attributes", "capacity"
 # Typed getters of the pre-v1 attribute API (``.quantity()``, ``.string()``...): v1 attributes are typed values.
 _GETTERS = frozenset({"quantity", "string", "int", "bool", "version"})
+# Methods on the domain map itself (CEL macros and size): their receiver's key is a domain.
+_MAP_METHODS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter", "size"})
+# Methods of quantities: a name they are called on wants to be a capacity when the fleet has both.
+_QUANTITY_METHODS = frozenset({"add", "sub", "sign", "isInteger", "asInteger", "asApproximateFloat",
+                               "isGreaterThan", "isLessThan", "compareTo"})
 _WRAPPERS = frozenset({"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
                        "unary", "member", "primary"})
 _OPERATORS = {"relation_ge": ">=", "relation_gt": ">", "relation_le": "<=", "relation_lt": "<",
@@ -259,18 +264,22 @@ class _Rewriter:
         if kind is None or key is None:
             return []
         parent = self.parent(node)
-        getter = None
+        getter = method = None
         if parent is not None and parent.data == "member_dot_arg" and unwrap(parent.children[0]) is node:
-            getter = str(parent.children[1])
-            if getter not in _GETTERS or len(parent.children) > 2:
-                return []  # a macro or method over the domain map: the key is a domain
+            method = str(parent.children[1])
+            if method in _MAP_METHODS:
+                return []  # a macro or function over the domain map: the key is a domain
+            if method in _GETTERS and len(parent.children) == 2:
+                getter = method
+            # else a method of a value (startsWith, matches, isGreaterThan...): the key is a name
         elif parent is not None and parent.data in ("member_dot", "member_index") \
                 and unwrap(parent.children[0]) is node:
             return []  # device.attributes["domain"].name: already v1
         domain, sep, name = key.rpartition("/")
         if not sep and (not _is_identifier(key) or (self.vocabulary and key in self.vocabulary.domains)):
             return []
-        wants_quantity = getter == "quantity" or self._compared_with_quantity(parent if getter else node)
+        wants_quantity = getter == "quantity" or method in _QUANTITY_METHODS \
+            or self._compared_with_quantity(parent if getter else node)
         target = self._resolve(kind, domain if sep else None, name, wants_quantity)
         if target is None:
             return []

@@ -89,6 +89,14 @@ def test_vocabulary_qualifies_names_as_a_resource_slice_does():
      'device.capacity["gpu.intel.com"].millicores.compareTo(quantity("1000")) >= 0'),
     ('device.capacity["gpu.nvidia.com"].memory == "81559Mi"', (),
      'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("81559Mi")) == 0'),
+    # a method of the value, not of the domain map
+    ('device.driver == "gpu.nvidia.com" && device.attributes["productName"].startsWith("NVIDIA H100")', (),
+     'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA H100")'),
+    ('device.attributes["memory"].isGreaterThan(quantity("1Gi"))', ("gpu.nvidia.com",),
+     'device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("1Gi"))'),
+    # has() wants a field selection
+    ('has(device.attributes["productName"])', ("gpu.nvidia.com",),
+     'has(device.attributes["gpu.nvidia.com"].productName)'),
     # versions the fleet publishes as versions
     ('device.attributes["cudaComputeCapability"] >= "8.0.0"', (),
      'device.attributes["gpu.nvidia.com"].cudaComputeCapability.compareTo(semver("8.0.0")) >= 0'),
@@ -103,6 +111,7 @@ def test_rewrite_rules_compile(written, drivers, want):
 @pytest.mark.parametrize("expression", [
     'device.attributes["gpu.nvidia.com"].productName == "x"',
     'device.attributes["gpu.nvidia.com"].exists(k, k == "uuid")',  # a macro over a domain map
+    'device.attributes["gpu.nvidia.com"].size() > 3',
     'device.capacity["gpu.nvidia.com"].memory == quantity("80Gi")',  # == between quantities is defined
     'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
 ])
