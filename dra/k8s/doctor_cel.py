@@ -237,6 +237,8 @@ class _Rewriter:
                 proposed += self._name_edit(node)
             elif node.data == "member_dot_arg":
                 proposed += self._getter_edit(node)
+            elif node.data == "member_dot":
+                proposed += self._kind_edit(node)
             elif node.data == "relation" and len(node.children) == 2:
                 proposed += self._comparison_edit(node)
         taken: list[Edit] = []
@@ -300,6 +302,22 @@ class _Rewriter:
         if target.kind == ATTRIBUTES and getter == "quantity":
             access = f"quantity({access})"  # a quantity published as a string attribute
         return [(*_span(parent), access, why + f"; v1 values are typed, so .{getter}() goes")]
+
+    def _kind_edit(self, node: lark.Tree) -> list[Edit]:
+        """``device.attributes["d"].memory`` where the fleet publishes memory of d only as a capacity (or the other
+        way round): it compiles, and selects nothing."""
+        kind = _qualified(node)
+        if kind is None or self.vocabulary is None:
+            return []
+        index = unwrap(node.children[0])
+        domain, name = string_literal(index.children[1]) or "", str(node.children[1])
+        other = CAPACITY if kind == ATTRIBUTES else ATTRIBUTES
+        if self.vocabulary.has(kind, domain, name) or not self.vocabulary.has(other, domain, name):
+            return []
+        start, end = _span(unwrap(index.children[0]))
+        published = "a capacity, not an attribute" if other == CAPACITY else "an attribute, not a capacity"
+        why = f"device.{kind}[{json.dumps(domain)}].{name}: the fleet publishes {name!r} of {domain!r} as {published}"
+        return [(start, end, f"device.{other}", why)]
 
     def _getter_edit(self, node: lark.Tree) -> list[Edit]:
         """``device.capacity["d"].memory.quantity()``: a typed getter on an already qualified v1 value."""

@@ -94,6 +94,9 @@ def test_vocabulary_qualifies_names_as_a_resource_slice_does():
      'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA H100")'),
     ('device.attributes["memory"].isGreaterThan(quantity("1Gi"))', ("gpu.nvidia.com",),
      'device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("1Gi"))'),
+    # a v1 path to the wrong map (compiles, selects nothing)
+    ('device.attributes["gpu.nvidia.com"].memory >= quantity("40Gi")', (),
+     'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'),
     # has() wants a field selection
     ('has(device.attributes["productName"])', ("gpu.nvidia.com",),
      'has(device.attributes["gpu.nvidia.com"].productName)'),
