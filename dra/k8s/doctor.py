@@ -38,6 +38,8 @@ __all__ = ["Diagnosis", "FleetVocabulary", "WorkBudget", "diagnose", "diagnose_b
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 _CONVERTED = ("v1beta2", "v1beta1", "v1alpha3")  # versions with a machine conversion to v1
+_OLDER_VERSION = ("{version} is an older DRA API version; v1 (GA in Kubernetes 1.34) is the one current clusters "
+                  "serve by default and this service stores")
 _PARAMETERS_TODO = ("TODO: the settings of the {kind} {name!r} that parametersRef pointed to, in the form the "
                     "driver's DRA plugin takes as opaque configuration (see the driver's documentation)")
 
@@ -139,8 +141,7 @@ def _claim_like(obj: dict, version: str, fleet: FleetVocabulary | None, budget: 
     holder = out.get("spec") if is_template else out
     spec = holder.get("spec") if isinstance(holder, dict) else None
     if version != "v1":
-        changes.append(_change("apiVersion", obj["apiVersion"], V1, f"{version} is served no more by current "
-                                                                     "clusters; v1 is the stable DRA API"))
+        changes.append(_change("apiVersion", obj["apiVersion"], V1, _OLDER_VERSION.format(version=version)))
         out["apiVersion"] = V1
     if isinstance(spec, dict):
         if version == "v1alpha3" and "controller" in spec:
@@ -232,8 +233,7 @@ def _device_class(obj: dict, version: str, fleet: FleetVocabulary | None, budget
     out = copy.deepcopy(obj)
     changes: list[dict] = []
     if version != "v1":
-        changes.append(_change("apiVersion", obj["apiVersion"], V1, f"{version} is served no more by current "
-                                                                     "clusters; v1 is the stable DRA API"))
+        changes.append(_change("apiVersion", obj["apiVersion"], V1, _OLDER_VERSION.format(version=version)))
         out["apiVersion"] = V1
     spec = out.get("spec")
     if isinstance(spec, dict):
