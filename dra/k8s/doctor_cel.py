@@ -188,7 +188,13 @@ def fix_selector(expression: str, vocabulary: FleetVocabulary | None, drivers: I
         try:
             tree = parse_cel(result.expression)
         except CELParseError:
-            break  # a syntax error: compile_selector below says where
+            quoted, bare = _quote_bare_quantities(result.expression)
+            if not bare or (budget is not None and not budget.spend(len(quoted))) or not _parses(quoted):
+                break  # a syntax error the doctor does not know: compile_selector below says where
+            result.expression = quoted
+            result.reasons.append(f"{', '.join(bare)}: a quantity is not a CEL literal; "
+                                  f'quantity("{bare[0]}") is')
+            continue
         own = expression_drivers(tree)
         rewriter = _Rewriter(result.expression, tree, vocabulary, hint | own if own else hint)
         edits = rewriter.edits()
@@ -205,6 +211,50 @@ def fix_selector(expression: str, vocabulary: FleetVocabulary | None, drivers: I
 
 
 Edit = tuple[int, int, str, str]  # start, end, replacement, why
+# A quantity written bare (``>= 40Gi``): digits then a Kubernetes suffix, not part of a longer word or number.
+_BARE_QUANTITY = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E))(?![\w.])")
+_TRIPLE_QUOTES = ("'''", '"""')
+
+
+def _quote_bare_quantities(text: str) -> tuple[str, list[str]]:
+    """``40Gi`` -> ``quantity("40Gi")`` outside string literals, and the quantities found: a syntax error has no
+    tree to work on, so this one rewrite is textual (and what it gives must still parse and compile)."""
+    out, found, i = [], [], 0
+
+    def quote(part: str) -> str:
+        found.extend(_BARE_QUANTITY.findall(part))
+        return _BARE_QUANTITY.sub(r'quantity("\1")', part)
+
+    for start, end in _string_spans(text):
+        out += [quote(text[i:start]), text[start:end]]
+        i = end
+    out.append(quote(text[i:]))
+    return "".join(out), found
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse_cel(text)
+    except CELParseError:
+        return False
+    return True
+
+
+def _string_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the quoted literals: single, double and triple quotes, backslash escapes."""
+    spans, i = [], 0
+    while i < len(text):
+        if text[i] not in "'\"":
+            i += 1
+            continue
+        quote = text[i:i + 3] if text[i:i + 3] in _TRIPLE_QUOTES else text[i]
+        j = i + len(quote)
+        while j < len(text) and not text.startswith(quote, j):
+            j += 2 if text[j] == "\\" else 1
+        end = min(j + len(quote), len(text))
+        spans.append((i, end))
+        i = end
+    return spans
 
 
 def _apply(text: str, edits: list[Edit]) -> str:

@@ -16,7 +16,14 @@ from dra.cel import CELDevice, CELRuntimeError, compile_selector
 from dra.k8s import slices as k8s_slices
 from dra.k8s.claims import normalize_claim
 from dra.k8s.doctor import diagnose, diagnose_body, objects_in
-from dra.k8s.doctor_cel import FleetVocabulary, PublishedName, WorkBudget, fix_selector
+from dra.k8s.doctor_cel import (
+    FleetVocabulary,
+    PublishedName,
+    WorkBudget,
+    _quote_bare_quantities,
+    _string_spans,
+    fix_selector,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_SLICES = json.loads((ROOT.parent / "shared" / "fixtures" / "real-slices.json").read_text())
@@ -340,3 +347,31 @@ def test_claim_defaulting_survives_wrong_shapes():
         _, errors = normalize_claim({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                                      "metadata": {"name": "x"}, "spec": spec})
         assert errors and all("must be a list" in reason for _, reason in errors)
+
+
+# --------------------------------------------------------------------------------------------- bare quantities
+
+def test_bare_quantities_are_quoted_outside_strings_only():
+    written = ('device.capacity["memory"] >= 40Gi && device.attributes["gpu.nvidia.com"].productName != "80Gi" '
+               "&& 1.5Ti > device.capacity['gpu.nvidia.com'].memory && device.attributes['gpu.nvidia.com'].x != 1e3")
+    fixed = fix_selector(written, FLEET, ["gpu.nvidia.com"])
+    assert fixed.error is None, fixed
+    assert fixed.expression == (
+        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0 && '
+        'device.attributes["gpu.nvidia.com"].productName != "80Gi" && '
+        "quantity(\"1.5Ti\").compareTo(device.capacity['gpu.nvidia.com'].memory) > 0 && "
+        "device.attributes['gpu.nvidia.com'].x != 1e3")
+    assert fixed.reasons[0].startswith("40Gi, 1.5Ti: a quantity is not a CEL literal")
+
+
+def test_string_spans_know_escapes_and_triple_quotes():
+    text = r'''a "b\"40Gi" '40Gi' """x"40Gi""" 40Gi'''
+    spans = _string_spans(text)
+    assert [text[s:e] for s, e in spans] == [r'"b\"40Gi"', "'40Gi'", '"""x"40Gi"""']
+    quoted, found = _quote_bare_quantities(text)
+    assert found == ["40Gi"] and quoted.endswith('quantity("40Gi")')
+
+
+def test_a_syntax_error_quoting_does_not_cure_is_left_alone():
+    fixed = fix_selector("device.capacity[ >= 40Gi", FLEET)
+    assert not fixed.changed and fixed.error
