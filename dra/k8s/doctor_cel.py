@@ -101,6 +101,7 @@ class FleetVocabulary:
             spec = obj.get("spec") or {}
             driver = spec.get("driver") or ""
             for device in spec.get("devices") or []:
+                device = device.get("basic") or device  # v1beta1 / v1alpha3 nest the fields under basic
                 for key, value in (device.get("attributes") or {}).items():
                     attributes.add((driver, key, next(iter(value), "") if isinstance(value, dict) else ""))
                 capacity.update((driver, key) for key in device.get("capacity") or {})

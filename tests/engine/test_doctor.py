@@ -375,3 +375,12 @@ def test_string_spans_know_escapes_and_triple_quotes():
 def test_a_syntax_error_quoting_does_not_cure_is_left_alone():
     fixed = fix_selector("device.capacity[ >= 40Gi", FLEET)
     assert not fixed.changed and fixed.error
+
+
+def test_vocabulary_from_v1beta1_slices():
+    beta = {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceSlice", "spec": {
+        "driver": "gpu.example.com", "devices": [{"name": "d0", "basic": {
+            "attributes": {"model": {"string": "LATEST-GPU-MODEL"}}, "capacity": {"memory": {"value": "80Gi"}}}}]}}
+    vocabulary = FleetVocabulary.from_slices([beta])
+    assert vocabulary.type_of("attributes", "gpu.example.com", "model") == "string"
+    assert vocabulary.has("capacity", "gpu.example.com", "memory")
