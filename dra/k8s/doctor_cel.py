@@ -94,7 +94,8 @@ class FleetVocabulary:
 
     @classmethod
     def from_slices(cls, slices: Iterable[dict], device_classes: Iterable[dict] = ()) -> FleetVocabulary:
-        """From v1 ResourceSlices (and optionally v1 DeviceClasses, for the drivers each class selects)."""
+        """From ResourceSlices (v1, or v1beta1/v1alpha3 with fields under ``basic``) and optionally v1 DeviceClasses
+        (for the drivers each class selects)."""
         attributes: set[tuple[str, str, str]] = set()
         capacity: set[tuple[str, str]] = set()
         for obj in slices:
