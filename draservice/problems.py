@@ -32,7 +32,9 @@ class FieldError(exceptions.APIException):
     default_code = "invalid"
 
     def __init__(self, errors: list[tuple[str, str]] | list[dict], detail: str | None = None,
-                 status_code: int | None = None, title: str | None = None):
+                 status_code: int | None = None, title: str | None = None, extra: dict | None = None):
+        # ``extra``: more members of the problem body (the manifest doctor's rewrite, for one).
+        self.extra: dict = dict(extra or {})
         self.errors = [e if isinstance(e, dict) else {"field": e[0], "reason": e[1]} for e in errors]
         if detail is None:
             detail = "; ".join(f"{e['field']}: {e['reason']}" if e["field"] else e["reason"] for e in self.errors)
@@ -98,7 +100,8 @@ def exception_handler(exc, context):
         return None  # unexpected: Django logs it and answers 500 (problem+json under /api, see api_handler500)
     title = response.status_text if hasattr(response, "status_text") else "Error"
     if isinstance(exc, FieldError):
-        body = problem(response.status_code, exc.title or "Invalid object", str(exc.detail), errors=exc.errors)
+        body = problem(response.status_code, exc.title or "Invalid object", str(exc.detail), errors=exc.errors,
+                       **exc.extra)
     elif isinstance(exc, exceptions.ValidationError):
         errors = flatten_errors(exc.detail)
         body = problem(response.status_code, "Invalid object", _join_reasons(errors) or "Invalid input.",

@@ -60,7 +60,7 @@ def translate(exc: Exception, qualified: str = "", kind: str = "", name: str = "
         if code == 422:
             listed = ", ".join(f"{c['field']}: {c['message']}" if c["field"] else c["message"] for c in causes)
             message = f'{kind}.{qualified.partition(".")[2]} "{name}" is invalid: [{listed}]'
-            extra = {k: v for k, v in vars(exc).items() if k in ("rewrite", "changes", "skeleton", "explanation")}
+            extra = dict(exc.extra)  # the manifest doctor's rewrite or skeleton, as /api/v1 answers it
             return KubeError(422, message, "Invalid", {**details, "causes": causes, **extra})
         return KubeError(code, str(exc.detail), None, {**details, "causes": causes} if causes else details)
     if isinstance(exc, exceptions.APIException):

@@ -43,6 +43,7 @@ from draservice.permissions import (
 from draservice.problems import FieldError
 from draservice.requests import merge_patch, parse_wait
 from draservice.yaml import YAMLParser
+from inventory.services.doctor import diagnosed
 
 
 def _etag(response: Response, obj) -> Response:
@@ -110,8 +111,9 @@ class ClaimListView(ClaimsBase):
             return 201, s.render_claim(claim, [])
 
         # create_claims is one transaction by itself (one statement for one claim on PostgreSQL).
-        code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims", request.headers.get(
-            "Idempotency-Key"), body, create, atomic=False, refresh=s.current_rendering)
+        with diagnosed(body):
+            code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims", request.headers.get(
+                "Idempotency-Key"), body, create, atomic=False, refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"
@@ -169,8 +171,9 @@ class ClaimBatchView(ClaimsBase):
             rendered += [s.render_consumer(c) for c in consumers]
             return 201, s.render_list("List", rendered, "v1")
 
-        code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims/batch", request.headers.get(
-            "Idempotency-Key"), body, create, refresh=s.current_rendering)
+        with diagnosed(body, batch=True):
+            code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims/batch", request.headers.get(
+                "Idempotency-Key"), body, create, refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"
@@ -313,7 +316,8 @@ class TemplateListView(ClaimsBase):
                    request=s.KubeObjectSerializer, responses={201: s.KubeObjectSerializer},
                    summary="Create a ResourceClaimTemplate")
     def post(self, request, namespace):
-        template = claim_services.create_template(namespace, request.data)
+        with diagnosed(request.data):
+            template = claim_services.create_template(namespace, request.data)
         return _etag(Response(s.render_template(template), status=status.HTTP_201_CREATED), template)
 
 

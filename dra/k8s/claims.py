@@ -56,7 +56,7 @@ TOLERATION_OPERATORS = ("Equal", "Exists")
 TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
 
 # Fields that v1beta1 keeps on the request itself and v1 moves under ``exactly``.
-_V1BETA1_EXACT_FIELDS = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "tolerations",
+V1BETA1_EXACT_FIELDS = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "tolerations",
                          "capacity")
 
 
@@ -87,17 +87,19 @@ def convert_claim_to_v1(obj: dict) -> dict:
     if version == "v1beta1":
         devices = (out.get("spec") or {}).get("devices")
         if isinstance(devices, dict) and isinstance(devices.get("requests"), list):
-            devices["requests"] = [_v1beta1_request_to_v1(r) for r in devices["requests"]]
+            devices["requests"] = [v1beta1_request_to_v1(r) for r in devices["requests"]]
     # v1beta2 and v1 share the spec shape; status allocation results are identical in all three versions
     # for the fields the engine writes.
     return out
 
 
-def _v1beta1_request_to_v1(request: Any) -> Any:
+def v1beta1_request_to_v1(request: Any) -> Any:
+    """One v1beta1 device request in the v1 shape (also used by ``dra.k8s.doctor`` on v1 objects written in
+    the v1beta1 shape)."""
     if not isinstance(request, dict):
         return request
-    out = {k: v for k, v in request.items() if k not in _V1BETA1_EXACT_FIELDS}
-    exact = {k: request[k] for k in _V1BETA1_EXACT_FIELDS if k in request}
+    out = {k: v for k, v in request.items() if k not in V1BETA1_EXACT_FIELDS}
+    exact = {k: request[k] for k in V1BETA1_EXACT_FIELDS if k in request}
     if request.get("firstAvailable"):
         # v1beta1 validation forbids the exact fields next to firstAvailable; keep them so validation of the
         # converted object reports them instead of silently dropping user input.
@@ -113,15 +115,19 @@ def _v1beta1_request_to_v1(request: Any) -> Any:
 def default_claim(claim: dict) -> dict:
     """A copy with API server defaults: ``allocationMode: ExactCount``, ``count: 1``, toleration ``Equal``."""
     out = copy.deepcopy(claim)
-    devices = (out.get("spec") or {}).get("devices")
+    # Defaulting runs before validation: it skips what has the wrong shape and leaves validation to say so.
+    spec = out.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
     if not isinstance(devices, dict):
         return out
-    for request in devices.get("requests") or []:
+    requests = devices.get("requests")
+    for request in requests if isinstance(requests, list) else []:
         if not isinstance(request, dict):
             continue
         if isinstance(request.get("exactly"), dict):
             _default_exact(request["exactly"])
-        for sub in request.get("firstAvailable") or []:
+        first = request.get("firstAvailable")
+        for sub in first if isinstance(first, list) else []:
             if isinstance(sub, dict):
                 _default_exact(sub)
     return out
@@ -132,7 +138,8 @@ def _default_exact(req: dict) -> None:
         req["allocationMode"] = "ExactCount"
     if req["allocationMode"] == "ExactCount" and req.get("count") in (None, 0):
         req["count"] = 1
-    for tol in req.get("tolerations") or []:
+    tolerations = req.get("tolerations")
+    for tol in tolerations if isinstance(tolerations, list) else []:
         if isinstance(tol, dict) and not tol.get("operator"):
             tol["operator"] = "Equal"
 
@@ -512,5 +519,6 @@ def normalize_claim(obj: dict, *, check_cel: bool = True,
 __all__ = [
     "ALLOCATION_RESULTS_MAX", "DEVICE_REQUESTS_MAX", "DEVICE_CONSTRAINTS_MAX", "DEVICE_CONFIG_MAX",
     "DEVICE_SELECTORS_MAX", "FIRST_AVAILABLE_MAX", "DEVICE_TOLERATIONS_MAX", "ClaimConversionError",
-    "convert_claim_to_v1", "default_claim", "validate_claim", "normalize_claim",
+    "V1BETA1_EXACT_FIELDS", "convert_claim_to_v1", "v1beta1_request_to_v1", "default_claim", "validate_claim",
+    "normalize_claim",
 ]

@@ -25,6 +25,7 @@ from inventory.permissions import (
 )
 from inventory.services import clusters as cluster_services
 from inventory.services import fleet, sync
+from inventory.services.doctor import diagnosed
 from inventory.services.taints import rule_taints
 
 PROBLEM = OpenApiResponse(description="application/problem+json with field paths")
@@ -301,12 +302,14 @@ class FleetObjectViewSet(InventoryViewMixin, mixins.ListModelMixin, mixins.Retri
         return self.with_etag(Response(self.get_serializer(row).data), row.resource_version)
 
     def create(self, request, *args, **kwargs):
-        row = fleet.create_fleet_object(self.model, request.data)
+        with diagnosed(request.data):
+            row = fleet.create_fleet_object(self.model, request.data)
         return self.with_etag(Response(self.get_serializer(row).data, status=status.HTTP_201_CREATED),
                               row.resource_version)
 
     def update(self, request, *args, **kwargs):
-        row, created = fleet.replace_fleet_object(self.model, kwargs["name"], request.data, if_match(request))
+        with diagnosed(request.data):
+            row, created = fleet.replace_fleet_object(self.model, kwargs["name"], request.data, if_match(request))
         return self.with_etag(Response(self.get_serializer(row).data, status=201 if created else 200),
                               row.resource_version)
 
