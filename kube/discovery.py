@@ -34,12 +34,12 @@ def version(request):
 def _discovered_resource(r: Resource, v: str) -> dict:
     kind = {"group": r.group, "version": v, "kind": r.kind}
     out: dict = {"resource": r.plural, "responseKind": kind, "scope": "Namespaced" if r.namespaced else "Cluster",
-           "singularResource": r.singular, "verbs": list(r.verbs)}
+           "singularResource": r.singular, "verbs": list(r.verbs_in(v))}
     if r.short_names:
         out["shortNames"] = list(r.short_names)
     if r.categories:
         out["categories"] = list(r.categories)
-    if r.status:
+    if r.status and v not in r.doctor_only:
         out["subresources"] = [{"subresource": "status", "responseKind": kind, "verbs": ["get"]}]
     return out
 
@@ -89,9 +89,12 @@ def resource_list(request, version: str, group: str = ""):
         return _missing()
     listed = []
     for r in resources:
-        listed.append({"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
-                       "verbs": list(r.verbs), **({"shortNames": list(r.short_names)} if r.short_names else {})})
-        if r.status:
+        entry = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
+                 "verbs": list(r.verbs_in(version))}
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        listed.append(entry)
+        if r.status and version not in r.doctor_only:
             listed.append({"name": f"{r.plural}/status", "singularName": "", "namespaced": r.namespaced,
                            "kind": r.kind, "verbs": ["get"]})
     gv = f"{group}/{version}" if group else version

@@ -43,7 +43,8 @@ def _kinds(request: Tree) -> dict[str, Tree]:
             "resourceclaimtemplates": {**top, "spec": {"metadata": METADATA, "spec": spec}}}
 
 
-TREES = {"v1": _kinds(REQUEST_V1), "v1beta2": _kinds(REQUEST_V1), "v1beta1": _kinds(REQUEST_V1BETA1)}
+TREES = {"v1": _kinds(REQUEST_V1), "v1beta2": _kinds(REQUEST_V1), "v1beta1": _kinds(REQUEST_V1BETA1),
+         "v1alpha3": _kinds(REQUEST_V1BETA1)}
 
 
 def _prune(value: Any, tree: Tree, path: str, unknown: list[str]) -> Any:

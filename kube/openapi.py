@@ -57,13 +57,14 @@ def _paths(r: Resource, version: str) -> dict:
     name_params = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
     if r.namespaced:
         name_params.append({"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"}})
-    writes = "create" in r.verbs
-    collection = {"get": _op(r, version, "list")}
-    item: dict = {"get": _op(r, version, "get")}
-    if writes:
+    verbs = r.verbs_in(version)
+    collection = {"get": _op(r, version, "list")} if "list" in verbs else {}
+    item: dict = {"get": _op(r, version, "get")} if "get" in verbs else {}
+    if "create" in verbs:
         collection["post"] = _op(r, version, "post", WRITE_PARAMS)
+    if "delete" in verbs:
         item["delete"] = _op(r, version, "delete")
-    if "patch" in r.verbs:
+    if "patch" in verbs:
         item["put"] = _op(r, version, "put", WRITE_PARAMS)
         item["patch"] = _op(r, version, "patch", WRITE_PARAMS)
     item["parameters"] = name_params

@@ -9,7 +9,11 @@ OUR_GROUP = "draservice.io"
 CLUSTER_LABEL = "draservice.io/cluster"  # on objects that belong to one cluster of the fleet
 ALL_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list")
-CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1")
+CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
+# Versions whose manifests are still in articles but whose objects we cannot hold: creating one answers a 422
+# with the manifest doctor's rewrite or skeleton (upstream removed v1alpha2 in 1.31), nothing else.
+DOCTOR_ONLY_VERSIONS = ("v1alpha2",)
+WRITE_VERBS = ("create", "delete", "get", "list", "patch", "update")
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,10 @@ class Resource:
     short_names: tuple[str, ...] = ()
     status: bool = False  # a /status subresource (written by the service only)
     categories: tuple[str, ...] = ()
+    doctor_only: tuple[str, ...] = ()  # versions that only answer a create, with the manifest doctor's 422
+
+    def verbs_in(self, version: str) -> tuple[str, ...]:
+        return ("create",) if version in self.doctor_only else self.verbs
 
     @property
     def singular(self) -> str:
@@ -39,13 +47,16 @@ class Resource:
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", ("v1",), "namespaces", "Namespace", False, READ_VERBS, ("ns",)),
-    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceclaims", "ResourceClaim", True, ALL_VERBS, status=True),
+    Resource(RESOURCE_GROUP, CLAIM_VERSIONS + DOCTOR_ONLY_VERSIONS, "resourceclaims", "ResourceClaim", True,
+             ALL_VERBS, status=True, doctor_only=DOCTOR_ONLY_VERSIONS),
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceclaimtemplates", "ResourceClaimTemplate", True,
              ("create", "delete", "get", "list", "watch")),
-    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "deviceclasses", "DeviceClass", False, READ_VERBS),
+    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "deviceclasses", "DeviceClass", False, WRITE_VERBS),
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceslices", "ResourceSlice", False, READ_VERBS),
     Resource(OUR_GROUP, ("v1alpha1",), "consumers", "Consumer", True, ("create", "delete", "get", "list", "watch")),
     Resource("", ("v1",), "events", "Event", True, READ_VERBS, ("ev",)),
+    Resource(RESOURCE_GROUP, DOCTOR_ONLY_VERSIONS, "resourceclasses", "ResourceClass", False, ("create",),
+             doctor_only=DOCTOR_ONLY_VERSIONS),
 )
 
 

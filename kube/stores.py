@@ -11,7 +11,9 @@ from claims.models import ClaimEvent, Consumer, Namespace, ResourceClaim, Resour
 from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from draservice.permissions import readable_namespaces
+from draservice.problems import FieldError
 from inventory.models import DeviceClass, ResourceSlice
+from inventory.services import fleet as fleet_objects
 from kube import versions
 from kube.registry import CLUSTER_LABEL, RESOURCES, Resource
 from kube.selectors import filter_labels, parse_fields
@@ -269,12 +271,54 @@ class ClusterObjectStore(Store):
 
 
 class DeviceClassStore(ClusterObjectStore):
+    """Fleet-wide DeviceClasses are the admins' to write (the inventory's fleet-object service, as
+    ``/api/v1/deviceclasses``); a cluster's own classes come from its agent and are read-only here."""
+
     resource = RESOURCES[3]
     model = DeviceClass
     has_fleet_wide = True
 
     def render(self, obj, version: str) -> dict:
         return self.render_object(obj, obj.object, version)
+
+    def create(self, view, namespace, body):
+        return fleet_objects.create_fleet_object(DeviceClass, _as_v1(body))
+
+    def replace(self, view, obj, body):
+        if obj.cluster_id:
+            raise KubeError(403, f'deviceclasses.resource.k8s.io "{self.fleet_name(obj)}" belongs to cluster '
+                                 f'"{obj.cluster.name}": its agent writes it', "Forbidden")
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted not in (None, "") and str(wanted) != str(obj.resource_version):
+            raise KubeError(409, f'Operation cannot be fulfilled on deviceclasses.resource.k8s.io "{obj.name}": '
+                                 "the object has been modified; please apply your changes to the latest version "
+                                 "and try again", "Conflict")
+        row, _ = fleet_objects.replace_fleet_object(DeviceClass, obj.name, _as_v1(_strip_version(body)), None)
+        return row
+
+    def delete(self, view, obj) -> None:
+        if obj.cluster_id:
+            raise KubeError(403, f'deviceclasses.resource.k8s.io "{self.fleet_name(obj)}" belongs to cluster '
+                                 f'"{obj.cluster.name}": its agent writes it', "Forbidden")
+        fleet_objects.delete_fleet_object(DeviceClass, obj.name, None)
+
+
+def _as_v1(body: dict) -> dict:
+    """A DeviceClass has one shape in v1, v1beta2 and v1beta1 (v1alpha3's is the manifest doctor's to mend)."""
+    version = str(body.get("apiVersion") or "").rpartition("/")[2]
+    return {**body, "apiVersion": "resource.k8s.io/v1"} if version in ("v1beta2", "v1beta1") else body
+
+
+class ResourceClassStore(Store):
+    """resource.k8s.io/v1alpha2 ResourceClass (classic DRA, removed in Kubernetes 1.31): never stored; a
+    create gets the manifest doctor's explanation and a v1 DeviceClass skeleton."""
+
+    resource = RESOURCES[7]
+    model = DeviceClass
+
+    def create(self, view, namespace, body):
+        raise FieldError([("apiVersion", "resource.k8s.io/v1alpha2 (classic DRA) was removed in Kubernetes "
+                                         "1.31: write a resource.k8s.io/v1 DeviceClass instead")])
 
 
 class SliceStore(ClusterObjectStore):
@@ -339,4 +383,4 @@ class EventStore(Store):
 
 STORES: dict[str, Store] = {s.resource.plural: s for s in (
     NamespaceStore(), ClaimStore(), TemplateStore(), ConsumerStore(), DeviceClassStore(), SliceStore(),
-    EventStore())}
+    EventStore(), ResourceClassStore())}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 
+FLAT_REQUESTS = ("v1beta1", "v1alpha3")  # versions whose requests hold exactly's fields directly
+
 
 def claim_spec_out(spec: dict | None, version: str) -> dict | None:
-    if version != "v1beta1" or not isinstance(spec, dict):
+    if version not in FLAT_REQUESTS or not isinstance(spec, dict):
         return spec
     spec = copy.deepcopy(spec)
     devices = spec.get("devices") or {}
@@ -23,13 +25,13 @@ def claim_spec_out(spec: dict | None, version: str) -> dict | None:
 
 
 def template_spec_out(spec: dict | None, version: str) -> dict | None:
-    if version != "v1beta1" or not isinstance(spec, dict):
+    if version not in FLAT_REQUESTS or not isinstance(spec, dict):
         return spec
     return {**spec, "spec": claim_spec_out(spec.get("spec"), version)}
 
 
 def slice_out(obj: dict, version: str) -> dict:
-    if version != "v1beta1":
+    if version not in FLAT_REQUESTS:
         return obj
     obj = copy.deepcopy(obj)
     spec = obj.get("spec") or {}

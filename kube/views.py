@@ -11,13 +11,17 @@ import json
 import logging
 
 from django.http import JsonResponse, StreamingHttpResponse
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.views import APIView
 
 from claims.placement import body_pin
+from dra.k8s.doctor import diagnose
 from draservice import changes
 from draservice.parsers import JSONParser, MergePatchParser
-from draservice.permissions import ClaimAccess, IsAuthenticatedPrincipal, NamespaceAccess
+from draservice.permissions import ClaimAccess, IsAdminOrReadOnly, IsAuthenticatedPrincipal, NamespaceAccess
+from draservice.problems import FieldError
 from draservice.yaml import YAMLParser
+from inventory.services.doctor import diagnosed, fleet_vocabulary, problem_members
 from kube import fields, patch, tables, watch
 from kube.registry import Resource, lookup
 from kube.status import KubeError, translate
@@ -65,6 +69,8 @@ class ResourceView(APIView):
         if resource is None or resource.plural not in STORES:
             raise KubeError(404, "the server could not find the requested resource")
         self.resource = resource
+        if kwargs["version"] in resource.doctor_only and (request.method != "POST" or "name" in kwargs):
+            raise KubeError(404, "the server could not find the requested resource")
         # A namespaced resource is also listed (and watched) across namespaces: /apis/g/v/resourceclaims.
         across = self.resource.namespaced and "namespace" not in kwargs
         if (not self.resource.namespaced and "namespace" in kwargs) or (across and (
@@ -76,7 +82,9 @@ class ResourceView(APIView):
     def get_permissions(self):
         if "namespace" in self.kwargs:
             return [ClaimAccess() if self.kwargs["plural"] == "resourceclaims" else NamespaceAccess()]
-        return [IsAuthenticatedPrincipal()]
+        if self.request.method in SAFE_METHODS:
+            return [IsAuthenticatedPrincipal()]
+        return [IsAdminOrReadOnly()]  # fleet-wide objects: the admins' to write
 
     def new_claim(self, body):
         return ClaimAccess.new_claim(body_pin(body))
@@ -186,15 +194,33 @@ class ResourceView(APIView):
     def post(self, request, **kw):
         if "name" in kw:
             raise KubeError(405, "the server does not allow this method on the requested resource")
-        body, warnings = self._check_body(self._body(request), kw.get("namespace"))
-        obj = self.store.create(self, kw.get("namespace"), body)
+        original = self._body(request)
+        with diagnosed(original):
+            body, warnings = self._checked_or_diagnosed(original, kw.get("namespace"))
+            obj = self.store.create(self, kw.get("namespace"), body)
         return self._respond(obj, 201, warnings)
 
     def put(self, request, **kw):
         self._object_write_allowed(kw)
         obj = self.store.get(kw.get("namespace"), kw["name"])
-        body, warnings = self._check_body(self._body(request), kw.get("namespace"), kw["name"])
-        return self._respond(self.store.replace(self, obj, body), 200, warnings)
+        original = self._body(request)
+        with diagnosed(original):
+            body, warnings = self._checked_or_diagnosed(original, kw.get("namespace"), kw["name"])
+            return self._respond(self.store.replace(self, obj, body), 200, warnings)
+
+    def _checked_or_diagnosed(self, body: dict, namespace: str | None, name: str | None = None):
+        """``_check_body``; but a manifest written for an older API (a v1beta1-shaped v1 claim has "unknown"
+        fields to Strict validation) gets the doctor's 422 with its rewrite rather than a bare 400."""
+        try:
+            return self._check_body(body, namespace, name)
+        except KubeError as exc:
+            if exc.code != 400 or "strict decoding error" not in exc.message:
+                raise
+            members = problem_members(diagnose(body, fleet_vocabulary()))
+            if not members.get("rewrite") and not members.get("skeleton"):
+                raise
+            causes = exc.details.get("causes") or []
+            raise FieldError([(c["field"], c["message"]) for c in causes], extra=members) from exc
 
     def patch(self, request, **kw):
         self._object_write_allowed(kw)

@@ -40,7 +40,10 @@ def test_discovery_aggregated_and_legacy(admin):
     assert agg["Content-Type"].startswith("application/json;g=apidiscovery.k8s.io;v=v2")
     groups = {g["metadata"]["name"]: g for g in agg.json()["items"]}
     versions = [v["version"] for v in groups["resource.k8s.io"]["versions"]]
-    assert versions == ["v1", "v1beta2", "v1beta1"]
+    assert versions == ["v1", "v1beta2", "v1beta1", "v1alpha3", "v1alpha2"]
+    alpha2 = next(v for v in groups["resource.k8s.io"]["versions"] if v["version"] == "v1alpha2")
+    assert {r["resource"]: r["verbs"] for r in alpha2["resources"]} == {"resourceclaims": ["create"],
+                                                                        "resourceclasses": ["create"]}
     claims = next(r for r in groups["resource.k8s.io"]["versions"][0]["resources"] if r["resource"] == "resourceclaims")
     assert claims["scope"] == "Namespaced" and "watch" in claims["verbs"]
     legacy = admin.get("/k8s/apis").json()
@@ -64,6 +67,7 @@ def test_openapi_declares_field_validation_on_patch_for_each_kind(admin):
     assert all("application/strategic-merge-patch+json" not in p["requestBody"]["content"] for p in patches)
 
 
+@pytest.mark.django_db(transaction=True)  # as served: each request's own transactions (a 409 ends its own)
 def test_errors_are_kubernetes_status_objects(admin):
     missing = admin.get(f"{CLAIMS}/nope").json()
     assert (missing["kind"], missing["code"], missing["reason"]) == ("Status", 404, "NotFound")
@@ -187,3 +191,42 @@ def test_watches_per_process_are_bounded(admin, monkeypatch):
     busy = admin.get(CLAIMS, {"watch": "1", "timeoutSeconds": "1"})
     assert busy.status_code == 429 and busy["Retry-After"] == "1"
     kube_watch._slots.release()
+
+
+ARTICLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "articles"
+
+
+def test_article_manifests_get_the_doctors_rewrite_through_the_door(admin):
+    """kubectl apply (Strict validation) of a v1 claim written in the v1beta1 shape: a 422 whose rewrite,
+    applied as given, is accepted; a v1alpha2 ResourceClass: an explanation and a DeviceClass skeleton."""
+    import yaml
+
+    shaped = yaml.safe_load((ARTICLES / "v1-claim-v1beta1-shape.yaml").read_text())
+    refused = post(admin, shaped, fieldValidation="Strict")
+    assert refused.status_code == 422, refused.json()
+    body = refused.json()
+    assert body["reason"] == "Invalid" and body["details"]["rewrite"]["spec"]["devices"]["requests"][0]["exactly"]
+    rewrite = body["details"]["rewrite"]
+    assert post(admin, rewrite, fieldValidation="Strict").status_code == 201
+    classic = next(d for d in yaml.safe_load_all((ARTICLES / "classic-dra-v1alpha2.yaml").read_text())
+                   if d["kind"] == "ResourceClass")
+    skeleton = post(admin, classic, "/k8s/apis/resource.k8s.io/v1alpha2/resourceclasses")
+    assert skeleton.status_code == 422
+    assert skeleton.json()["details"]["skeleton"]["kind"] == "DeviceClass" and skeleton.json()["details"][
+        "explanation"]
+    assert admin.get("/k8s/apis/resource.k8s.io/v1alpha2/resourceclasses").status_code == 404
+
+
+def test_fleet_device_classes_are_written_by_admins_only(admin, ns_client):
+    url = "/k8s/apis/resource.k8s.io/v1/deviceclasses"
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "big.example.com"},
+            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]}}
+    team = ns_client("team-a")
+    assert post(team, body, url).status_code == 403
+    created = post(admin, body, url)
+    assert created.status_code == 201 and created.json()["metadata"]["name"] == "big.example.com"
+    labelled = admin.patch(f"{url}/big.example.com", json.dumps({"metadata": {"labels": {"tier": "1"}}}),
+                           content_type="application/merge-patch+json")
+    assert labelled.status_code == 200, labelled.json()
+    assert admin.delete(f"{url}/big.example.com").status_code == 200
+    assert admin.get(f"{url}/big.example.com").status_code == 404
