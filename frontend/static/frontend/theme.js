@@ -26,6 +26,11 @@
       label(button);
       document.dispatchEvent(new CustomEvent("draservice:theme", { detail: next }));
     });
+    // Following the system: the label names the other theme after the system switches, too.
+    if (window.matchMedia) {
+      var mq = window.matchMedia("(prefers-color-scheme: dark)");
+      if (mq.addEventListener) mq.addEventListener("change", function () { label(button); });
+    }
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
