@@ -7,6 +7,7 @@ from claims.services.claims import create_claims
 from frontend import demo as demo_mod
 from inventory.models import Device, Node
 from tests.frontend.conftest import login
+from tests.gangs.conftest import rack_fleet  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -31,6 +32,13 @@ CONTRAST_JS = """([sel]) => {
 TABLES_CUT_JS = """() => [...document.querySelectorAll('.card table')].filter(t => {
   const card = t.closest('.card'); return t.getBoundingClientRect().right > card.getBoundingClientRect().right + 1;
 }).map(t => t.dataset.testid || t.querySelector('th, td').innerText)"""
+
+# What sticks out past the window's right edge (for the failure message).
+WIDEST_JS = """() => { const out = []; const W = window.innerWidth;
+  for (const e of document.querySelectorAll('main *, header *')) { const d = e.style.display; e.style.display = 'none';
+    const sw = document.documentElement.scrollWidth; e.style.display = d;
+    if (sw <= W) out.push(e.tagName + '.' + e.className + '#' + (e.dataset.testid || '')); }
+  return out.slice(-6); }"""
 
 
 def pages(demo) -> list[str]:
@@ -124,3 +132,28 @@ def test_search_from_the_header(page, live_server, people, demo):
     assert uuid in results.inner_text()
     results.get_by_role("link", name=dev.name, exact=True).first.click()
     assert f"/devices/{dev.driver}/{dev.pool_name}/{dev.name}/" in page.url
+
+
+def test_gang_topology_keeps_member_names_whole(page, live_server, people, rack_fleet):  # noqa: F811
+    from gangs.services import gangs as gang_services
+    from tests.gangs import fleet as gang_fleet
+    from tests.gangs.conftest import NS
+
+    gang_services.create_gang(NS, gang_fleet.gang_body("train", 4))
+    gang_services.create_gang(NS, gang_fleet.gang_body("big", 5))
+    login(page, live_server, "viewer")
+    for width in (1440, 800):
+        page.set_viewport_size({"width": width, "height": 900})
+        for url in (f"/gangs/{NS}/train/", f"/gangs/{NS}/big/"):
+            page.goto(live_server.url + url)
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), (
+                width, url, page.evaluate(WIDEST_JS))
+        page.goto(live_server.url + f"/gangs/{NS}/train/")
+        names = page.locator(".who-name")
+        assert names.count() >= 4
+        # Each name on one line, nothing hidden: as wide as its text and one line high.
+        for i in range(names.count()):
+            ok = names.nth(i).evaluate("""e => e.scrollWidth <= e.clientWidth + 1
+                && e.getBoundingClientRect().height < 1.6 * parseFloat(getComputedStyle(e).lineHeight)
+                && e.closest('.topo-node').getBoundingClientRect().right >= e.getBoundingClientRect().right""")
+            assert ok, names.nth(i).inner_text()
