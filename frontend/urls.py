@@ -24,6 +24,8 @@ urlpatterns = [
     path("history/nodes/<str:cluster>/<str:node>/", nodes.node_history, name="node-history"),
     path("history/devices/<str:cluster>/<str:driver>/<path:pool>/<str:device>/", nodes.device_history,
          name="device-history"),
+    path("history/gpus/<str:cluster>/<str:driver>/<path:pool>/<str:counter_set>/", nodes.gpu_history,
+         name="gpu-history"),
     path("search/", search.search, name="search"),
     path("claims/", claims.claim_list, name="claims"),
     path("claims/<str:namespace>/<str:name>/", claims.claim_detail, name="claim"),

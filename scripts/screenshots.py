@@ -105,8 +105,10 @@ def shoot(base: str, out: str, info: dict, width: int, height: int) -> list[str]
     lab_cluster, lab_node = info["lab_node"]
     gpu = Device.objects.filter(attribute_index__has_key="gpu.nvidia.com/uuid").order_by("id").first()
     uuid = gpu.attribute_index["gpu.nvidia.com/uuid"] if gpu else "GPU-"
-    mig = Device.objects.filter(cluster__name=mig_cluster, node_name=mig_node).order_by("id").first()
+    mig = (Device.objects.filter(cluster__name=mig_cluster, node_name=mig_node).exclude(consumes_counters=[])
+           .order_by("id").first())
     mig_key = f"{mig_cluster}/{mig.driver}/{mig.pool_name}/{mig.name}" if mig else ""
+    gpu_key = f"{mig_cluster}/{mig.driver}/{mig.pool_name}/{mig.consumes_counters[0]['counterSet']}" if mig else ""
     pages = [
         ("overview", "/", None),
         ("utilisation", "/utilisation/?range=24h", "body[data-charts-ready=true]"),
@@ -132,6 +134,7 @@ def shoot(base: str, out: str, info: dict, width: int, height: int) -> list[str]
         ("search-device-uuid", f"/search/?q={uuid}", None),
         ("history-node", f"/history/nodes/{mig_cluster}/{mig_node}/", "body[data-charts-ready=true]"),
         ("history-device", f"/history/devices/{mig_key}/", "body[data-charts-ready=true]"),
+        ("history-gpu", f"/history/gpus/{gpu_key}/", "body[data-charts-ready=true]"),
         ("gangs", "/gangs/", None),
         ("queues", "/queues/", None),
     ]

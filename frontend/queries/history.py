@@ -34,8 +34,8 @@ class Holding:
     end: datetime | None
     devices: list[tuple[str, str, str, str]] = field(default_factory=list)  # (driver, pool, device, share id)
 
-    def holds(self, driver: str, pool: str, device: str) -> bool:
-        return any(d[:3] == (driver, pool, device) for d in self.devices)
+    def holds_any(self, keys: set[tuple[str, str, str]]) -> bool:
+        return any(d[:3] in keys for d in self.devices)
 
 
 def holdings(cluster: str, node: str, start: datetime, end: datetime, limit: int = LIMIT) -> tuple[list[Holding], bool]:
@@ -70,11 +70,12 @@ def _steps(start: datetime, end: datetime, step: timedelta) -> list[datetime]:
 
 
 def series(hs: list[Holding], start: datetime, end: datetime, step: timedelta,
-           device: tuple[str, str, str] | None = None) -> dict:
+           devices: set[tuple[str, str, str]] | None = None) -> dict:
     """Per step: devices held (by any claim at any moment of the step), of them shared (by more than one
-    claim, or through a share), and claims holding. For one device, only the claims on it count."""
-    if device is not None:
-        hs = [h for h in hs if h.holds(*device)]
+    claim, or through a share), and claims holding. Given ``devices`` (one device, or a GPU's partitions), only
+    those devices and the claims on them count."""
+    if devices is not None:
+        hs = [h for h in hs if h.holds_any(devices)]
     steps = _steps(start, end, step)
     held, shared, claims = [], [], []
     for t in steps:
@@ -84,7 +85,7 @@ def series(hs: list[Holding], start: datetime, end: datetime, step: timedelta,
         share = set()
         for h in live:
             for d in h.devices:
-                if device is not None and d[:3] != device:
+                if devices is not None and d[:3] not in devices:
                     continue
                 owners.setdefault(d[:3], set()).add((h.namespace, h.name))
                 if d[3]:
@@ -98,8 +99,10 @@ def series(hs: list[Holding], start: datetime, end: datetime, step: timedelta,
             "claims": claims}
 
 
-def history(cluster: str, node: str, range_key: str | None, device: tuple[str, str, str] | None = None,
+def history(cluster: str, node: str, range_key: str | None, devices: set[tuple[str, str, str]] | None = None,
             now: datetime | None = None) -> dict:
+    """The page's data. ``devices``: (driver, pool, device) keys to narrow the node's history to (a device, or
+    every partition of one GPU); None: the whole node."""
     range_key = range_key if range_key in RANGES else DEFAULT_RANGE
     span, step = RANGES[range_key]
     now = now or timezone.now()
@@ -107,7 +110,8 @@ def history(cluster: str, node: str, range_key: str | None, device: tuple[str, s
     end = datetime.fromtimestamp((now.timestamp() // step.total_seconds() + 1) * step.total_seconds(), tz=UTC)
     start = end - span
     hs, more = holdings(cluster, node, start, end)
-    if device is not None:
-        hs = [h for h in hs if h.holds(*device)]
+    if devices is not None:
+        hs = [h for h in hs if h.holds_any(devices)]
     return {"range": range_key, "ranges": list(RANGES), "start": start, "end": end, "step": step,
-            "holdings": hs, "more": more, "chart": series(hs, start, end, step, device)}
+            "holdings": hs, "more": more, "chart": series(hs, start, end, step, devices),
+            "device_names": sorted({d[2] for d in devices}) if devices is not None else None}

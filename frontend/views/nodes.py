@@ -103,7 +103,26 @@ def device_history(request, cluster, driver, pool, device):
     d = Device.objects.filter(cluster=c, driver=driver, pool_name=pool, name=device).only("node_name").first()
     if d is None:
         raise Http404("no such device")
-    data = history_q.history(c.name, d.node_name, request.GET.get("range"), device=(driver, pool, device))
+    data = history_q.history(c.name, d.node_name, request.GET.get("range"), devices={(driver, pool, device)})
     return page(request, "frontend/fleet/history.html", "clusters", {
         "title": f"History · {device}", "cluster": c, "node_name": d.node_name,
         "device": {"driver": driver, "pool": pool, "name": device}, **data})
+
+
+@login_required
+@require_GET
+def gpu_history(request, cluster, driver, pool, counter_set):
+    """A partitionable GPU: every partition placement that draws on its counter set, together."""
+    c = get_object_or_404(Cluster.objects.all(), name=cluster)
+    # A pool is one node's devices (a few hundred at most): the counter set is matched here rather than with a
+    # JSON containment query, which SQLite (the embedded default) lacks.
+    members = [d for d in Device.objects.filter(cluster=c, driver=driver, pool_name=pool)
+               .only("name", "node_name", "consumes_counters")
+               if any(x.get("counterSet") == counter_set for x in d.consumes_counters or ())]
+    if not members:
+        raise Http404("no such GPU")
+    data = history_q.history(c.name, members[0].node_name, request.GET.get("range"),
+                             devices={(driver, pool, d.name) for d in members})
+    return page(request, "frontend/fleet/history.html", "clusters", {
+        "title": f"History · {counter_set}", "cluster": c, "node_name": members[0].node_name,
+        "gpu": {"driver": driver, "pool": pool, "name": counter_set, "placements": len(members)}, **data})

@@ -44,7 +44,9 @@ WIDEST_JS = """() => { const out = []; const W = window.innerWidth;
 def pages(demo) -> list[str]:
     mig_cluster, mig_node = demo["mig_node"]
     lab_cluster, lab_node = demo["lab_node"]
-    d = Device.objects.filter(cluster__name=mig_cluster, node_name=mig_node).select_related("cluster").first()
+    d = Device.objects.filter(cluster__name=mig_cluster, node_name=mig_node).exclude(consumes_counters=[]) \
+        .select_related("cluster").first()
+    gpu = f"{d.cluster.name}/{d.driver}/{d.pool_name}/{d.consumes_counters[0]['counterSet']}"
     key = f"{d.cluster.name}/{d.driver}/{d.pool_name}/{d.name}"
     device = f"{d.cluster.name}/devices/{d.driver}/{d.pool_name}/{d.name}"
     return [
@@ -54,8 +56,8 @@ def pages(demo) -> list[str]:
         "/claims/research/mig-pair/", "/inventory/slices/", "/inventory/pools/", "/inventory/deviceclasses/",
         "/inventory/deviceclasses/gpu.nvidia.com/", "/inventory/taintrules/",
         "/inventory/try-selector/?expression=" + 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"',
-        "/search/?q=ci/", f"/history/nodes/{mig_cluster}/{mig_node}/", f"/history/devices/{key}/", "/gangs/",
-        "/queues/",
+        "/search/?q=ci/", f"/history/nodes/{mig_cluster}/{mig_node}/", f"/history/devices/{key}/",
+        f"/history/gpus/{gpu}/", "/gangs/", "/queues/",
     ]
 
 

@@ -265,3 +265,20 @@ def test_node_and_device_history_show_allocations_over_time(client, demo, people
     assert url in client.get(f"/clusters/{claim.cluster}/devices/{driver}/{pool}/{device}/").content.decode()
     assert client.get(f"/history/devices/{claim.cluster}/{driver}/{pool}/nope/").status_code == 404
     assert client.get("/history/nodes/nope/n1/").status_code == 404
+
+
+def test_a_partitionable_gpus_history_gathers_its_partitions(client, demo, people):
+    claim = ResourceClaim.objects.get(namespace__name="research", name="mig-pair")
+    held = list(claim.device_allocations.values_list("driver", "pool", "device"))
+    driver, pool, name = held[0]
+    device = Device.objects.get(cluster__name=claim.cluster, driver=driver, pool_name=pool, name=name)
+    counter_set = device.consumes_counters[0]["counterSet"]
+    client.force_login(people["viewer"])
+    url = f"/history/gpus/{claim.cluster}/{driver}/{pool}/{counter_set}/"
+    resp = client.get(url)
+    html = resp.content.decode()
+    assert resp.status_code == 200 and 'href="/claims/research/mig-pair/"' in html and "Partitionable GPU" in html
+    same_gpu = sum(1 for d in held if d[:2] == (driver, pool))
+    assert resp.context["chart"]["held"][-1] >= same_gpu >= 1
+    assert url in client.get(f"/clusters/{claim.cluster}/nodes/{claim.node}/").content.decode()
+    assert client.get(f"/history/gpus/{claim.cluster}/{driver}/{pool}/no-such-set/").status_code == 404
