@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from django.db.models import Q
 
 from claims.models import Namespace, ResourceClaim
+from frontend.queries.sql import is_postgres
 from inventory.models import Device, Node, Pool
 
 LIMIT = 20
@@ -53,7 +54,9 @@ def _devices(q: str) -> list:
     drivers = sorted(set(Pool.objects.values_list("driver", flat=True).distinct()))
     by_uuid = Q()
     for driver in drivers:
-        by_uuid |= Q(attribute_index__contains={f"{driver}/uuid": q})
+        # PostgreSQL: containment, which the GIN index serves. SQLite has no JSON containment: a key lookup.
+        key = f"{driver}/uuid"
+        by_uuid |= Q(attribute_index__contains={key: q}) if is_postgres() else Q(**{f"attribute_index__{key}": q})
     match = Q(name=q) | by_uuid if drivers else Q(name=q)
     rows = (Device.objects.filter(match).select_related("cluster")
             .only("name", "driver", "pool_name", "node_name", "attribute_index", "cluster__name")
