@@ -1,7 +1,7 @@
 """Dashboard URLs. Everything needs a logged-in person (Django auth); writes also need permissions (see views.base)."""
 from django.urls import path
 
-from frontend.views import auth, claims, fleet, inventory, nodes
+from frontend.views import auth, claims, fleet, inventory, nodes, search
 
 app_name = "frontend"
 
@@ -20,6 +20,13 @@ urlpatterns = [
     path("clusters/<str:cluster>/devices/<str:driver>/<path:pool>/<str:device>/", nodes.device_detail, name="device"),
     path("actions/taint/<str:cluster>/<str:driver>/<path:pool>/<str:device>/", nodes.taint_device,
          name="taint-device"),
+    # History pages live under their own prefix for the same reason as the taint action.
+    path("history/nodes/<str:cluster>/<str:node>/", nodes.node_history, name="node-history"),
+    path("history/devices/<str:cluster>/<str:driver>/<path:pool>/<str:device>/", nodes.device_history,
+         name="device-history"),
+    path("history/gpus/<str:cluster>/<str:driver>/<path:pool>/<str:counter_set>/", nodes.gpu_history,
+         name="gpu-history"),
+    path("search/", search.search, name="search"),
     path("claims/", claims.claim_list, name="claims"),
     path("claims/<str:namespace>/<str:name>/", claims.claim_detail, name="claim"),
     path("claims/<str:namespace>/<str:name>/release/", claims.release_claim, name="release-claim"),

@@ -183,6 +183,8 @@ class Device(models.Model):
         indexes = [
             models.Index(fields=["cluster", "driver", "pool_name", "name"], name="inventory_device_key"),
             models.Index(fields=["cluster", "node_name"], name="inventory_device_node"),
+            # The dashboard's search finds a device by name in any cluster.
+            models.Index(fields=["name"], name="inventory_device_name"),
         ]
 
     def __str__(self) -> str:

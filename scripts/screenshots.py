@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Screenshots of the dashboard's main pages, for a reviewer: ``screenshots/NN-page.png``.
+"""Screenshots of the dashboard's pages, for a reviewer, each in the light and the dark theme:
+``<out>/NN-page-light.png`` and ``<out>/NN-page-dark.png``.
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/draservice .venv/bin/python scripts/screenshots.py
-    [--out screenshots] [--nodes 48] [--width 1440] [--height 900] [--keep]
+    [OUT_DIR (default: screenshots)] [--nodes 48] [--width 1440] [--height 900] [--keep]
 
 Self-contained: creates a throw-away database (``<name>_screens``), loads the demo fleet and the demo workload
 (``frontend.demo``: claims allocated by the real engine, shared devices, MIG partitions, pending claims), and a
@@ -98,8 +99,16 @@ def serve(db_url: str) -> tuple[subprocess.Popen, str]:
 def shoot(base: str, out: str, info: dict, width: int, height: int) -> list[str]:
     from playwright.sync_api import sync_playwright
 
+    from inventory.models import Device
+
     mig_cluster, mig_node = info["mig_node"]
     lab_cluster, lab_node = info["lab_node"]
+    gpu = Device.objects.filter(attribute_index__has_key="gpu.nvidia.com/uuid").order_by("id").first()
+    uuid = gpu.attribute_index["gpu.nvidia.com/uuid"] if gpu else "GPU-"
+    mig = (Device.objects.filter(cluster__name=mig_cluster, node_name=mig_node).exclude(consumes_counters=[])
+           .order_by("id").first())
+    mig_key = f"{mig_cluster}/{mig.driver}/{mig.pool_name}/{mig.name}" if mig else ""
+    gpu_key = f"{mig_cluster}/{mig.driver}/{mig.pool_name}/{mig.consumes_counters[0]['counterSet']}" if mig else ""
     pages = [
         ("overview", "/", None),
         ("utilisation", "/utilisation/?range=24h", "body[data-charts-ready=true]"),
@@ -119,6 +128,15 @@ def shoot(base: str, out: str, info: dict, width: int, height: int) -> list[str]
         ("pools", "/inventory/pools/", None),
         ("deviceclasses", "/inventory/deviceclasses/", None),
         ("taintrules", "/inventory/taintrules/", None),
+        ("try-selector-page", "/inventory/try-selector/?class=gpu.nvidia.com&expression="
+         + 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"', None),
+        ("search-claims", "/search/?q=ci/", None),
+        ("search-device-uuid", f"/search/?q={uuid}", None),
+        ("history-node", f"/history/nodes/{mig_cluster}/{mig_node}/", "body[data-charts-ready=true]"),
+        ("history-device", f"/history/devices/{mig_key}/", "body[data-charts-ready=true]"),
+        ("history-gpu", f"/history/gpus/{gpu_key}/", "body[data-charts-ready=true]"),
+        ("gangs", "/gangs/", None),
+        ("queues", "/queues/", None),
     ]
     os.makedirs(out, exist_ok=True)
     written = []
@@ -128,9 +146,11 @@ def shoot(base: str, out: str, info: dict, width: int, height: int) -> list[str]
             "--disable-sync"])
         page = browser.new_page(viewport={"width": width, "height": height})
         page.goto(base + "/login/")
-        path = os.path.join(out, "00-login.png")
-        page.screenshot(path=path)
-        written.append(path)
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            written.append(os.path.join(out, f"00-login-{scheme}.png"))
+            page.screenshot(path=written[-1])
+        page.emulate_media(color_scheme="light")
         page.fill("#id_username", USER)
         page.fill("#id_password", PASSWORD)
         page.click("button[type=submit]")
@@ -138,26 +158,31 @@ def shoot(base: str, out: str, info: dict, width: int, height: int) -> list[str]
         for n, (name, url, ready) in enumerate(pages, start=1):
             page.goto(base + url)
             page.wait_for_load_state("networkidle")
-            if ready:
-                page.wait_for_selector(ready)
-            path = os.path.join(out, f"{n:02d}-{name}.png")
-            page.screenshot(path=path, full_page=True)
-            written.append(path)
+            # The theme follows the system setting (no toggle stored): emulate each, charts redraw on change.
+            for scheme in ("light", "dark"):
+                page.emulate_media(color_scheme=scheme)
+                if ready:
+                    page.wait_for_selector(ready)
+                written.append(os.path.join(out, f"{n:02d}-{name}-{scheme}.png"))
+                page.screenshot(path=written[-1], full_page=True)
+            page.emulate_media(color_scheme="light")
         # The "try this selector" box, with an answer.
         page.goto(base + "/inventory/deviceclasses/gpu.nvidia.com/")
         page.fill("#expression", 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0')
         page.get_by_role("button", name="Validate & count matches").click()
         page.get_by_test_id("match-count").wait_for()
-        path = os.path.join(out, f"{len(pages) + 1:02d}-deviceclass-try-selector.png")
-        page.screenshot(path=path, full_page=True)
-        written.append(path)
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            written.append(os.path.join(out, f"{len(pages) + 1:02d}-deviceclass-try-selector-{scheme}.png"))
+            page.screenshot(path=written[-1], full_page=True)
         browser.close()
     return written
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.path.join(ROOT, "screenshots"))
+    parser.add_argument("out", nargs="?", default=os.path.join(ROOT, "screenshots"),
+                        help="directory for the PNGs (created if missing)")
     parser.add_argument("--nodes", type=int, default=48)
     parser.add_argument("--width", type=int, default=1440)
     parser.add_argument("--height", type=int, default=900)

@@ -166,3 +166,23 @@ def _reset_celery_connections(app):
     pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
+
+
+# ------------------------------------------------------------------------------------- the browser (all suites)
+# One Chromium for the whole session: Playwright's sync API runs an event loop in this thread, and a second
+# sync_playwright() in the same thread (another module's own browser fixture) fails.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is absent: install Debian's chromium (apt-get install chromium) to run browser tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()

@@ -10,7 +10,7 @@ from django.utils import timezone
 from claims.models import Phase, ResourceClaim
 from frontend.queries.sql import T_ALLOC, T_CLUSTER, T_RESERVATION, T_TAINTRULE, fetch_dicts
 from frontend.queries.units import STATE_SQL, units_sql
-from inventory.models import Cluster
+from inventory.models import Cluster, Device
 
 
 @dataclass
@@ -67,13 +67,32 @@ class Group:
     extra: dict = field(default_factory=dict)
 
 
-def cluster_freshness(now: datetime | None = None) -> list[Cluster]:
-    """All clusters with ``stale_now`` and ``last_seen`` set, and ``node_count``."""
+_published: dict[tuple, dict[int, int]] = {}
+
+
+def published_devices() -> dict[int, int]:
+    """Devices per cluster id as the API's ``deviceCount`` counts them: rows in the ResourceSlices. Remembered
+    per fleet state like the overview's aggregate (an inventory push moves the key), so polling does not
+    count the device table again."""
+    key = fleet_state_key()
+    counts = _published.get(key)
+    if counts is None:
+        counts = dict(Device.objects.order_by().values("cluster_id").annotate(n=Count("id"))
+                      .values_list("cluster_id", "n"))
+        _published.clear()
+        _published[key] = counts
+    return counts
+
+
+def cluster_freshness(now: datetime | None = None, *, published: bool = False) -> list[Cluster]:
+    """All clusters with ``stale_now``, ``last_seen`` and ``node_count`` set (and ``devices_published``)."""
     now = now or timezone.now()
     clusters = list(Cluster.objects.annotate(node_count=Count("nodes")).order_by("name"))
+    counts = published_devices() if published else {}
     for c in clusters:
         c.stale_now = c.is_stale(now)
         c.last_seen = c.last_seen_at
+        c.devices_published = counts.get(c.id, 0)
     return clusters
 
 
@@ -134,7 +153,7 @@ def claim_phase_counts() -> dict[str, int]:
 
 def fleet_overview(now: datetime | None = None) -> dict:
     """Everything the overview page shows, from one unit aggregate plus a few small queries."""
-    clusters = cluster_freshness(now)
+    clusters = cluster_freshness(now, published=True)
     stale_ids = {c.id for c in clusters if c.stale_now}
     rows = overview_rows()
 
@@ -160,6 +179,7 @@ def fleet_overview(now: datetime | None = None) -> dict:
         "by_product": ordered(by_product.values()),
         "by_driver": ordered(by_driver.values()),
         "stale_clusters": [c for c in clusters if c.stale_now],
+        "devices_published": sum(c.devices_published for c in clusters),
         "clusters": clusters,
         "pending": pending_summary(),
         "phases": claim_phase_counts(),

@@ -31,7 +31,7 @@ def overview(request):
 @require_GET
 def utilisation(request):
     cluster = request.GET.get("cluster", "")
-    data = util_q.utilisation(request.GET.get("range", util_q.DEFAULT_RANGE), cluster=cluster)
+    data = util_q.utilisation(request.GET.get("range"), cluster=cluster)
     clusters = [c.name for c in fleet_q.cluster_freshness()]
     return page(request, "frontend/utilisation.html", "utilisation",
                 {"title": "Utilisation over time", "cluster": cluster, "clusters": clusters, **data})

@@ -6,7 +6,7 @@ from django.http import Http404
 from django.views.decorators.http import require_GET, require_http_methods
 
 from frontend.queries import inventory as inv_q
-from frontend.views.base import page
+from frontend.views.base import is_htmx, page
 from inventory.services import selectors as sel_q
 
 
@@ -58,8 +58,10 @@ def try_selector(request):
     expression = params.get("expression", "")
     device_class = params.get("class", "")
     result = sel_q.try_selector(expression, device_class=device_class) if expression.strip() else None
-    return page(request, "frontend/partials/selector_result.html", "deviceclasses",
-                {"result": result, "expression": expression})
+    # htmx swaps just the answer into the class page; a link opened directly gets a whole page.
+    template = "frontend/partials/selector_result.html" if is_htmx(request) else "frontend/inventory/try_selector.html"
+    return page(request, template, "deviceclasses", {"title": "Try a selector", "result": result,
+                                                     "expression": expression, "device_class": device_class})
 
 
 @login_required

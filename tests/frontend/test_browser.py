@@ -32,7 +32,7 @@ def test_log_in_and_see_the_fleet(page, live_server, people, demo):
     rows = page.get_by_test_id("by-cluster").locator("tbody tr")
     assert rows.count() == 5
     stale = page.get_by_test_id("stale-clusters")
-    assert demo["stale_cluster"] in stale.inner_text() and "last sync 1h" in stale.inner_text()
+    assert demo["stale_cluster"] in stale.inner_text() and "last inventory push 1h" in stale.inner_text()
     assert "NVIDIA H100 80GB HBM3" in page.get_by_test_id("by-product").inner_text()
     # The live part polls the same URL through htmx and swaps in the fragment the server returns for it. Fire
     # the request htmx's poll makes (rather than wait 15 s) and check that a fragment, not a page, comes back.

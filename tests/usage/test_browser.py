@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from tests.frontend.conftest import browser, login, page, people  # noqa: F401 (fixtures)
+from tests.frontend.conftest import login, page, people  # noqa: F401 (fixtures)
 from usage.models import Price, UsageInterval
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
