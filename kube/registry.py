@@ -57,6 +57,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", ("v1",), "events", "Event", True, READ_VERBS, ("ev",)),
     Resource(RESOURCE_GROUP, DOCTOR_ONLY_VERSIONS, "resourceclasses", "ResourceClass", False, ("create",),
              doctor_only=DOCTOR_ONLY_VERSIONS),
+    Resource(RESOURCE_GROUP, ("v1alpha3",), "resourcepoolstatusrequests", "ResourcePoolStatusRequest", False,
+             ("create", "delete", "get", "list")),
 )
 
 

@@ -14,7 +14,8 @@ from draservice.permissions import readable_namespaces
 from draservice.problems import FieldError
 from inventory.models import DeviceClass, ResourceSlice
 from inventory.services import fleet as fleet_objects
-from kube import versions
+from kube import poolstatus, versions
+from kube.models import ResourcePoolStatusRequest
 from kube.registry import CLUSTER_LABEL, RESOURCES, Resource
 from kube.selectors import filter_labels, parse_fields
 from kube.status import KubeError, not_found
@@ -26,6 +27,7 @@ class Store:
     resource: Resource
     model: type[Model]
     change_resource: str | None = None  # its name in the change log, when it can be watched
+    anyone_may_create = False  # cluster-scoped kinds are the admins' to write, unless this says otherwise
     # Field selectors: field -> column (upstream supports metadata.name and, when namespaced, .namespace).
     field_columns = {"metadata.name": "name", "metadata.namespace": "namespace__name"}
 
@@ -381,6 +383,32 @@ class EventStore(Store):
                 "source": {"component": "draservice"}, "count": 1, "firstTimestamp": when, "lastTimestamp": when}
 
 
+class PoolStatusRequestStore(Store):
+    """Availability for users: any caller may ask (the answer is bounded by ``spec.limit`` pools and says no
+    more than the fleet's device listings already do); the answer is fixed at creation."""
+
+    resource = RESOURCES[8]
+    model = ResourcePoolStatusRequest
+    anyone_may_create = True
+
+    def queryset(self):
+        return ResourcePoolStatusRequest.objects.order_by("id")
+
+    def render(self, obj, version: str) -> dict:
+        meta = {"name": obj.name, "uid": str(obj.uid), "resourceVersion": "1", "generation": 1,
+                "creationTimestamp": claim_render.ts(obj.created_at)}
+        if obj.labels:
+            meta["labels"] = obj.labels
+        return {"apiVersion": poolstatus.API_VERSION, "kind": "ResourcePoolStatusRequest", "metadata": meta,
+                "spec": obj.spec, "status": obj.status}
+
+    def create(self, view, namespace, body):
+        return poolstatus.create(body)
+
+    def delete(self, view, obj) -> None:
+        obj.delete()
+
+
 STORES: dict[str, Store] = {s.resource.plural: s for s in (
     NamespaceStore(), ClaimStore(), TemplateStore(), ConsumerStore(), DeviceClassStore(), SliceStore(),
-    EventStore(), ResourceClassStore())}
+    EventStore(), ResourceClassStore(), PoolStatusRequestStore())}

@@ -65,6 +65,9 @@ COLUMNS = {
     "consumers": [NAME, _col("Phase", "Whether every claim of the consumer is allocated"),
                   _col("Cluster", "Where its claims are"), _col("Node", "The node its claims are on"), AGE],
     "namespaces": [NAME, _col("Status", "The namespace's phase"), AGE],
+    "resourcepoolstatusrequests": [NAME, _col("Driver", "The driver asked about"),
+                                   _col("Pools", "How many pools matched"),
+                                   _col("Available", "Devices free in those pools"), AGE],
 }
 
 
@@ -81,6 +84,9 @@ def _cells(plural: str, obj: dict) -> list:
     if plural == "consumers":
         return [meta.get("name"), status.get("phase") or "", status.get("cluster") or "<none>",
                 status.get("node") or "<none>", age]
+    if plural == "resourcepoolstatusrequests":
+        return [meta.get("name"), spec.get("driver"), status.get("poolCount", 0),
+                sum(p.get("availableDevices", 0) for p in status.get("pools") or []), age]
     if plural == "namespaces":
         return [meta.get("name"), status.get("phase") or "Active", age]
     return [meta.get("name"), age]

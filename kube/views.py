@@ -82,7 +82,9 @@ class ResourceView(APIView):
     def get_permissions(self):
         if "namespace" in self.kwargs:
             return [ClaimAccess() if self.kwargs["plural"] == "resourceclaims" else NamespaceAccess()]
-        if self.request.method in SAFE_METHODS:
+        store = STORES.get(self.kwargs.get("plural", ""))
+        if self.request.method in SAFE_METHODS or (store and store.anyone_may_create and self.request.method
+                                                   == "POST"):
             return [IsAuthenticatedPrincipal()]
         return [IsAdminOrReadOnly()]  # fleet-wide objects: the admins' to write
 

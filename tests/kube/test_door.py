@@ -230,3 +230,30 @@ def test_fleet_device_classes_are_written_by_admins_only(admin, ns_client):
     assert labelled.status_code == 200, labelled.json()
     assert admin.delete(f"{url}/big.example.com").status_code == 200
     assert admin.get(f"{url}/big.example.com").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)  # the claim is allocated by the round its commit starts
+def test_a_pool_status_request_answers_availability_once(admin, ns_client):
+    from claims.models import DeviceAllocation
+
+    url = "/k8s/apis/resource.k8s.io/v1alpha3/resourcepoolstatusrequests"
+    team = ns_client("team-a")
+    assert post(team, claim("held")).status_code == 201  # the in-process round allocates one GPU
+    held = DeviceAllocation.objects.filter(driver="gpu.nvidia.com").count()
+    asked = post(team, {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "ResourcePoolStatusRequest",
+                        "metadata": {"name": "gpus"}, "spec": {"driver": "gpu.nvidia.com"}}, url)
+    assert asked.status_code == 201, asked.json()
+    status = asked.json()["status"]
+    assert status["poolCount"] == len(status["pools"]) >= 1
+    assert all(p["poolName"].startswith("c1.") for p in status["pools"])
+    assert sum(p["allocatedDevices"] for p in status["pools"]) == held >= 1
+    for p in status["pools"]:
+        assert p["availableDevices"] + p["allocatedDevices"] + p["unavailableDevices"] == p["totalDevices"]
+    assert team.get(f"{url}/gpus").json()["status"] == status  # fixed at creation
+    bad = post(team, {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "ResourcePoolStatusRequest",
+                      "metadata": {"name": "bad"}, "spec": {"limit": 0}}, url)
+    assert bad.status_code == 422
+    assert {c["field"] for c in bad.json()["details"]["causes"]} == {"spec.driver", "spec.limit"}
+    immutable = team.patch(f"{url}/gpus", json.dumps({"spec": {"limit": 5}}),
+                           content_type="application/merge-patch+json")
+    assert immutable.status_code in (403, 405)

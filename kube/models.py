@@ -1,0 +1,16 @@
+"""Objects that exist only at the Kubernetes front door."""
+import uuid
+
+from django.db import models
+
+
+class ResourcePoolStatusRequest(models.Model):
+    """resource.k8s.io/v1alpha3 ResourcePoolStatusRequest (upstream 1.36 alpha): a question about pool
+    availability, answered once at creation and immutable afterwards. Kept ``POOL_STATUS_RETENTION``."""
+
+    name = models.CharField(max_length=253, unique=True)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    labels = models.JSONField(default=dict, blank=True)
+    spec = models.JSONField()
+    status = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
