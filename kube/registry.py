@@ -57,6 +57,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", ("v1",), "events", "Event", True, READ_VERBS, ("ev",)),
     Resource(RESOURCE_GROUP, DOCTOR_ONLY_VERSIONS, "resourceclasses", "ResourceClass", False, ("create",),
              doctor_only=DOCTOR_ONLY_VERSIONS),
+    Resource(OUR_GROUP, ("v1alpha1",), "gangs", "Gang", True, ("create", "delete", "get", "list")),
+    Resource(OUR_GROUP, ("v1alpha1",), "queues", "Queue", False, WRITE_VERBS),
     Resource(RESOURCE_GROUP, ("v1alpha3",), "resourcepoolstatusrequests", "ResourcePoolStatusRequest", False,
              ("create", "delete", "get", "list")),
 )
@@ -81,3 +83,7 @@ def lookup(group: str, version: str, plural: str) -> Resource | None:
         if r.plural == plural:
             return r
     return None
+
+
+def by_plural(plural: str) -> Resource:
+    return next(r for r in RESOURCES if r.plural == plural)

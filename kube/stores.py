@@ -12,13 +12,19 @@ from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from draservice.permissions import readable_namespaces
 from draservice.problems import FieldError
+from gangs.api.serializers import render_gang
+from gangs.models import Gang
+from gangs.services import gangs as gang_services
 from inventory.models import DeviceClass, ResourceSlice
 from inventory.services import fleet as fleet_objects
 from kube import poolstatus, versions
 from kube.models import ResourcePoolStatusRequest
-from kube.registry import CLUSTER_LABEL, RESOURCES, Resource
+from kube.registry import CLUSTER_LABEL, Resource, by_plural
 from kube.selectors import filter_labels, parse_fields
 from kube.status import KubeError, not_found
+from queues.models import Queue
+from queues.services import queues as queue_services
+from queues.services import status as queue_status
 
 RELEASE = "draservice.io/release"
 
@@ -110,7 +116,7 @@ def _strip_version(body: dict) -> dict:
 
 
 class ClaimStore(Store):
-    resource = RESOURCES[1]
+    resource = by_plural("resourceclaims")
     model = ResourceClaim
     change_resource = "resourceclaims"
 
@@ -159,7 +165,7 @@ class ClaimStore(Store):
 
 
 class TemplateStore(Store):
-    resource = RESOURCES[2]
+    resource = by_plural("resourceclaimtemplates")
     model = ResourceClaimTemplate
     change_resource = "resourceclaimtemplates"
 
@@ -180,7 +186,7 @@ class TemplateStore(Store):
 
 
 class ConsumerStore(Store):
-    resource = RESOURCES[5]
+    resource = by_plural("consumers")
     model = Consumer
     change_resource = "consumers"
 
@@ -199,7 +205,7 @@ class ConsumerStore(Store):
 
 
 class NamespaceStore(Store):
-    resource = RESOURCES[0]
+    resource = by_plural("namespaces")
     model = Namespace
 
     def scoped(self, request, namespace, params):
@@ -276,7 +282,7 @@ class DeviceClassStore(ClusterObjectStore):
     """Fleet-wide DeviceClasses are the admins' to write (the inventory's fleet-object service, as
     ``/api/v1/deviceclasses``); a cluster's own classes come from its agent and are read-only here."""
 
-    resource = RESOURCES[3]
+    resource = by_plural("deviceclasses")
     model = DeviceClass
     has_fleet_wide = True
 
@@ -315,7 +321,7 @@ class ResourceClassStore(Store):
     """resource.k8s.io/v1alpha2 ResourceClass (classic DRA, removed in Kubernetes 1.31): never stored; a
     create gets the manifest doctor's explanation and a v1 DeviceClass skeleton."""
 
-    resource = RESOURCES[7]
+    resource = by_plural("resourceclasses")
     model = DeviceClass
 
     def create(self, view, namespace, body):
@@ -324,7 +330,7 @@ class ResourceClassStore(Store):
 
 
 class SliceStore(ClusterObjectStore):
-    resource = RESOURCES[4]
+    resource = by_plural("resourceslices")
     model = ResourceSlice
 
     def render(self, obj, version: str) -> dict:
@@ -334,7 +340,7 @@ class SliceStore(ClusterObjectStore):
 class EventStore(Store):
     """Core v1 Events from the claims' events, so that ``kubectl describe`` shows what happened and why."""
 
-    resource = RESOURCES[6]
+    resource = by_plural("events")
     model = ClaimEvent
     field_columns = {"metadata.name": "id", "metadata.namespace": "namespace",
                      "involvedObject.name": "claim_name", "involvedObject.namespace": "namespace",
@@ -387,7 +393,7 @@ class PoolStatusRequestStore(Store):
     """Availability for users: any caller may ask (the answer is bounded by ``spec.limit`` pools and says no
     more than the fleet's device listings already do); the answer is fixed at creation."""
 
-    resource = RESOURCES[8]
+    resource = by_plural("resourcepoolstatusrequests")
     model = ResourcePoolStatusRequest
     anyone_may_create = True
 
@@ -409,6 +415,57 @@ class PoolStatusRequestStore(Store):
         obj.delete()
 
 
+class GangStore(Store):
+    """draservice.io/v1alpha1 Gang: all-or-nothing placement of its members (the gangs app's services)."""
+
+    resource = by_plural("gangs")
+    model = Gang
+
+    def queryset(self):
+        return Gang.objects.select_related("namespace").order_by("id")
+
+    def render(self, obj, version: str) -> dict:
+        return render_gang(obj)
+
+    def create(self, view, namespace, body):
+        gang = gang_services.create_gang(namespace, body)
+        return self.get(namespace, gang.name)
+
+    def delete(self, view, obj) -> None:
+        gang_services.delete_gang(obj.pk)
+
+
+class QueueStore(Store):
+    """draservice.io/v1alpha1 Queue: fleet-wide, the admins' to write (the queues app's services)."""
+
+    resource = by_plural("queues")
+    model = Queue
+
+    def queryset(self):
+        return Queue.objects.order_by("id")
+
+    def render_many(self, objs: list, version: str) -> list[dict]:
+        statuses = queue_status.statuses(objs)
+        return [{**queue_services.rendered(q), "status": statuses[q.id]} for q in objs]
+
+    def render(self, obj, version: str) -> dict:
+        return self.render_many([obj], version)[0]
+
+    def create(self, view, namespace, body):
+        return queue_services.create_queue(body)
+
+    def replace(self, view, obj, body):
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted not in (None, "") and str(wanted) != str(obj.resource_version):
+            raise KubeError(409, f'Operation cannot be fulfilled on queues.draservice.io "{obj.name}": the object '
+                                 "has been modified; please apply your changes to the latest version and try again",
+                            "Conflict")
+        return queue_services.replace_queue(obj.name, _strip_version(body), None)[0]
+
+    def delete(self, view, obj) -> None:
+        queue_services.delete_queue(obj.name, None)
+
+
 STORES: dict[str, Store] = {s.resource.plural: s for s in (
     NamespaceStore(), ClaimStore(), TemplateStore(), ConsumerStore(), DeviceClassStore(), SliceStore(),
-    EventStore(), ResourceClassStore(), PoolStatusRequestStore())}
+    EventStore(), ResourceClassStore(), PoolStatusRequestStore(), GangStore(), QueueStore())}

@@ -7,10 +7,12 @@ import json
 import pytest
 
 from claims.models import ResourceClaim
+from claims.services import claims as claim_services
 from draservice import changes
 from draservice.models import Change, ChangeLogState
 from kube import watch as kube_watch
 from tests.claims import fleet
+from tests.gangs.fleet import gang_body, template_body
 
 CLAIMS = "/k8s/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
@@ -257,3 +259,23 @@ def test_a_pool_status_request_answers_availability_once(admin, ns_client):
     immutable = team.patch(f"{url}/gpus", json.dumps({"spec": {"limit": 5}}),
                            content_type="application/merge-patch+json")
     assert immutable.status_code in (403, 405)
+
+
+def test_our_own_kinds_gangs_and_queues(admin, ns_client):
+    claim_services.create_template("team-a", template_body("gpu1", 1))
+    gangs = "/k8s/apis/draservice.io/v1alpha1/namespaces/team-a/gangs"
+    body = gang_body("g1", 2, template="gpu1", required=None, preferred=None)
+    created = post(admin, body, gangs)
+    assert created.status_code == 201, created.json()
+    assert created.json()["kind"] == "Gang" and created.json()["status"]["minMember"] == 2
+    assert [g["metadata"]["name"] for g in admin.get(gangs).json()["items"]] == ["g1"]
+    assert admin.delete(f"{gangs}/g1").status_code == 200
+    queues = "/k8s/apis/draservice.io/v1alpha1/queues"
+    listed = ns_client("team-a").get(queues).json()
+    assert listed["kind"] == "QueueList" and "default" in [q["metadata"]["name"] for q in listed["items"]]
+    queue = {"apiVersion": "draservice.io/v1alpha1", "kind": "Queue", "metadata": {"name": "ml"},
+             "spec": {"namespaces": ["team-a"]}}
+    assert post(ns_client("team-a"), queue, queues).status_code == 403
+    made = post(admin, queue, queues)
+    assert made.status_code == 201, made.json()
+    assert admin.get(f"{queues}/ml").json()["status"] is not None
