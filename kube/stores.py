@@ -10,6 +10,7 @@ from claims.api import serializers as claim_render
 from claims.models import ClaimEvent, Consumer, Namespace, ResourceClaim, ResourceClaimTemplate
 from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
+from claims.services import events as ev
 from draservice.permissions import readable_namespaces
 from draservice.problems import FieldError
 from gangs.api.serializers import render_gang
@@ -337,6 +338,9 @@ class SliceStore(ClusterObjectStore):
         return versions.slice_out(self.render_object(obj, obj.object, version), version)
 
 
+NORMAL_EVENTS = {ev.CREATED, ev.ALLOCATED, ev.RELEASED, ev.LEASE_RENEWED, ev.DELETED, ev.RESERVED, ev.UNRESERVED}
+
+
 class EventStore(Store):
     """Core v1 Events from the claims' events, so that ``kubectl describe`` shows what happened and why."""
 
@@ -379,7 +383,7 @@ class EventStore(Store):
 
     def render(self, obj, version: str) -> dict:
         when = claim_render.ts(obj.created_at)
-        warning = obj.type in ("Failed", "AllocationFailed", "DeviceRemoved", "Preempted") or "Fail" in obj.reason
+        warning = obj.type not in NORMAL_EVENTS  # a failed attempt, a removed device, an expired lease...
         return {"apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": f"{obj.claim_name}.{obj.pk}", "namespace": obj.namespace,
                              "resourceVersion": str(obj.pk), "creationTimestamp": when, "uid": f"event-{obj.pk}"},
