@@ -134,10 +134,24 @@ def is_api_path(path: str) -> bool:
     return path.startswith("/api/")
 
 
+K8S_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 500: "InternalError"}
+
+
+def _door_status(request, code: int, message: str) -> JsonResponse | None:
+    """Under the Kubernetes front door (/k8s/) Django's own errors are Kubernetes ``Status`` objects."""
+    if not request.path.startswith("/k8s/"):
+        return None
+    return JsonResponse({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                         "message": message, "reason": K8S_REASONS[code], "code": code}, status=code)
+
+
 # Django's own error views (a URL no route matches, an unhandled exception, a SuspiciousOperation such as
 # an oversized body, a CSRF failure) answer HTML; under /api/ they answer problem+json like the views do.
 
 def api_handler400(request, exception=None):
+    door = _door_status(request, 400, str(exception) if exception else "bad request")
+    if door is not None:
+        return door
     if is_api_path(request.path):
         return json_problem(400, "Bad Request", str(exception) if exception else "Bad request.")
     from django.views.defaults import bad_request
@@ -146,6 +160,9 @@ def api_handler400(request, exception=None):
 
 
 def api_handler403(request, exception=None):
+    door = _door_status(request, 403, str(exception) if exception else "forbidden")
+    if door is not None:
+        return door
     if is_api_path(request.path):
         return json_problem(403, "Forbidden", str(exception) if exception else "Forbidden.")
     from django.views.defaults import permission_denied
@@ -154,6 +171,9 @@ def api_handler403(request, exception=None):
 
 
 def api_handler404(request, exception=None):
+    door = _door_status(request, 404, "the server could not find the requested resource")
+    if door is not None:
+        return door
     if is_api_path(request.path):
         return json_problem(404, "Not Found", f"The path {request.path} does not exist in this API.")
     from django.views.defaults import page_not_found
@@ -162,6 +182,10 @@ def api_handler404(request, exception=None):
 
 
 def api_handler500(request):
+    door = _door_status(request, 500, "an error on the server has prevented the request from succeeding; "
+                                      "it has been logged")
+    if door is not None:
+        return door
     if is_api_path(request.path):
         return json_problem(500, "Internal Server Error",
                             "The server failed to answer this request; it has been logged.")

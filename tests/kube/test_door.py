@@ -279,3 +279,14 @@ def test_our_own_kinds_gangs_and_queues(admin, ns_client):
     made = post(admin, queue, queues)
     assert made.status_code == 201, made.json()
     assert admin.get(f"{queues}/ml").json()["status"] is not None
+
+
+def test_djangos_own_errors_under_the_door_are_status_objects(client):
+    from django.test import RequestFactory
+
+    from draservice.problems import api_handler404, api_handler500
+
+    request = RequestFactory().get("/k8s/apis/resource.k8s.io/v1/x")
+    for answer, code in ((api_handler404(request), 404), (api_handler500(request), 500)):
+        body = json.loads(answer.content)
+        assert answer.status_code == code and body["kind"] == "Status" and body["code"] == code
