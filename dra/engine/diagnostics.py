@@ -61,7 +61,8 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
                                  for i, c in sorted(near.items())]
         entry["summary"] = _summary(entry, matching)
         out_requests.append(entry)
-    summary = "; ".join(f"{r['claim']}/{r['request']}: {r['summary']}" for r in out_requests) or reason
+    summary = "; ".join(f"{r['claim']}/{r['request']}: {r['summary']}" for r in out_requests) or _no_requests(
+        reason, skipped)
     if node_errors:
         summary += f"; {len(node_errors)} node(s) failed with an error: {node_errors[0].message}"
     pools = [{"cluster": c.name, "pool": p.pool_id, "generation": p.generation,
@@ -167,6 +168,16 @@ def _stage(engine, cluster, alt, d, stale, node, group, entry):
     if features.device_taints and d.taints and taint_blocks(d.taints, alt.tolerations):
         return "taint"
     return None
+
+
+def _no_requests(reason: str, skipped: list[dict]) -> str:
+    """The one-line why when no cluster could even be tried: which clusters and why not (kubectl describe
+    shows this line; a bare reason code told users nothing)."""
+    if not skipped:
+        return reason
+    named = ", ".join(f"{s['cluster']} ({str(s.get('reason', '')).replace('_', ' ')})" for s in skipped[:5])
+    more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+    return f"{reason.replace('_', ' ')}: {named}{more}"
 
 
 def _summary(entry: dict, matching: int) -> str:
