@@ -100,3 +100,10 @@ def test_invalid_pools_are_a_reason_fleet_wide_and_an_error_on_a_pinned_node():
     assert out.diagnostics["unusable_pools"][0]["detail"] == "duplicate device name gpu-0"
     with pytest.raises(AllocationError, match="invalid resource pools were encountered"):
         e.allocate(group(claim("c", [request("r")]), node="n1"))
+
+
+def test_no_eligible_cluster_names_the_clusters_and_why():
+    e = engine(cluster("c1", {"n1": gpus(2)}, stale=True), cluster("c2", {"n2": gpus(2)}, stale=True))
+    out = e.allocate(group(claim("c", [request("r")])))
+    assert not out.allocated and out.reason == "no_eligible_cluster"
+    assert "c1" in out.message and "c2" in out.message and "stale" in out.message
