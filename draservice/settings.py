@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "gangs",
     "queues",
     "kube",
+    "workloads",
     "draservice",  # last: collects the beat schedule once every app is ready
 ]
 

@@ -9,6 +9,7 @@ OUR_GROUP = "draservice.io"
 CLUSTER_LABEL = "draservice.io/cluster"  # on objects that belong to one cluster of the fleet
 ALL_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list")
+WORKLOAD_VERBS = ("create", "delete", "get", "list", "patch", "update")  # no watch: they are not in the change log
 CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
 
@@ -46,6 +47,12 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceslices", "ResourceSlice", False, READ_VERBS),
     Resource(OUR_GROUP, ("v1alpha1",), "consumers", "Consumer", True, ("create", "delete", "get", "list", "watch")),
     Resource("", ("v1",), "events", "Event", True, READ_VERBS, ("ev",)),
+    # Workloads as users write them (kube.workload_stores): their pods become consumers, a PodGroup a gang.
+    Resource("", ("v1",), "pods", "Pod", True, WORKLOAD_VERBS, ("po",), categories=("all",)),
+    Resource("apps", ("v1",), "deployments", "Deployment", True, WORKLOAD_VERBS, ("deploy",), categories=("all",)),
+    Resource("apps", ("v1",), "statefulsets", "StatefulSet", True, WORKLOAD_VERBS, ("sts",), categories=("all",)),
+    Resource("batch", ("v1",), "jobs", "Job", True, WORKLOAD_VERBS, categories=("all",)),
+    Resource("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True, WORKLOAD_VERBS, ("pg", "pgs")),
 )
 
 

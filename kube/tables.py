@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from kube import workload_tables
+
 TABLE_ACCEPT = "as=Table"
 
 
@@ -65,6 +67,7 @@ COLUMNS = {
     "consumers": [NAME, _col("Phase", "Whether every claim of the consumer is allocated"),
                   _col("Cluster", "Where its claims are"), _col("Node", "The node its claims are on"), AGE],
     "namespaces": [NAME, _col("Status", "The namespace's phase"), AGE],
+    **workload_tables.COLUMNS,
 }
 
 
@@ -83,6 +86,8 @@ def _cells(plural: str, obj: dict) -> list:
                 status.get("node") or "<none>", age]
     if plural == "namespaces":
         return [meta.get("name"), status.get("phase") or "Active", age]
+    if plural in workload_tables.COLUMNS:
+        return workload_tables.cells(plural, obj, age)
     return [meta.get("name"), age]
 
 

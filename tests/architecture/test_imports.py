@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("dra", "draservice", "inventory", "claims", "gangs", "queues", "frontend", "agent")
+PACKAGES = ("dra", "draservice", "inventory", "claims", "gangs", "queues", "frontend", "agent", "workloads")
 DRA_ALLOWED = {"celpy", "lark", "re2"}
 
 

@@ -1,0 +1,261 @@
+"""Workloads as users write them, through the /k8s door: Deployments, StatefulSets, Jobs and Pods whose pods
+name claims or claim templates become consumers (one per pod); scaling makes or releases claims; deleting
+releases them; PodGroups are gangs (all or nothing); extended resources are served by a DeviceClass's
+``extendedResourceName``; queue labels and priority classes go onto the claims the pods get."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from claims.models import Consumer, DeviceAllocation, Phase, ResourceClaim
+from claims.services import claims as claim_services
+from gangs.models import Gang
+from queues.services import queues as queue_services
+from tests.gangs import fleet
+
+pytestmark = pytest.mark.django_db(transaction=True)  # on_commit work (allocation, gang placement) runs
+NS = "team"
+APPS = f"/k8s/apis/apps/v1/namespaces/{NS}"
+CORE = f"/k8s/api/v1/namespaces/{NS}"
+BATCH = f"/k8s/apis/batch/v1/namespaces/{NS}"
+PG = f"/k8s/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{NS}"
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+@pytest.fixture
+def gpus(db):
+    """Nine 8xH100 nodes (tests/gangs/fleet.py) and templates gpu1 (1 GPU) and h100x8 (a node's 8)."""
+    fleet.load()
+    claim_services.create_template(NS, fleet.template_body("gpu1", 1))
+    claim_services.create_template(NS, fleet.template_body("h100x8", 8))
+
+
+def pod_spec(template: str | None = "gpu1", claim: str | None = None, **extra) -> dict:
+    entry = {"name": "gpu", **({"resourceClaimTemplateName": template} if template else {}),
+             **({"resourceClaimName": claim} if claim else {})}
+    return {"containers": [{"name": "main", "image": "trainer:1", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [entry], **extra}
+
+
+def deployment(name: str, replicas: int, template: str = "gpu1", labels: dict | None = None) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels or {}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(template)}}}
+
+
+def post(client, url: str, body: dict):
+    return client.post(url, json.dumps(body), content_type="application/json")
+
+
+def patch(client, url: str, body: dict, ctype: str = MERGE):
+    return client.patch(url, json.dumps(body), content_type=ctype)
+
+
+def claims_of(prefix: str) -> list[ResourceClaim]:
+    return list(ResourceClaim.objects.filter(name__startswith=prefix).order_by("name"))
+
+
+def test_a_deployment_gets_one_allocated_claim_per_replica_scales_and_releases(admin_client, gpus):
+    resp = post(admin_client, f"{APPS}/deployments", deployment("train", 3))
+    assert resp.status_code == 201, resp.content
+    pods = admin_client.get(f"{CORE}/pods").json()["items"]
+    assert len(pods) == 3
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        # <deployment>-<pod-template-hash>-<5 random>, and the claim <pod>-<entry>-<5 random>
+        assert re.fullmatch(r"train-[b-z2-9]{8,10}-[a-z0-9]{5}", name), name
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
+        claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        assert re.fullmatch(rf"{name}-gpu-[a-z0-9]{{5}}", claim_name)
+        assert pod["status"]["phase"] == "Pending"  # we allocate; nothing runs
+        assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["DevicesAllocated"] == "True"
+        assert pod["status"]["nodeName"]
+    claims = claims_of("train-")
+    assert len(claims) == 3 and {c.phase for c in claims} == {Phase.ALLOCATED}
+    dep = admin_client.get(f"{APPS}/deployments/train").json()
+    assert dep["status"]["replicas"] == 3 and dep["status"]["readyReplicas"] == 3
+    assert dep["status"]["availableReplicas"] == 3
+
+    table = admin_client.get(f"{APPS}/deployments", HTTP_ACCEPT="application/json;as=Table;v=v1;g=meta.k8s.io")
+    assert table.json()["rows"][0]["cells"][:2] == ["train", "3/3"]
+
+    resp = patch(admin_client, f"{APPS}/deployments/train", {"spec": {"replicas": 1}})
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["status"]["replicas"] == 1 and resp.json()["metadata"]["generation"] == 2
+    assert len(claims_of("train-")) == 1 and DeviceAllocation.objects.count() == 1
+    assert Consumer.objects.count() == 1
+
+    resp = patch(admin_client, f"{APPS}/deployments/train", {"spec": {"replicas": 2}}, STRATEGIC)
+    assert resp.status_code == 200 and resp.json()["status"]["readyReplicas"] == 2
+    assert admin_client.delete(f"{APPS}/deployments/train").status_code == 200
+    assert not claims_of("train-") and DeviceAllocation.objects.count() == 0 and Consumer.objects.count() == 0
+    assert admin_client.get(f"{CORE}/pods").json()["items"] == []
+
+
+def test_a_changed_pod_template_replaces_the_pods_and_a_deleted_pod_is_replaced(admin_client, gpus):
+    post(admin_client, f"{APPS}/deployments", deployment("web", 2))
+    before = {p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"]}
+    body = {"spec": {"template": {"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName":
+                                                                  "h100x8"}]}}}}
+    assert patch(admin_client, f"{APPS}/deployments/web", body, STRATEGIC).status_code == 200
+    after = {p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"]}
+    assert len(after) == 2 and not before & after
+    assert sum(len(c.allocation["devices"]["results"]) for c in claims_of("web-")) == 16
+    victim = sorted(after)[0]
+    assert admin_client.delete(f"{CORE}/pods/{victim}").status_code == 200
+    now = {p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"]}
+    assert len(now) == 2 and victim not in now
+
+
+def test_a_statefulset_names_pods_by_ordinal_and_scales_from_the_top(admin_client, gpus):
+    body = deployment("db", 3) | {"kind": "StatefulSet"}
+    assert post(admin_client, f"{APPS}/statefulsets", body).status_code == 201
+    names = sorted(p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"])
+    assert names == ["db-0", "db-1", "db-2"]
+    assert patch(admin_client, f"{APPS}/statefulsets/db", {"spec": {"replicas": 1}}).json()["status"] == {
+        "observedGeneration": 2, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+        "currentReplicas": 1}
+    assert [p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"]] == ["db-0"]
+
+
+def test_a_job_wants_parallelism_pods_and_none_while_suspended(admin_client, gpus):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "etl"},
+           "spec": {"parallelism": 2, "completions": 4, "suspend": True,
+                    "template": {"spec": pod_spec() | {"restartPolicy": "Never"}}}}
+    assert post(admin_client, f"{BATCH}/jobs", job).status_code == 201
+    assert not claims_of("etl-")
+    resp = patch(admin_client, f"{BATCH}/jobs/etl", {"spec": {"suspend": False}})
+    assert resp.json()["status"]["active"] == 2 and resp.json()["status"]["ready"] == 2
+    assert all(re.fullmatch(r"etl-[a-z0-9]{5}-gpu-[a-z0-9]{5}", c.name) for c in claims_of("etl-"))
+    resp = patch(admin_client, f"{BATCH}/jobs/etl", {"spec": {"template": {"spec": pod_spec("h100x8")}}},
+                 STRATEGIC)
+    assert resp.status_code == 422 and "immutable" in resp.json()["message"]
+
+
+def test_a_pod_naming_an_existing_claim_reserves_it_and_bad_pods_are_refused(admin_client, gpus):
+    claim_services.create_claims(NS, [fleet.claim_body("shared", 1)])
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"}, "spec": pod_spec(None, "shared")}
+    resp = post(admin_client, f"{CORE}/pods", pod)
+    assert resp.status_code == 201, resp.content
+    claim = admin_client.get(f"/k8s/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/shared").json()
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == ["p1"]
+    assert resp.json()["status"]["conditions"][0]["status"] == "True"
+    assert admin_client.delete(f"{CORE}/pods/p1").status_code == 200
+    assert ResourceClaim.objects.get(name="shared").phase == Phase.ALLOCATED  # only unreserved: not the pod's
+    missing = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p2"}, "spec": pod_spec("nope")}
+    resp = post(admin_client, f"{CORE}/pods", missing)
+    assert resp.status_code == 422 and "spec.resourceClaims[0].resourceClaimTemplateName" in resp.json()["message"]
+    assert not ResourceClaim.objects.filter(name__startswith="p2").exists()
+    resp = patch(admin_client, f"{CORE}/pods/nope", {"metadata": {"labels": {"a": "b"}}})
+    assert resp.status_code == 404
+
+
+def podgroup(name: str, min_member: int) -> dict:
+    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": min_member, "scheduleTimeoutSeconds": 600}}
+
+
+def group_pod(name: str, group: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": group}},
+            "spec": pod_spec("h100x8")}
+
+
+@pytest.mark.parametrize("nodes, placed", [(8, True), (7, False)])
+def test_a_pod_group_of_eight_is_placed_all_or_nothing(admin_client, db, nodes, placed):
+    fleet.load({"c1": fleet.nodes("c1", {"zone-a": {"rack-a1": {"block-1": nodes}}})})
+    claim_services.create_template(NS, fleet.template_body("h100x8", 8))
+    assert post(admin_client, f"{PG}/podgroups", podgroup("train", 8)).status_code == 201
+    for i in range(7):
+        assert post(admin_client, f"{CORE}/pods", group_pod(f"w-{i}", "train")).status_code == 201
+    # Seven of eight: nothing is asked for yet, the pods wait for their group.
+    assert not ResourceClaim.objects.exists() and not Gang.objects.exists()
+    group = admin_client.get(f"{PG}/podgroups/train").json()
+    assert group["status"]["phase"] == "Pending" and "7/8" in group["status"]["message"]
+    assert admin_client.get(f"{CORE}/pods/w-0").json()["status"]["reason"] == "WaitingForPodGroup"
+    assert post(admin_client, f"{CORE}/pods", group_pod("w-7", "train")).status_code == 201
+
+    claims = list(ResourceClaim.objects.order_by("name"))
+    assert len(claims) == 8 and all(re.fullmatch(r"w-\d-gpu-[a-z0-9]{5}", c.name) for c in claims)
+    group = admin_client.get(f"{PG}/podgroups/train").json()
+    ready = [admin_client.get(f"{CORE}/pods/w-{i}").json()["status"]["conditions"][0]["status"] for i in range(8)]
+    if placed:
+        assert {c.phase for c in claims} == {Phase.ALLOCATED}
+        assert group["status"]["phase"] == "Scheduled" and group["status"]["scheduled"] == 8
+        assert ready == ["True"] * 8
+    else:  # seven would fit: none is placed, nothing is held
+        assert {c.phase for c in claims} == {Phase.PENDING} and DeviceAllocation.objects.count() == 0
+        assert group["status"]["phase"] == "Scheduling" and group["status"]["scheduled"] == 0
+        assert ready == ["False"] * 8
+    assert admin_client.delete(f"{PG}/podgroups/train").status_code == 200
+    assert not ResourceClaim.objects.exists() and not Gang.objects.exists()
+    assert admin_client.get(f"{CORE}/pods/w-0").json()["status"]["reason"] == "WaitingForPodGroup"
+
+
+def test_extended_resources_are_served_by_the_class_that_names_them(admin_client, gpus):
+    def pod(limits: dict) -> dict:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cuda"},
+                "spec": {"containers": [{"name": "main", "image": "cuda:12",
+                                         "resources": {"limits": {**limits, "cpu": "4", "memory": "1Gi"}}}]}}
+
+    resp = post(admin_client, f"{CORE}/pods", pod({"example.com/fpga": 1}))
+    assert resp.status_code == 422, resp.content
+    assert "no DeviceClass serves this extended resource" in resp.json()["message"]
+    assert "example.com/fpga" in resp.json()["message"]
+    # The demo fleet's gpu.nvidia.com class says spec.extendedResourceName: nvidia.com/gpu.
+    resp = post(admin_client, f"{CORE}/pods", pod({"nvidia.com/gpu": 2}))
+    assert resp.status_code == 201, resp.content
+    status = resp.json()["status"]["extendedResourceClaimStatus"]
+    assert re.fullmatch(r"cuda-extended-resources-[a-z0-9]{5}", status["resourceClaimName"])
+    assert status["requestMappings"] == [{"containerName": "main", "resourceName": "nvidia.com/gpu",
+                                          "requestName": "container-0-request-0"}]
+    claim = ResourceClaim.objects.get(name=status["resourceClaimName"])
+    assert claim.spec["devices"]["requests"][0]["name"] == "container-0-request-0"
+    assert claim.spec["devices"]["requests"][0]["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+    assert claim.spec["devices"]["requests"][0]["exactly"]["count"] == 2
+    assert claim.phase == Phase.ALLOCATED and len(claim.allocation["devices"]["results"]) == 2
+    assert admin_client.delete(f"{CORE}/pods/cuda").status_code == 200
+    assert not ResourceClaim.objects.filter(pk=claim.pk).exists()
+    # Any class by its name, as upstream allows.
+    resp = post(admin_client, f"{CORE}/pods", pod({"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}))
+    assert resp.status_code == 201 and resp.json()["status"]["conditions"][0]["status"] == "True"
+
+
+def test_queue_labels_and_priority_classes_go_onto_the_pods_claims(admin_client, gpus):
+    queue_services.create_queue({"metadata": {"name": "research"}, "spec": {"namespaces": [NS],
+                                                                           "maxPriority": 100}})
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "kueue-job", "labels": {"kueue.x-k8s.io/queue-name": "research"}},
+           "spec": {"template": {"spec": pod_spec(priorityClassName="inference")}}}
+    resp = post(admin_client, f"{BATCH}/jobs", job)  # inference is 125: over the queue's cap
+    assert resp.status_code == 422 and "spec.template.metadata.labels[draservice.io/priority]" in resp.json()[
+        "message"], resp.content
+    job["spec"]["template"]["spec"]["priorityClassName"] = "build"
+    resp = post(admin_client, f"{BATCH}/jobs", job)
+    assert resp.status_code == 201, resp.content
+    (claim,) = claims_of("kueue-job-")
+    assert claim.labels["kueue.x-k8s.io/queue-name"] == "research" and claim.labels["draservice.io/priority"] == \
+        "100"
+    rendered = admin_client.get(f"/k8s/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/{claim.name}").json()
+    assert rendered["status"]["queue"] == "research"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kai", "labels": {"kai.scheduler/queue": "other"}},
+           "spec": pod_spec(priorityClassName="no-such-class")}
+    resp = post(admin_client, f"{CORE}/pods", pod)
+    assert resp.status_code == 422 and "no PriorityClass with name no-such-class" in resp.json()["message"]
+    pod["spec"] = pod_spec()
+    queue_services.create_queue({"metadata": {"name": "other"}, "spec": {"namespaces": ["elsewhere"]}})
+    resp = post(admin_client, f"{CORE}/pods", pod)  # a queue the namespace may not use: refused, nothing made
+    assert resp.status_code == 422 and not ResourceClaim.objects.filter(name__startswith="kai-").exists(), \
+        resp.content
+
+
+def test_namespace_tokens_see_and_write_only_their_workloads(ns_client, admin_client, gpus):
+    mine = ns_client(NS)
+    assert post(mine, f"{APPS}/deployments", deployment("own", 1)).status_code == 201
+    other = ns_client("elsewhere")
+    assert other.get(f"{APPS}/deployments/own").status_code == 403
+    assert [d["metadata"]["name"] for d in other.get("/k8s/apis/apps/v1/deployments").json()["items"]] == []
+    assert len(mine.get("/k8s/apis/apps/v1/deployments").json()["items"]) == 1
