@@ -9,7 +9,7 @@ GROUP = r"(?P<group>[a-z0-9][a-z0-9.-]*)"  # apps, batch, resource.k8s.io; the c
 VERSION = r"(?P<version>v[0-9a-z]+)"
 PLURAL = r"(?P<plural>[a-z0-9]+)"
 NS = r"namespaces/(?P<namespace>[^/]+)/"
-STATUS = r"(?:/(?P<subresource>status))?"
+STATUS = r"(?:/(?P<subresource>status|scale))?"
 
 resource = ResourceView.as_view()
 urlpatterns = [

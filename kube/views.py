@@ -18,7 +18,7 @@ from draservice import changes
 from draservice.parsers import JSONParser, MergePatchParser
 from draservice.permissions import ClaimAccess, IsAuthenticatedPrincipal, NamespaceAccess
 from draservice.yaml import YAMLParser
-from kube import fields, patch, tables, watch
+from kube import fields, patch, scale, tables, watch
 from kube.registry import Resource, lookup
 from kube.status import KubeError, translate
 from kube.stores import STORES, Store
@@ -131,6 +131,8 @@ class ResourceView(APIView):
 
     # ------------------------------------------------------------------ verbs
     def get(self, request, **kw):
+        if kw.get("subresource") == "scale":
+            return _json(scale.get(self, kw))
         if "name" in kw:
             obj = self.store.get(kw.get("namespace"), kw["name"])
             rendered = self.store.render(obj, kw["version"])
@@ -190,12 +192,16 @@ class ResourceView(APIView):
         return self._respond(obj, 201, warnings)
 
     def put(self, request, **kw):
+        if kw.get("subresource") == "scale":
+            return _json(scale.write(self, request, kw))
         self._object_write_allowed(kw)
         obj = self.store.get(kw.get("namespace"), kw["name"])
         body, warnings = self._check_body(self._body(request), kw.get("namespace"), kw["name"])
         return self._respond(self.store.replace(self, obj, body), 200, warnings)
 
     def patch(self, request, **kw):
+        if kw.get("subresource") == "scale":
+            return _json(scale.write(self, request, kw))
         self._object_write_allowed(kw)
         obj = self.store.get(kw.get("namespace"), kw["name"])
         current = self.store.render(obj, kw["version"])
@@ -220,6 +226,8 @@ class ResourceView(APIView):
             raise KubeError(405, "the server does not allow this method on the requested resource")
         if kw.get("subresource") == "status":
             raise KubeError(405, f"{self.resource.qualified}/status is written by the service only")
+        if kw.get("subresource") == "scale":
+            raise KubeError(405, "the server does not allow this method on the requested resource")
 
 
 def not_found(request, *args, **kwargs):

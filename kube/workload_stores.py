@@ -4,7 +4,6 @@ and the gangs app's gang service); reads render the status from the pods' claims
 from __future__ import annotations
 
 from kube.registry import RESOURCES, Resource
-from kube.status import KubeError
 from kube.stores import Store
 from workloads import render
 from workloads.models import Kind, Workload
@@ -33,8 +32,6 @@ class WorkloadStore(Store):
         return self.get(namespace, obj.name)
 
     def replace(self, view, obj, body):
-        if view.kwargs.get("subresource") == "scale":
-            raise KubeError(405, "the scale subresource is not served: patch spec.replicas on the object")
         return self.get(obj.namespace.name, workload_services.replace(obj.pk, body).name)
 
     def delete(self, view, obj) -> None:

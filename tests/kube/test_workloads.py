@@ -259,3 +259,25 @@ def test_namespace_tokens_see_and_write_only_their_workloads(ns_client, admin_cl
     assert other.get(f"{APPS}/deployments/own").status_code == 403
     assert [d["metadata"]["name"] for d in other.get("/k8s/apis/apps/v1/deployments").json()["items"]] == []
     assert len(mine.get("/k8s/apis/apps/v1/deployments").json()["items"]) == 1
+
+
+def test_kubectl_scale_reads_and_patches_the_scale_subresource(admin_client, ns_client, gpus):
+    post(admin_client, f"{APPS}/statefulsets", deployment("db", 2) | {"kind": "StatefulSet"})
+    scale = admin_client.get(f"{APPS}/statefulsets/db/scale").json()
+    assert scale["kind"] == "Scale" and scale["spec"] == {"replicas": 2}
+    assert scale["status"] == {"replicas": 2, "selector": "app=db"}
+    resp = patch(admin_client, f"{APPS}/statefulsets/db/scale", {"spec": {"replicas": 3}})
+    assert resp.status_code == 200 and resp.json()["status"]["replicas"] == 3, resp.content
+    assert len(claims_of("db-")) == 3
+    put = admin_client.put(f"{APPS}/statefulsets/db/scale", json.dumps({**scale, "spec": {"replicas": 1}}),
+                           content_type="application/json")
+    assert put.status_code == 409  # the resourceVersion it read is stale
+    scale = admin_client.get(f"{APPS}/statefulsets/db/scale").json()
+    put = admin_client.put(f"{APPS}/statefulsets/db/scale", json.dumps({**scale, "spec": {"replicas": 1}}),
+                           content_type="application/json")
+    assert put.status_code == 200 and [c.name.split("-gpu-")[0] for c in claims_of("db-")] == ["db-0"]
+    assert admin_client.delete(f"{APPS}/statefulsets/db/scale").status_code == 405
+    assert admin_client.get(f"{CORE}/pods/db-0/scale").status_code == 404
+    reader = ns_client(NS, read_only=True)
+    assert reader.get(f"{APPS}/statefulsets/db/scale").status_code == 200
+    assert patch(reader, f"{APPS}/statefulsets/db/scale", {"spec": {"replicas": 3}}).status_code == 403
