@@ -195,6 +195,20 @@ def test_a_pod_group_of_eight_is_placed_all_or_nothing(admin_client, db, nodes, 
     assert admin_client.get(f"{CORE}/pods/w-0").json()["status"]["reason"] == "WaitingForPodGroup"
 
 
+def test_a_pod_group_of_pods_with_extended_resources_is_a_gang(admin_client, gpus):
+    assert post(admin_client, f"{PG}/podgroups", podgroup("pair", 2)).status_code == 201
+    for i in range(2):
+        body = group_pod(f"x-{i}", "pair")
+        body["spec"] = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}
+        assert post(admin_client, f"{CORE}/pods", body).status_code == 201
+    claims = claims_of("x-")
+    assert [c.name[:-6] for c in claims] == ["x-0-extended-resources", "x-1-extended-resources"]
+    assert {c.phase for c in claims} == {Phase.ALLOCATED} and Gang.objects.get().placed_count == 2
+    # A gang's members are fixed: a third pod waits, and says why.
+    body["metadata"]["name"] = "x-2"
+    assert post(admin_client, f"{CORE}/pods", body).json()["status"]["reason"] == "PodGroupFormed"
+
+
 def test_extended_resources_are_served_by_the_class_that_names_them(admin_client, gpus):
     def pod(limits: dict) -> dict:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cuda"},
