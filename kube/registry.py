@@ -53,6 +53,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("apps", ("v1",), "statefulsets", "StatefulSet", True, WORKLOAD_VERBS, ("sts",), categories=("all",)),
     Resource("batch", ("v1",), "jobs", "Job", True, WORKLOAD_VERBS, categories=("all",)),
     Resource("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True, WORKLOAD_VERBS, ("pg", "pgs")),
+    Resource("scheduling.k8s.io", ("v1alpha1",), "workloads", "Workload", True, WORKLOAD_VERBS),
 )
 
 

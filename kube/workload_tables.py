@@ -22,6 +22,8 @@ COLUMNS = {
     "jobs": [NAME, _col("Status", "Running, Suspended"), _col("Active", "Pods"), READY, AGE],
     "podgroups": [NAME, _col("Phase", "Pending until minMember pods exist, then the gang's"),
                   _col("MinMember", "Pods placed together or not at all"), _col("Scheduled", "Pods placed"), AGE],
+    "workloads": [NAME, _col("Pod groups", "Its pod groups and their policies"),
+                  _col("Scheduled", "Pods placed by its gangs"), AGE],
 }
 
 
@@ -49,4 +51,8 @@ def cells(plural: str, obj: dict, age: str) -> list:
                 _ratio(status.get("ready"), status.get("active")), age]
     if plural == "podgroups":
         return [name, status.get("phase") or "Pending", spec.get("minMember", 1), status.get("scheduled", 0), age]
+    if plural == "workloads":
+        groups = status.get("podGroups") or []
+        return [name, ",".join(f"{g['name']}({g['policy']})" for g in groups),
+                sum(x.get("scheduled", 0) for g in groups for x in g.get("gangs") or []), age]
     return [name, age]

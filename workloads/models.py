@@ -17,6 +17,7 @@ class Kind(models.TextChoices):
     STATEFULSET = "StatefulSet"
     JOB = "Job"
     PODGROUP = "PodGroup"
+    WORKLOAD = "Workload"  # scheduling.k8s.io/v1alpha1: pod groups with a basic or gang policy
 
 
 class Gate(models.TextChoices):
@@ -43,6 +44,9 @@ class Workload(models.Model):
     template_hash = models.CharField(max_length=16, blank=True, default="")  # the pod template it was made from
     # Number of claims a pod wants (entries + one for extended resources): 0 means it needs no devices.
     wanted_claims = models.IntegerField(default=0)
+    # The group a pod belongs to (workloads.spec.PodTemplate.group): "PodGroup/<name>" or
+    # "Workload/<name>/<podGroup>[/<replica key>]"; empty when none.
+    group = models.CharField(max_length=600, blank=True, default="")
     gate = models.CharField(max_length=16, choices=Gate.choices, blank=True, default=Gate.NONE)
     consumer = models.OneToOneField("claims.Consumer", on_delete=models.SET_NULL, null=True, blank=True,
                                     related_name="workload")
@@ -54,7 +58,8 @@ class Workload(models.Model):
         ordering = ["id"]
         constraints = [models.UniqueConstraint(fields=["namespace", "kind", "name"],
                                                name="workloads_workload_unique_name")]
-        indexes = [models.Index(fields=["namespace", "kind"], name="workloads_ns_kind")]
+        indexes = [models.Index(fields=["namespace", "kind"], name="workloads_ns_kind"),
+                   models.Index(fields=["namespace", "group"], name="workloads_ns_group")]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace_id}/{self.name}"

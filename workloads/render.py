@@ -14,9 +14,11 @@ from claims.models import Phase, Reservation
 from gangs.models import Gang
 from workloads import spec as wspec
 from workloads.models import Gate, Kind, Workload
+from workloads.services import podgroups
 
 API_VERSIONS: dict[str, str] = {Kind.POD: "v1", Kind.DEPLOYMENT: "apps/v1", Kind.STATEFULSET: "apps/v1",
-                                Kind.JOB: "batch/v1", Kind.PODGROUP: "scheduling.x-k8s.io/v1alpha1"}
+                                                Kind.JOB: "batch/v1", Kind.PODGROUP: "scheduling.x-k8s.io/v1alpha1",
+                                Kind.WORKLOAD: "scheduling.k8s.io/v1alpha1"}
 DEVICES_CONDITION = "DevicesAllocated"
 
 
@@ -130,14 +132,42 @@ def _workload_status(obj: Workload, pods: list[Workload], claims: dict[int, PodC
     return {k: v for k, v in status.items() if v != 0 or k == "replicas"}
 
 
-def _pod_group_status(obj: Workload, gang: Gang | None, waiting: int) -> dict:
-    min_member = obj.spec.get("minMember", 1)
-    if gang is None:
-        return {"phase": "Pending", "scheduled": 0,
-                "message": f"{waiting}/{min_member} pods waiting; the group is placed once minMember pods exist"}
+def _gang_status(gang: Gang) -> dict:
     phase = {"Placed": "Scheduled", "Failed": "Failed", "Released": "Finished"}.get(str(gang.phase), "Scheduling")
     return {"phase": phase, "scheduled": gang.placed_count, "reason": gang.reason, "message": gang.message,
             "scheduleStartTime": ts(gang.created_at), "gang": gang.name}
+
+
+def _waiting(obj: Workload) -> dict[str, int]:
+    """group -> pods waiting for it, of the groups ``obj`` (a PodGroup or Workload) defines."""
+    prefix = f"{obj.kind}/{obj.name}"
+    pods = Workload.objects.filter(namespace_id=obj.namespace_id, kind=Kind.POD, gate=Gate.POD_GROUP)
+    rows = (pods.filter(group=prefix) | pods.filter(group__startswith=f"{prefix}/")).values_list("group", flat=True)
+    out: dict[str, int] = {}
+    for group in rows:
+        out[group] = out.get(group, 0) + 1
+    return out
+
+
+def _group_status(obj: Workload) -> dict:
+    gangs = {g.name: g for g in podgroups.gangs_of(obj)}
+    waiting = _waiting(obj)
+    if obj.kind == Kind.PODGROUP:
+        if gangs:
+            return _gang_status(next(iter(gangs.values())))
+        n, min_member = waiting.get(f"{Kind.PODGROUP}/{obj.name}", 0), obj.spec.get("minMember", 1)
+        return {"phase": "Pending", "scheduled": 0,
+                "message": f"{n}/{min_member} pods waiting; the group is placed once minMember pods exist"}
+    groups = []
+    for entry in obj.spec.get("podGroups") or []:
+        prefix = f"{Kind.WORKLOAD}/{obj.name}/{entry.get('name')}"
+        mine = [g for n, g in gangs.items() if n == wspec.gang_name(prefix) or n.startswith(
+            wspec.gang_name(prefix) + "-")]
+        groups.append({"name": entry.get("name"), "policy": "gang" if "gang" in (entry.get("policy") or {})
+                       else "basic", "waitingPods": sum(n for g, n in waiting.items() if g == prefix
+                                                         or g.startswith(f"{prefix}/")),
+                       "gangs": [_gang_status(g) for g in mine]})
+    return {"podGroups": groups}
 
 
 def render_many(objs: list[Workload]) -> list[dict]:
@@ -153,10 +183,8 @@ def render_many(objs: list[Workload]) -> list[dict]:
         if obj.kind == Kind.POD:
             out.append(_pod(obj, claims[obj.id]))
             continue
-        if obj.kind == Kind.PODGROUP:
-            waiting = Workload.objects.filter(wspec.pod_group_q(obj.name), namespace_id=obj.namespace_id,
-                                              gate=Gate.POD_GROUP).count() if obj.gang_id is None else 0
-            status = _pod_group_status(obj, obj.gang, waiting)
+        if obj.kind in (Kind.PODGROUP, Kind.WORKLOAD):
+            status = _group_status(obj)
         else:
             status = _workload_status(obj, by_owner.get(obj.id, []), claims)
         out.append({"apiVersion": API_VERSIONS[obj.kind], "kind": obj.kind, "metadata": _meta(obj),

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import reduce
-from operator import or_
 from typing import Any
-
-from django.db.models import Q
 
 from claims import k8s
 from draservice.problems import FieldError
@@ -42,8 +38,16 @@ class PodTemplate:
     extended: list[tuple[str, str, int]] = field(default_factory=list)  # (request name, resource, count)
 
     @property
-    def pod_group(self) -> str | None:
-        return next((self.labels[k] for k in POD_GROUP_LABELS if self.labels.get(k)), None)
+    def group(self) -> str:
+        """The pod's group: a PodGroup by label, or a Workload's pod group by ``spec.workloadRef``."""
+        name = next((self.labels[k] for k in POD_GROUP_LABELS if self.labels.get(k)), None)
+        if name:
+            return f"{Kind.PODGROUP}/{name}"
+        ref = _dict(self.spec.get("workloadRef"))
+        if ref.get("name") and ref.get("podGroup"):
+            key = ref.get("podGroupReplicaKey")
+            return f"{Kind.WORKLOAD}/{ref['name']}/{ref['podGroup']}" + (f"/{key}" if key else "")
+        return ""
 
     @property
     def wanted_claims(self) -> int:
@@ -84,9 +88,18 @@ def _dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def pod_group_q(name: str) -> Q:
-    """Pods labelled as members of the pod group ``name`` (a Workload filter)."""
-    return reduce(or_, (Q(**{f"labels__{key}": name}) for key in POD_GROUP_LABELS))
+def split_group(group: str) -> tuple[str, str, str, str]:
+    """(kind, object name, pod group, replica key) of a pod's group."""
+    kind, _, rest = group.partition("/")
+    name, _, rest = rest.partition("/")
+    pod_group, _, replica = rest.partition("/")
+    return kind, name, pod_group, replica
+
+
+def gang_name(group: str) -> str:
+    """The gang a group becomes: the PodGroup's name; <workload>-<pod group>[-<replica key>]."""
+    kind, name, pod_group, replica = split_group(group)
+    return name if kind == Kind.PODGROUP else "-".join(p for p in (name, pod_group, replica) if p)
 
 
 def _is_extended(resource: str) -> bool:

@@ -295,3 +295,39 @@ def test_kubectl_scale_reads_and_patches_the_scale_subresource(admin_client, ns_
     reader = ns_client(NS, read_only=True)
     assert reader.get(f"{APPS}/statefulsets/db/scale").status_code == 200
     assert patch(reader, f"{APPS}/statefulsets/db/scale", {"spec": {"replicas": 3}}).status_code == 403
+
+
+def test_an_upstream_workload_gang_groups_pods_by_workload_ref_and_replica_key(admin_client, gpus):
+    """scheduling.k8s.io/v1alpha1 Workload: each (podGroup, podGroupReplicaKey) of a gang policy is a gang of
+    its own once minCount pods reference it; a basic group's pods get their claims one by one."""
+    def pod(name: str, group: str, key: str | None = None) -> dict:
+        ref = {"name": "job", "podGroup": group, **({"podGroupReplicaKey": key} if key else {})}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": pod_spec("gpu1", workloadRef=ref)}
+
+    for i in range(2):
+        assert post(admin_client, f"{CORE}/pods", pod(f"w0-{i}", "workers", "0")).status_code == 201
+    assert post(admin_client, f"{CORE}/pods", pod("w1-0", "workers", "1")).status_code == 201
+    assert post(admin_client, f"{CORE}/pods", pod("driver", "driver")).status_code == 201
+    assert not ResourceClaim.objects.exists()  # no Workload yet: every pod waits
+    workload = {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload", "metadata": {"name": "job"},
+                "spec": {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 2}}},
+                                       {"name": "driver", "policy": {"basic": {}}}]}}
+    resp = post(admin_client, "/k8s/apis/scheduling.k8s.io/v1alpha1/namespaces/team/workloads", workload)
+    assert resp.status_code == 201, resp.content
+    groups = {g["name"]: g for g in resp.json()["status"]["podGroups"]}
+    assert [g["gang"] for g in groups["workers"]["gangs"]] == ["job-workers-0"]
+    assert groups["workers"]["gangs"][0]["phase"] == "Scheduled" and groups["workers"]["waitingPods"] == 1
+    assert groups["driver"]["gangs"] == [] and groups["driver"]["waitingPods"] == 0
+    assert [c.name[:-6] for c in claims_of("")] == ["driver-gpu", "w0-0-gpu", "w0-1-gpu"]
+    assert {c.phase for c in claims_of("")} == {Phase.ALLOCATED}
+    # Replica key 1 gets its second pod: a second gang.
+    assert post(admin_client, f"{CORE}/pods", pod("w1-1", "workers", "1")).status_code == 201
+    assert sorted(Gang.objects.values_list("name", flat=True)) == ["job-workers-0", "job-workers-1"]
+    bad = {**workload, "metadata": {"name": "bad"}, "spec": {"podGroups": [{"name": "x", "policy": {}}]}}
+    resp = post(admin_client, "/k8s/apis/scheduling.k8s.io/v1alpha1/namespaces/team/workloads", bad)
+    assert resp.status_code == 422 and "spec.podGroups[0].policy" in resp.json()["message"]
+    assert admin_client.delete("/k8s/apis/scheduling.k8s.io/v1alpha1/namespaces/team/workloads/job").status_code \
+        == 200
+    assert not ResourceClaim.objects.exists() and not Gang.objects.exists() and not Consumer.objects.exists()
+    assert admin_client.get(f"{CORE}/pods/driver").json()["status"]["reason"] == "WaitingForPodGroup"

@@ -1,56 +1,116 @@
-"""PodGroups (``scheduling.x-k8s.io/v1alpha1``, the coscheduling plugin's): pods labelled
-``scheduling.x-k8s.io/pod-group: <name>`` start together or not at all.
+"""Pod groups: pods that start together or not at all.
 
-The pods of a group wait (``Gate.POD_GROUP``, no consumer) until the group exists and has ``minMember`` of
-them; then all of them become ONE Gang of the gangs app (``create_gang``: member = pod, its consumer made by
-the claims app, its claims still named after the pod and labelled with its queue), placed all or nothing by
-the gang worker. A gang's members are fixed: pods that come later wait with ``Gate.FORMED``. Deleting the
-group deletes the gang (its claims released); its pods wait again for a group of that name.
+Two ways to write them: a ``scheduling.x-k8s.io/v1alpha1`` PodGroup (the coscheduling plugin's: ``minMember``,
+pods labelled ``scheduling.x-k8s.io/pod-group: <name>``), or a pod group of an upstream
+``scheduling.k8s.io/v1alpha1`` Workload (``spec.podGroups[]`` with ``policy.gang.minCount`` or
+``policy.basic``, pods with ``spec.workloadRef: {name, podGroup, podGroupReplicaKey}``; each replica key is a
+group of its own).
+
+The pods of a group wait (``Gate.POD_GROUP``, no consumer) until the group is defined and has its minimum of
+them; then all of them become ONE Gang of the gangs app (``create_gang``: member = pod, its consumer made by the
+claims app, its claims still named after the pod and labelled with its queue), placed all or nothing by the
+gang worker. A gang's members are fixed: pods that come later wait with ``Gate.FORMED``. A ``basic`` group's
+pods get their consumers one by one. Deleting the group deletes its gangs (their claims released); its pods
+wait again.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from claims.models import Namespace
+from claims.services import consumers as consumer_services
 from draservice.problems import FieldError
-from gangs.models import GangMember
+from gangs.models import Gang, GangMember
 from gangs.services import gangs as gang_services
 from workloads import spec as wspec
 from workloads.models import Gate, Kind, Workload
 from workloads.services import pods as pod_services
 
 MAX_TIMEOUT = 7 * 24 * 3600
+GROUP_LABEL = "workloads.draservice.io/group-of"  # on a group's gangs: <kind>.<name> of what defines them
 
 
-def parse(spec: dict) -> dict:
-    """The PodGroup spec we use: minMember (default 1) and scheduleTimeoutSeconds; minResources is ignored
-    (the gang places the pods' own claims)."""
-    errors = []
-    min_member = spec.get("minMember", 1)
-    if not isinstance(min_member, int) or isinstance(min_member, bool) or not 1 <= min_member <= wspec.MAX_REPLICAS:
-        errors.append(("spec.minMember", f"Invalid value: {min_member!r}: must be between 1 and "
-                                         f"{wspec.MAX_REPLICAS}"))
-    timeout = spec.get("scheduleTimeoutSeconds")
-    if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool)
-                                or not 1 <= timeout <= MAX_TIMEOUT):
-        errors.append(("spec.scheduleTimeoutSeconds", f"Invalid value: {timeout!r}: must be between 1 and "
-                                                       f"{MAX_TIMEOUT}"))
+def _count(spec: dict, key: str, path: str, errors: list, default=None, top: int = wspec.MAX_REPLICAS):
+    value = spec.get(key, default)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top):
+        errors.append((f"{path}.{key}", f"Invalid value: {value!r}: must be between 1 and {top}"))
+    return value
+
+
+def parse(kind: str, spec: dict) -> dict:
+    """A PodGroup's minMember (default 1) and scheduleTimeoutSeconds (minResources is ignored: the gang places
+    the pods' own claims); a Workload's podGroups, each with exactly one of policy.basic or policy.gang."""
+    errors: list[tuple[str, str]] = []
+    if kind == Kind.PODGROUP:
+        _count(spec, "minMember", "spec", errors, 1)
+        _count(spec, "scheduleTimeoutSeconds", "spec", errors, None, MAX_TIMEOUT)
+    else:
+        groups = spec.get("podGroups")
+        if not isinstance(groups, list) or not groups:
+            errors.append(("spec.podGroups", "Required value: a non-empty list"))
+            groups = []
+        names = set()
+        for i, group in enumerate(groups):
+            path = f"spec.podGroups[{i}]"
+            group = group if isinstance(group, dict) else {}
+            if not group.get("name") or group["name"] in names:
+                errors.append((f"{path}.name", "Required value: a unique name"))
+            names.add(group.get("name"))
+            policy: dict = group["policy"] if isinstance(group.get("policy"), dict) else {}
+            if ("basic" in policy) == ("gang" in policy):
+                errors.append((f"{path}.policy", "Invalid value: exactly one of basic or gang"))
+            elif "gang" in policy:
+                _count(policy["gang"] if isinstance(policy["gang"], dict) else {}, "minCount",
+                       f"{path}.policy.gang", errors, 1)
     if errors:
         raise FieldError(errors)
     return spec
 
 
-def is_formed(ns: Namespace, name: str) -> bool:
-    return Workload.objects.filter(namespace=ns, kind=Kind.PODGROUP, name=name, gang__isnull=False).exists()
+@dataclass
+class Definition:
+    row: Workload  # the PodGroup or Workload, locked
+    gang: str  # the gang's name
+    min_member: int | None  # None: a basic policy (no gang)
+    timeout: int | None = None
 
 
-def form(ns: Namespace, name: str) -> bool:
-    """Make the group a gang if it exists, is not one yet and has minMember waiting pods. The caller's
-    transaction; the group row is locked first (two pods arriving at once form it once)."""
-    group = Workload.objects.select_for_update().filter(namespace=ns, kind=Kind.PODGROUP, name=name).first()
-    if group is None or group.gang_id is not None:
+def _definition(ns: Namespace, group: str) -> Definition | None:
+    kind, name, pod_group, _ = wspec.split_group(group)
+    row = (Workload.objects.select_for_update(of=("self",)).select_related("namespace")
+           .filter(namespace=ns, kind=kind, name=name).first())
+    if row is None:
+        return None
+    if kind == Kind.PODGROUP:
+        return Definition(row, wspec.gang_name(group), row.spec.get("minMember", 1),
+                          row.spec.get("scheduleTimeoutSeconds"))
+    entry = next((g for g in row.spec.get("podGroups") or [] if g.get("name") == pod_group), None)
+    if entry is None:
+        return None
+    gang = (entry.get("policy") or {}).get("gang")
+    return Definition(row, wspec.gang_name(group), gang.get("minCount", 1) if gang is not None else None)
+
+
+def is_formed(ns: Namespace, group: str) -> bool:
+    return Gang.objects.filter(namespace=ns, name=wspec.gang_name(group),
+                               labels__has_key=GROUP_LABEL).exists()
+
+
+def form(ns: Namespace, group: str) -> bool:
+    """Make the group a gang if it is defined, is not one yet and has its minimum of waiting pods (a basic
+    group: start its pods). The caller's transaction; the group's row is locked first (two pods arriving at
+    once form it once)."""
+    definition = _definition(ns, group)
+    if definition is None or is_formed(ns, group):
         return False
     waiting = list(Workload.objects.select_for_update(of=("self",)).select_related("owner", "namespace")
-                   .filter(wspec.pod_group_q(name), namespace=ns, kind=Kind.POD, gate=Gate.POD_GROUP).order_by("name"))
-    if len(waiting) < group.spec.get("minMember", 1):
+                   .filter(namespace=ns, group=group, kind=Kind.POD, gate=Gate.POD_GROUP).order_by("name"))
+    if definition.min_member is None:
+        for pod in waiting:
+            pod_services.start(pod, pod_services.template_of_pod(pod), pod.owner.labels if pod.owner else {},
+                               f"pods[{pod.name}].spec")
+        return bool(waiting)
+    if len(waiting) < definition.min_member:
         return False
     members, generated = [], {}
     for pod in waiting:
@@ -59,25 +119,49 @@ def form(ns: Namespace, name: str) -> bool:
         generated[pod.name] = pod_services.generated_for(pod, template, pod.owner.labels if pod.owner else {},
                                                          f"pods[{pod.name}].spec")
     body = {"apiVersion": "draservice.io/v1alpha1", "kind": "Gang",
-            "metadata": {"name": group.name, "labels": {"workloads.draservice.io/pod-group": group.name}},
-            "spec": {"minMember": group.spec.get("minMember", 1), "members": members,
-                     **({"scheduleTimeoutSeconds": group.spec["scheduleTimeoutSeconds"]}
-                        if group.spec.get("scheduleTimeoutSeconds") else {})}}
+            "metadata": {"name": definition.gang, "labels": {GROUP_LABEL: _label(definition.row)}},
+            "spec": {"minMember": definition.min_member, "members": members,
+                     **({"scheduleTimeoutSeconds": definition.timeout} if definition.timeout else {})}}
     gang = gang_services.create_gang(ns.name, body, generated)
     consumers = dict(GangMember.objects.filter(gang=gang).values_list("name", "consumer_id"))
     for pod in waiting:
         pod.consumer_id, pod.gate = consumers.get(pod.name), Gate.NONE
     Workload.objects.bulk_update(waiting, ["consumer", "gate"])
-    group.gang = gang
-    group.resource_version += 1
-    group.save(update_fields=["gang", "resource_version"])
+    row = definition.row
+    if row.kind == Kind.PODGROUP:
+        row.gang = gang
+    row.resource_version += 1
+    row.save(update_fields=["gang", "resource_version"])
     return True
 
 
-def delete(group: Workload) -> None:
-    """The gang (its members' consumers and claims) and the group; its pods wait for a new group."""
-    if group.gang_id:
-        gang_services.delete_gang(group.gang_id)
-    Workload.objects.filter(wspec.pod_group_q(group.name), namespace=group.namespace, kind=Kind.POD,
-                            wanted_claims__gt=0).update(gate=Gate.POD_GROUP, consumer=None)
-    group.delete()
+def form_all(row: Workload) -> None:
+    """Every group a new PodGroup or Workload defines, from the pods already waiting for it."""
+    prefix = f"{row.kind}/{row.name}"
+    groups = (Workload.objects.filter(namespace=row.namespace, kind=Kind.POD, gate=Gate.POD_GROUP)
+              .filter(group__startswith=f"{prefix}/") | Workload.objects.filter(
+                  namespace=row.namespace, kind=Kind.POD, gate=Gate.POD_GROUP, group=prefix))
+    for group in sorted(set(groups.values_list("group", flat=True))):
+        form(row.namespace, group)
+
+
+def _label(row: Workload) -> str:
+    return f"{row.kind}.{row.name}"[:63]
+
+
+def gangs_of(row: Workload) -> list[Gang]:
+    return list(Gang.objects.filter(namespace=row.namespace, **{f"labels__{GROUP_LABEL}": _label(row)})
+                .order_by("name"))
+
+
+def delete(row: Workload) -> None:
+    """The group's gangs (their members' consumers and claims) and the group; its pods wait again."""
+    for gang in gangs_of(row):
+        gang_services.delete_gang(gang.id)  # deletes the members' consumers: their pods' links go NULL
+    prefix = f"{row.kind}/{row.name}"
+    pods = Workload.objects.filter(namespace=row.namespace, kind=Kind.POD, wanted_claims__gt=0)
+    pods = pods.filter(group=prefix) | pods.filter(group__startswith=f"{prefix}/")
+    for consumer_id in pods.filter(consumer__isnull=False).values_list("consumer_id", flat=True):
+        consumer_services.delete_consumer(consumer_id)  # a basic group's pods had consumers of their own
+    pods.update(gate=Gate.POD_GROUP, consumer=None)
+    row.delete()

@@ -59,12 +59,13 @@ def consumer_body(pod: Workload, template: wspec.PodTemplate) -> dict:
             "spec": {"resourceClaims": template.entries}}
 
 
-def start(pod: Workload, template: wspec.PodTemplate, owner_labels: dict, path: str, group_formed: bool) -> None:
-    """Give a new pod what it wants: nothing (no devices), a gate (its pod group), or its consumer."""
+def start(pod: Workload, template: wspec.PodTemplate, owner_labels: dict, path: str,
+          gate: str = Gate.NONE) -> None:
+    """Give a pod what it wants: nothing (no devices), a gate (it waits for its group), or its consumer."""
     if template.wanted_claims == 0:
         return
-    if template.pod_group:
-        pod.gate = Gate.FORMED if group_formed else Gate.POD_GROUP
+    if gate != Gate.NONE:
+        pod.gate = gate
         pod.save(update_fields=["gate"])
         return
     generated = generated_for(pod, template, owner_labels, path)
@@ -75,8 +76,8 @@ def start(pod: Workload, template: wspec.PodTemplate, owner_labels: dict, path: 
         # The claims app words paths for a Consumer body; say them in terms of the pod's spec.
         errors = [(_pod_path(e["field"], path), e["reason"]) for e in exc.errors]
         raise FieldError(errors, status_code=exc.status_code, title=exc.title) from exc
-    pod.consumer = consumer
-    pod.save(update_fields=["consumer"])
+    pod.consumer, pod.gate = consumer, Gate.NONE
+    pod.save(update_fields=["consumer", "gate"])
 
 
 def _pod_path(field: str, path: str) -> str:
@@ -92,7 +93,8 @@ def new_pod(ns: Namespace, name: str, template: wspec.PodTemplate, *, owner: Wor
     return Workload.objects.create(namespace=ns, kind=Kind.POD, name=name,
                                    labels={**template.labels, **(extra_labels or {})},
                                    annotations=template.annotations, spec=template.spec, owner=owner,
-                                   ordinal=ordinal, template_hash=thash, wanted_claims=template.wanted_claims)
+                                   ordinal=ordinal, template_hash=thash, wanted_claims=template.wanted_claims,
+                                   group=template.group)
 
 
 def delete(pod: Workload) -> None:

@@ -28,6 +28,7 @@ from workloads.services import pods as pod_services
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 JOB_NAME_LABEL = "job-name"
 STS_POD_LABEL = "statefulset.kubernetes.io/pod-name"
+GROUP_KINDS = (Kind.PODGROUP, Kind.WORKLOAD)
 
 
 def _lock(pk: int) -> Workload:
@@ -44,8 +45,8 @@ def create(ns_name: str, kind: str, body: dict) -> Workload:
         if Workload.objects.filter(namespace=ns, kind=kind, name=meta["name"]).exists():
             raise FieldError([("metadata.name", f'{kind.lower()}s "{meta["name"]}" already exists')],
                              status_code=409, title="AlreadyExists")
-        if kind == Kind.PODGROUP:
-            spec = podgroups.parse(spec)
+        if kind in GROUP_KINDS:
+            spec = podgroups.parse(kind, spec)
             template = None
         else:
             template = wspec.template_of(kind, spec, meta)
@@ -55,11 +56,12 @@ def create(ns_name: str, kind: str, body: dict) -> Workload:
             with transaction.atomic():
                 obj = Workload.objects.create(namespace=ns, kind=kind, name=meta["name"], labels=meta["labels"],
                                               annotations=meta["annotations"], spec=spec,
-                                              wanted_claims=template.wanted_claims if template else 0)
+                                              wanted_claims=template.wanted_claims if template else 0,
+                                              group=template.group if template and kind == Kind.POD else "")
         except IntegrityError as exc:
             raise Conflict(f'{kind.lower()}s "{meta["name"]}" was created concurrently') from exc
-        if kind == Kind.PODGROUP:
-            podgroups.form(ns, obj.name)
+        if kind in GROUP_KINDS:
+            podgroups.form_all(obj)
         elif kind == Kind.POD:
             assert template is not None
             _start_pod(obj, template, {}, "spec")
@@ -69,10 +71,13 @@ def create(ns_name: str, kind: str, body: dict) -> Workload:
 
 
 def _start_pod(pod: Workload, template: wspec.PodTemplate, owner_labels: dict, path: str) -> None:
-    group = template.pod_group
-    formed = group is not None and podgroups.is_formed(pod.namespace, group)
-    pod_services.start(pod, template, owner_labels, path, formed)
-    if group and pod.gate == Gate.POD_GROUP:
+    group = template.group
+    if not group:
+        pod_services.start(pod, template, owner_labels, path)
+        return
+    formed = podgroups.is_formed(pod.namespace, group)
+    pod_services.start(pod, template, owner_labels, path, Gate.FORMED if formed else Gate.POD_GROUP)
+    if pod.gate == Gate.POD_GROUP:
         podgroups.form(pod.namespace, group)
 
 
@@ -164,7 +169,7 @@ def replace(pk: int, body: dict) -> Workload:
         if changed and obj.kind in (Kind.DEPLOYMENT, Kind.STATEFULSET, Kind.JOB):
             reconcile(obj)
         elif changed and obj.kind == Kind.PODGROUP:
-            podgroups.form(obj.namespace, obj.name)
+            podgroups.form_all(obj)
     return obj
 
 
@@ -172,11 +177,13 @@ def _check_spec_change(obj: Workload, spec: dict, meta: dict) -> None:
     if obj.kind == Kind.POD:
         raise FieldError([("spec", "Forbidden: pod updates may not change fields other than labels and "
                                    "annotations here (delete and create the pod)")])
+    if obj.kind == Kind.WORKLOAD:
+        raise FieldError([("spec", "Invalid value: field is immutable")])
     if obj.kind == Kind.PODGROUP:
         if obj.gang_id:
             raise FieldError([("spec", "Forbidden: the pod group is a gang already; delete and create it to change "
                                        "it")])
-        podgroups.parse(spec)
+        podgroups.parse(obj.kind, spec)
         return
     if obj.kind == Kind.JOB and spec.get("template") != obj.spec.get("template"):
         raise FieldError([("spec.template", "Invalid value: field is immutable")])
@@ -192,7 +199,7 @@ def delete(pk: int) -> None:
     workload is replaced, as its controller would."""
     with transaction.atomic():
         obj = _lock(pk)
-        if obj.kind == Kind.PODGROUP:
+        if obj.kind in GROUP_KINDS:
             podgroups.delete(obj)
             return
         for pod in obj.pods.select_related("namespace").order_by("id"):
