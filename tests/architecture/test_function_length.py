@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ["agent", "claims", "dra", "draservice", "frontend", "gangs", "inventory"]
+PRODUCT = ["agent", "claims", "dra", "draservice", "frontend", "gangs", "inventory", "workloads"]
 MAX_LINES = 80
 
 
