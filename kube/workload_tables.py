@@ -40,7 +40,7 @@ def cells(plural: str, obj: dict, age: str) -> list:
             1 if status.get("extendedResourceClaimStatus") else 0)
         ready = any(c.get("type") == "DevicesAllocated" and c.get("status") == "True" for c in statuses)
         return [name, _ratio(wanted if ready else 0, wanted), status.get("reason") or status.get("phase"),
-                status.get("nodeName") or "<none>", age]
+                spec.get("nodeName") or "<none>", age]
     if plural == "deployments":
         return [name, _ratio(status.get("readyReplicas"), spec.get("replicas", 1)), status.get("updatedReplicas", 0),
                 status.get("availableReplicas", 0), age]

@@ -2,7 +2,7 @@
 
 We allocate; nothing runs. A pod's ``status.phase`` therefore stays ``Pending`` (``Running`` would be a lie);
 its condition ``DevicesAllocated`` says whether every claim it wants is allocated (and ``PodScheduled`` and
-``status.nodeName`` where they are). A workload's ready and available counts are the pods whose devices are
+``spec.nodeName`` where they are). A workload's ready and available counts are the pods whose devices are
 all allocated: that is what this service can vouch for.
 """
 from __future__ import annotations
@@ -87,8 +87,6 @@ def pod_status(pod: Workload, claims: PodClaims) -> dict:
                     "conditions": [_condition(DEVICES_CONDITION, ready, reason, message, pod.created_at),
                                    _condition("PodScheduled", ready and len(nodes) <= 1, reason, message,
                                               pod.created_at)]}
-    if ready and len(nodes) == 1:
-        status["nodeName"] = next(iter(nodes))
     generated = [{"name": e[0], "resourceClaimName": e[1]} for e in claims.entries
                  if e[0] != wspec.EXTENDED_ENTRY and e[1].startswith(f"{pod.name}-{e[0]}-")]
     if generated:
@@ -105,6 +103,9 @@ def pod_status(pod: Workload, claims: PodClaims) -> dict:
 
 def _pod(pod: Workload, claims: PodClaims) -> dict:
     spec = dict(pod.spec)
+    nodes = {e[3] for e in claims.entries if e[2] == Phase.ALLOCATED and e[3]}
+    if claims.ready(pod) and len(nodes) == 1:
+        spec["nodeName"] = next(iter(nodes))  # where its devices are: the pod is bound there, as by a scheduler
     return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(pod), "spec": spec,
             "status": pod_status(pod, claims)}
 

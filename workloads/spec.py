@@ -165,10 +165,15 @@ def desired_pods(kind: str, spec: dict) -> int:
     if kind == Kind.JOB:
         if spec.get("suspend"):
             return 0
-        parallelism = spec.get("parallelism", 1)
+        parallelism = _count_or(spec.get("parallelism"), 1)
         completions = spec.get("completions")
         return min(parallelism, completions) if isinstance(completions, int) else parallelism
-    return spec.get("replicas", 1)
+    return _count_or(spec.get("replicas"), 1)
+
+
+def _count_or(value: Any, default: int) -> int:
+    """A count as written (``check_counts`` has refused bad ones); null means the default, as upstream."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def check_counts(kind: str, spec: dict) -> None:

@@ -72,7 +72,7 @@ def test_a_deployment_gets_one_allocated_claim_per_replica_scales_and_releases(a
         assert re.fullmatch(rf"{name}-gpu-[a-z0-9]{{5}}", claim_name)
         assert pod["status"]["phase"] == "Pending"  # we allocate; nothing runs
         assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["DevicesAllocated"] == "True"
-        assert pod["status"]["nodeName"]
+        assert pod["spec"]["nodeName"]
     claims = claims_of("train-")
     assert len(claims) == 3 and {c.phase for c in claims} == {Phase.ALLOCATED}
     dep = admin_client.get(f"{APPS}/deployments/train").json()
@@ -143,6 +143,10 @@ def test_a_pod_naming_an_existing_claim_reserves_it_and_bad_pods_are_refused(adm
     claim = admin_client.get(f"/k8s/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/shared").json()
     assert [r["name"] for r in claim["status"]["reservedFor"]] == ["p1"]
     assert resp.json()["status"]["conditions"][0]["status"] == "True"
+    labelled = patch(admin_client, f"{CORE}/pods/p1", {"metadata": {"labels": {"team": "a"}}}, STRATEGIC)
+    assert labelled.status_code == 200 and labelled.json()["metadata"]["labels"] == {"team": "a"}, labelled.content
+    changed = patch(admin_client, f"{CORE}/pods/p1", {"spec": {"priorityClassName": "train"}})
+    assert changed.status_code == 422 and "pod updates may not change" in changed.json()["message"]
     assert admin_client.delete(f"{CORE}/pods/p1").status_code == 200
     assert ResourceClaim.objects.get(name="shared").phase == Phase.ALLOCATED  # only unreserved: not the pod's
     missing = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p2"}, "spec": pod_spec("nope")}
@@ -207,6 +211,19 @@ def test_a_pod_group_of_pods_with_extended_resources_is_a_gang(admin_client, gpu
     # A gang's members are fixed: a third pod waits, and says why.
     body["metadata"]["name"] = "x-2"
     assert post(admin_client, f"{CORE}/pods", body).json()["status"]["reason"] == "PodGroupFormed"
+
+
+def test_a_pod_group_that_cannot_be_a_gang_says_which_pod_field_is_wrong(admin_client, gpus):
+    queue_services.create_queue({"metadata": {"name": "small"}, "spec": {"namespaces": [NS]}})
+    assert post(admin_client, f"{PG}/podgroups", podgroup("pg", 2)).status_code == 201
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "labels": {
+        "kueue.x-k8s.io/queue-name": "small"}}, "spec": {"parallelism": 2, "template": {
+            "metadata": {"labels": {"scheduling.x-k8s.io/pod-group": "pg"}},
+            "spec": pod_spec(priorityClassName="train")}}}
+    resp = post(admin_client, f"{BATCH}/jobs", job)  # train is 50: over the queue's maxPriority 0
+    assert resp.status_code == 422, resp.content
+    assert resp.json()["details"]["causes"][0]["field"] == "spec.template.metadata.labels[draservice.io/priority]"
+    assert not Gang.objects.exists() and not ResourceClaim.objects.exists()
 
 
 def test_extended_resources_are_served_by_the_class_that_names_them(admin_client, gpus):

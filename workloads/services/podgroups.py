@@ -15,6 +15,7 @@ wait again.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from claims.models import Namespace
@@ -27,6 +28,7 @@ from workloads.models import Gate, Kind, Workload
 from workloads.services import pods as pod_services
 
 MAX_TIMEOUT = 7 * 24 * 3600
+_MEMBER = re.compile(r"^spec\.members\[(\d+)\]\.(.*)$")
 GROUP_LABEL = "workloads.draservice.io/group-of"  # on a group's gangs: <kind>.<name> of what defines them
 
 
@@ -122,7 +124,11 @@ def form(ns: Namespace, group: str) -> bool:
             "metadata": {"name": definition.gang, "labels": {GROUP_LABEL: _label(definition.row)}},
             "spec": {"minMember": definition.min_member, "members": members,
                      **({"scheduleTimeoutSeconds": definition.timeout} if definition.timeout else {})}}
-    gang = gang_services.create_gang(ns.name, body, generated)
+    try:
+        gang = gang_services.create_gang(ns.name, body, generated)
+    except FieldError as exc:
+        raise FieldError([(_pod_path(e["field"], waiting), e["reason"]) for e in exc.errors],
+                         status_code=exc.status_code, title=exc.title) from exc
     consumers = dict(GangMember.objects.filter(gang=gang).values_list("name", "consumer_id"))
     for pod in waiting:
         pod.consumer_id, pod.gate = consumers.get(pod.name), Gate.NONE
@@ -133,6 +139,17 @@ def form(ns: Namespace, group: str) -> bool:
     row.resource_version += 1
     row.save(update_fields=["gang", "resource_version"])
     return True
+
+
+def _pod_path(field: str, pods: list[Workload]) -> str:
+    """A gang's member path (``spec.members[3].metadata.labels[...]``) in terms of the pod it is: its pod
+    template's field for a workload's pod, ``pods[<name>]...`` for a pod of its own."""
+    match = _MEMBER.match(field)
+    if match is None or int(match.group(1)) >= len(pods):
+        return field
+    pod, rest = pods[int(match.group(1))], match.group(2)
+    in_pod = rest if rest.startswith("metadata.") else f"spec.{rest}"
+    return f"spec.template.{in_pod}" if pod.owner_id else f"pods[{pod.name}].{in_pod}"
 
 
 def form_all(row: Workload) -> None:

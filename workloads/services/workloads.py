@@ -157,7 +157,7 @@ def replace(pk: int, body: dict) -> Workload:
         spec = body.get("spec")
         if not isinstance(spec, dict):
             raise FieldError([("spec", "Required value: must be an object")])
-        changed = spec != obj.spec
+        changed = _without_binding(obj, spec) != _without_binding(obj, obj.spec)
         if changed:
             _check_spec_change(obj, spec, meta)
         obj.labels, obj.annotations = meta["labels"], meta["annotations"]
@@ -171,6 +171,11 @@ def replace(pk: int, body: dict) -> Workload:
         elif changed and obj.kind == Kind.PODGROUP:
             podgroups.form_all(obj)
     return obj
+
+
+def _without_binding(obj: Workload, spec: dict) -> dict:
+    """A pod's spec less ``nodeName``, which its rendering adds once its devices are allocated."""
+    return {k: v for k, v in spec.items() if k != "nodeName"} if obj.kind == Kind.POD else spec
 
 
 def _check_spec_change(obj: Workload, spec: dict, meta: dict) -> None:
