@@ -4,16 +4,21 @@ releases them; PodGroups are gangs (all or nothing); extended resources are serv
 ``extendedResourceName``; queue labels and priority classes go onto the claims the pods get."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import threading
 
 import pytest
+from django.db import connection
 
 from claims.models import Consumer, DeviceAllocation, Phase, ResourceClaim
 from claims.services import claims as claim_services
 from gangs.models import Gang
 from queues.services import queues as queue_services
 from tests.gangs import fleet
+from workloads.services import podgroups
+from workloads.services import workloads as workload_services
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit work (allocation, gang placement) runs
 NS = "team"
@@ -348,3 +353,50 @@ def test_an_upstream_workload_gang_groups_pods_by_workload_ref_and_replica_key(a
         == 200
     assert not ResourceClaim.objects.exists() and not Gang.objects.exists() and not Consumer.objects.exists()
     assert admin_client.get(f"{CORE}/pods/driver").json()["status"]["reason"] == "WaitingForPodGroup"
+
+
+def test_a_group_defined_while_its_last_pod_arrives_is_formed_once(gpus, monkeypatch):
+    """Both transactions insert first, then meet (a barrier) before either looks for the other's rows: the
+    per-group lock makes the second one see the first's commit, so the group becomes a gang exactly once."""
+    workload_services.create(NS, "Pod", group_pod("a-0", "race"))
+    barrier, real, seen = threading.Barrier(2, timeout=20), podgroups._lock_group, threading.local()
+
+    def meet_then_lock(ns, kind, name):
+        if not getattr(seen, "met", False):
+            seen.met = True
+            barrier.wait()
+        real(ns, kind, name)
+
+    real_form, after = podgroups.form, threading.Barrier(2, timeout=2)
+
+    def form_then_meet(ns, group):
+        # Without the lock both would get here having missed the other's rows; with it the second waits on the
+        # lock inside form while the first gives up waiting here and commits.
+        formed = real_form(ns, group)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            after.wait()
+        return formed
+
+    monkeypatch.setattr(podgroups, "_lock_group", meet_then_lock)
+    monkeypatch.setattr(podgroups, "form", form_then_meet)
+    errors: list[BaseException] = []
+
+    def run(fn):
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(lambda: workload_services.create(NS, "PodGroup",
+                                                                                podgroup("race", 2)),)),
+               threading.Thread(target=run, args=(lambda: workload_services.create(NS, "Pod",
+                                                                                group_pod("a-1", "race")),))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert list(Gang.objects.values_list("name", flat=True)) == ["race"]
+    assert ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count() == 2

@@ -15,8 +15,11 @@ wait again.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
+
+from django.db import connection
 
 from claims.models import Namespace
 from claims.services import consumers as consumer_services
@@ -77,8 +80,21 @@ class Definition:
     timeout: int | None = None
 
 
+def _lock_group(ns: Namespace, kind: str, name: str) -> None:
+    """Serialize, per PodGroup or Workload name, the transactions that add a pod to it or define it, until
+    commit. Each takes this after its own insert and before it looks for the other side, so whichever comes
+    second sees the first's rows: a group defined while its last pod arrives is formed by one of them, not
+    missed by both. (SQLite, the embedded default, serializes every write transaction already.)"""
+    if connection.vendor != "postgresql":
+        return
+    digest = hashlib.blake2b(f"workloads-group\x1f{ns.pk}\x1f{kind}\x1f{name}".encode(), digest_size=8).digest()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest, "big", signed=True)])
+
+
 def _definition(ns: Namespace, group: str) -> Definition | None:
     kind, name, pod_group, _ = wspec.split_group(group)
+    _lock_group(ns, kind, name)
     row = (Workload.objects.select_for_update(of=("self",)).select_related("namespace")
            .filter(namespace=ns, kind=kind, name=name).first())
     if row is None:
@@ -154,6 +170,7 @@ def _pod_path(field: str, pods: list[Workload]) -> str:
 
 def form_all(row: Workload) -> None:
     """Every group a new PodGroup or Workload defines, from the pods already waiting for it."""
+    _lock_group(row.namespace, row.kind, row.name)
     prefix = f"{row.kind}/{row.name}"
     groups = (Workload.objects.filter(namespace=row.namespace, kind=Kind.POD, gate=Gate.POD_GROUP)
               .filter(group__startswith=f"{prefix}/") | Workload.objects.filter(
