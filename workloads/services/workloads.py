@@ -16,6 +16,7 @@ has controllers that converge over time:
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.http import Http404
 
 from claims import k8s
 from claims.services.claims import get_namespace_for_write
@@ -32,7 +33,10 @@ GROUP_KINDS = (Kind.PODGROUP, Kind.WORKLOAD)
 
 
 def _lock(pk: int) -> Workload:
-    return Workload.objects.select_for_update(of=("self",)).select_related("namespace", "owner").get(pk=pk)
+    obj = Workload.objects.select_for_update(of=("self",)).select_related("namespace", "owner").filter(pk=pk).first()
+    if obj is None:
+        raise Http404  # deleted meanwhile
+    return obj
 
 
 def create(ns_name: str, kind: str, body: dict) -> Workload:
@@ -203,13 +207,16 @@ def delete(pk: int) -> None:
     """The workload, its pods and their consumers (claims made for them released and deleted). A pod of a
     workload is replaced, as its controller would."""
     with transaction.atomic():
+        # A workload's row before its pods', as scaling locks them: a pod deleted while its workload scales
+        # waits instead of deadlocking.
+        owner_id = Workload.objects.filter(pk=pk).values_list("owner_id", flat=True).first()
+        owner = _lock(owner_id) if owner_id else None
         obj = _lock(pk)
         if obj.kind in GROUP_KINDS:
             podgroups.delete(obj)
             return
         for pod in obj.pods.select_related("namespace").order_by("id"):
             pod_services.delete(pod)
-        owner = obj.owner
         pod_services.delete(obj) if obj.kind == Kind.POD else obj.delete()
         if owner is not None:
-            reconcile(_lock(owner.pk))
+            reconcile(owner)
