@@ -63,6 +63,10 @@ def template_of(kind: str, spec: dict, meta: dict, path: str = "spec") -> PodTem
         if not isinstance(tpl, dict) or not isinstance(tpl.get("spec"), dict):
             raise FieldError([(f"{path}.template.spec", "Required value")])
         tmeta = _dict(tpl.get("metadata"))
+        meta_errors = k8s.check_string_map(tmeta.get("labels"), f"{path}.template.metadata.labels", labels=True) \
+            + k8s.check_string_map(tmeta.get("annotations"), f"{path}.template.metadata.annotations", labels=False)
+        if meta_errors:
+            raise FieldError(meta_errors)
         pspec, ppath = tpl["spec"], f"{path}.template.spec"
     errors: list[tuple[str, str]] = []
     containers = pspec.get("containers")

@@ -140,6 +140,26 @@ def test_a_job_wants_parallelism_pods_and_none_while_suspended(admin_client, gpu
     assert resp.status_code == 422 and "immutable" in resp.json()["message"]
 
 
+def test_an_indexed_job_names_pods_by_index_and_templates_are_checked(admin_client, gpus):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "idx"},
+           "spec": {"completionMode": "Indexed", "completions": 3, "parallelism": 2,
+                    "template": {"metadata": {"labels": {"bad": "not a label value"}}, "spec": pod_spec()}}}
+    resp = post(admin_client, f"{BATCH}/jobs", job)
+    assert resp.status_code == 422 and "spec.template.metadata.labels" in resp.json()["message"]
+    job["spec"]["template"]["metadata"]["labels"] = {"good": "yes"}
+    assert post(admin_client, f"{BATCH}/jobs", job).status_code == 201
+    names = sorted(p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"])
+    assert [n.rsplit("-", 1)[0] for n in names] == ["idx-0", "idx-1"]
+    assert all(p["metadata"]["labels"]["job-name"] == "idx" for p in admin_client.get(f"{CORE}/pods").json()["items"])
+    patch(admin_client, f"{BATCH}/jobs/idx", {"spec": {"parallelism": 3}})
+    names = sorted(p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"])
+    assert [n.rsplit("-", 1)[0] for n in names] == ["idx-0", "idx-1", "idx-2"]
+    bad = deployment("nosel", 1)
+    del bad["spec"]["selector"]
+    assert post(admin_client, f"{APPS}/deployments", bad).status_code == 422
+    assert post(admin_client, f"{APPS}/deployments", deployment("neg", -1)).status_code == 422
+
+
 def test_a_pod_naming_an_existing_claim_reserves_it_and_bad_pods_are_refused(admin_client, gpus):
     claim_services.create_claims(NS, [fleet.claim_body("shared", 1)])
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"}, "spec": pod_spec(None, "shared")}
