@@ -9,7 +9,7 @@ OUR_GROUP = "draservice.io"
 CLUSTER_LABEL = "draservice.io/cluster"  # on objects that belong to one cluster of the fleet
 ALL_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list")
-WORKLOAD_VERBS = ("create", "delete", "get", "list", "patch", "update")  # no watch: they are not in the change log
+WORKLOAD_VERBS = ALL_VERBS  # watched by comparing renderings (kube.workload_watch): not in the change log
 CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
 

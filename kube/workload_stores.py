@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kube.registry import RESOURCES, Resource
 from kube.stores import Store
+from kube.workload_watch import DiffWatch
 from workloads import render
 from workloads.models import Kind, Workload
 from workloads.services import workloads as workload_services
@@ -17,6 +18,7 @@ def _resource(kind: str) -> Resource:
 class WorkloadStore(Store):
     model = Workload
     kind: str = Kind.POD
+    watch_class = DiffWatch  # not in the change log: renderings compared every second
 
     def queryset(self):
         return Workload.objects.filter(kind=self.kind).select_related("namespace", "owner", "gang").order_by("id")

@@ -15,6 +15,7 @@ from django.db import connection
 from claims.models import Consumer, DeviceAllocation, Phase, ResourceClaim
 from claims.services import claims as claim_services
 from gangs.models import Gang
+from kube import workload_watch
 from queues.services import queues as queue_services
 from tests.gangs import fleet
 from workloads.services import podgroups
@@ -420,3 +421,33 @@ def test_a_group_defined_while_its_last_pod_arrives_is_formed_once(gpus, monkeyp
     assert not errors, errors
     assert list(Gang.objects.values_list("name", flat=True)) == ["race"]
     assert ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count() == 2
+
+
+def test_watching_pods_sees_them_added_get_devices_and_go(admin_client, gpus, monkeypatch):
+    monkeypatch.setattr(workload_watch, "POLL_SECONDS", 0.05)
+    post(admin_client, f"{APPS}/deployments", deployment("w", 2))
+    resp = admin_client.get(f"{CORE}/pods?watch=1&timeoutSeconds=5")
+    assert resp.status_code == 200
+    stream = iter(resp.streaming_content)
+    first = [json.loads(next(stream)) for _ in range(2)]
+    assert {e["type"] for e in first} == {"ADDED"}
+    assert all(e["object"]["status"]["reason"] == "Allocated" for e in first)
+    patch(admin_client, f"{APPS}/deployments/w", {"spec": {"replicas": 1}})
+    gone = json.loads(next(stream))
+    assert gone["type"] == "DELETED" and gone["object"]["metadata"]["name"] in {
+        e["object"]["metadata"]["name"] for e in first}
+    patch(admin_client, f"{APPS}/deployments/w", {"spec": {"replicas": 2}})
+    added = json.loads(next(stream))
+    assert added["type"] == "ADDED" and added["object"]["kind"] == "Pod"
+    post(admin_client, f"{CORE}/pods", group_pod("late", "g1"))
+    waiting = json.loads(next(stream))
+    assert waiting["type"] == "ADDED" and waiting["object"]["status"]["reason"] == "WaitingForPodGroup"
+    post(admin_client, f"{PG}/podgroups", podgroup("g1", 1))
+    placed = json.loads(next(stream))
+    assert placed["type"] == "MODIFIED" and placed["object"]["status"]["reason"] == "Allocated"
+    resp.close()
+    table = admin_client.get(f"{APPS}/deployments?watch=1&timeoutSeconds=1",
+                             HTTP_ACCEPT="application/json;as=Table;v=v1;g=meta.k8s.io")
+    event = json.loads(next(iter(table.streaming_content)))
+    assert event["object"]["kind"] == "Table" and event["object"]["rows"][0]["cells"][:2] == ["w", "2/2"]
+    table.close()
