@@ -451,3 +451,42 @@ def test_watching_pods_sees_them_added_get_devices_and_go(admin_client, gpus, mo
     event = json.loads(next(iter(table.streaming_content)))
     assert event["object"]["kind"] == "Table" and event["object"]["rows"][0]["cells"][:2] == ["w", "2/2"]
     table.close()
+
+
+@pytest.mark.parametrize("url, body", [
+    (f"{CORE}/pods", {"metadata": {"name": "x"}, "spec": {}}),
+    (f"{CORE}/pods", {"metadata": {"name": "x"}, "spec": {"containers": "no"}}),
+    (f"{CORE}/pods", {"metadata": {"name": "x"}}),
+    (f"{CORE}/pods", {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "resources": {
+        "limits": {"nvidia.com/gpu": "lots"}}}]}}),
+    (f"{CORE}/pods", {"metadata": {"name": "x"}, "spec": pod_spec() | {"resourceClaims": "gpu"}}),
+    (f"{CORE}/pods", {"metadata": {"name": "x"}, "spec": pod_spec() | {"resourceClaims": [{"name": "a"}]}}),
+    (f"{APPS}/deployments", {"metadata": {"name": "x"}, "spec": {"replicas": 1}}),
+    (f"{APPS}/deployments", {"metadata": {"name": "x"}, "spec": {"replicas": "two", "template": {"spec": {
+        "containers": [{"name": "c"}]}}}}),
+    (f"{BATCH}/jobs", {"metadata": {"name": "x"}, "spec": {"parallelism": 10_000, "template": {"spec": pod_spec()}}}),
+    (f"{PG}/podgroups", {"metadata": {"name": "x"}, "spec": {"minMember": 0}}),
+    (f"{PG}/podgroups", {"metadata": {"name": "x"}, "spec": {"minMember": 2, "scheduleTimeoutSeconds": -1}}),
+    ("/k8s/apis/scheduling.k8s.io/v1alpha1/namespaces/team/workloads", {"metadata": {"name": "x"}, "spec": {}}),
+])
+def test_invalid_workloads_are_422_and_leave_nothing(admin_client, gpus, url, body):
+    resp = post(admin_client, url, body)
+    assert resp.status_code == 422, resp.content
+    assert resp.json()["kind"] == "Status" and resp.json()["reason"] == "Invalid"
+    assert not Consumer.objects.exists() and not ResourceClaim.objects.exists()
+    assert admin_client.get(f"{CORE}/pods").json()["items"] == []
+
+
+def test_conflicts_and_missing_objects_answer_as_kubernetes_does(admin_client, gpus):
+    assert post(admin_client, f"{APPS}/deployments", deployment("d", 1)).status_code == 201
+    again = post(admin_client, f"{APPS}/deployments", deployment("d", 1))
+    assert again.status_code == 409 and again.json()["reason"] == "AlreadyExists"
+    current = admin_client.get(f"{APPS}/deployments/d").json()
+    stale = {**current, "metadata": {**current["metadata"], "resourceVersion": "999"}}
+    resp = admin_client.put(f"{APPS}/deployments/d", json.dumps(stale), content_type="application/json")
+    assert resp.status_code == 409 and resp.json()["reason"] == "Conflict"
+    current["spec"]["replicas"] = 2
+    resp = admin_client.put(f"{APPS}/deployments/d", json.dumps(current), content_type="application/json")
+    assert resp.status_code == 200 and resp.json()["status"]["replicas"] == 2
+    assert admin_client.delete(f"{APPS}/deployments/nope").status_code == 404
+    assert admin_client.get(f"{BATCH}/jobs/nope").json()["message"] == 'jobs.batch "nope" not found'
