@@ -225,6 +225,24 @@ def test_a_pod_group_of_eight_is_placed_all_or_nothing(admin_client, db, nodes, 
     assert admin_client.get(f"{CORE}/pods/w-0").json()["status"]["reason"] == "WaitingForPodGroup"
 
 
+def test_a_pod_group_with_kai_placement_annotations_lands_in_one_rack(admin_client, gpus):
+    group = podgroup("racked", 4)
+    group["metadata"]["annotations"] = {"kai.scheduler/topology-required-placement": "not a label key!"}
+    resp = post(admin_client, f"{PG}/podgroups", group)
+    assert resp.status_code == 422 and "kai.scheduler/topology-required-placement" in resp.json()["message"]
+    group["metadata"]["annotations"] = {"kai.scheduler/topology-required-placement": fleet.RACK,
+                                        "kai.scheduler/topology-preferred-placement": fleet.BLOCK}
+    assert post(admin_client, f"{PG}/podgroups", group).status_code == 201
+    for i in range(4):
+        assert post(admin_client, f"{CORE}/pods", group_pod(f"r-{i}", "racked")).status_code == 201
+    gang = Gang.objects.get()
+    assert gang.spec["topology"] == {"levels": [fleet.RACK, fleet.BLOCK], "required": fleet.RACK,
+                                     "preferred": fleet.BLOCK}
+    assert gang.phase == "Placed" and gang.domain == {fleet.RACK: "rack-a1"}  # the only rack with 4 nodes
+    nodes = {admin_client.get(f"{CORE}/pods/r-{i}").json()["spec"]["nodeName"] for i in range(4)}
+    assert len(nodes) == 4 and all("block-1" in n or "block-2" in n for n in nodes)
+
+
 def test_a_pod_group_of_pods_with_extended_resources_is_a_gang(admin_client, gpus):
     assert post(admin_client, f"{PG}/podgroups", podgroup("pair", 2)).status_code == 201
     for i in range(2):

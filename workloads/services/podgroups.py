@@ -23,6 +23,7 @@ from django.db import connection
 
 from claims.models import Namespace
 from claims.services import consumers as consumer_services
+from dra.gang import Topology
 from draservice.problems import FieldError
 from gangs.models import Gang, GangMember
 from gangs.services import gangs as gang_services
@@ -32,6 +33,7 @@ from workloads.services import pods as pod_services
 
 MAX_TIMEOUT = 7 * 24 * 3600
 _MEMBER = re.compile(r"^spec\.members\[(\d+)\]\.(.*)$")
+KAI_TOPOLOGY = "kai.scheduler/topology"
 GROUP_LABEL = "workloads.draservice.io/group-of"  # on a group's gangs: <kind>.<name> of what defines them
 
 
@@ -139,7 +141,8 @@ def form(ns: Namespace, group: str) -> bool:
     body = {"apiVersion": "draservice.io/v1alpha1", "kind": "Gang",
             "metadata": {"name": definition.gang, "labels": {GROUP_LABEL: _label(definition.row)}},
             "spec": {"minMember": definition.min_member, "members": members,
-                     **({"scheduleTimeoutSeconds": definition.timeout} if definition.timeout else {})}}
+                     **({"scheduleTimeoutSeconds": definition.timeout} if definition.timeout else {}),
+                     **_topology(definition.row.annotations)}}
     try:
         gang = gang_services.create_gang(ns.name, body, generated)
     except FieldError as exc:
@@ -155,6 +158,30 @@ def form(ns: Namespace, group: str) -> bool:
     row.resource_version += 1
     row.save(update_fields=["gang", "resource_version"])
     return True
+
+
+def _topology(annotations: dict) -> dict:
+    """KAI Scheduler's placement annotations on the group (``kai.scheduler/topology-required-placement``:
+    every pod in one domain of that node label; ``-preferred-placement``: ideally in one of that narrower
+    one) as the gang's topology, the required level the wider."""
+    required, preferred = (annotations.get(f"{KAI_TOPOLOGY}-{k}-placement") or None for k in ("required",
+                                                                                               "preferred"))
+    levels = [level for level in (required, preferred) if level]
+    if not levels:
+        return {}
+    return {"topology": {"levels": list(dict.fromkeys(levels)), **({"required": required} if required else {}),
+                         **({"preferred": preferred} if preferred else {})}}
+
+
+def check_annotations(annotations: dict) -> None:
+    """The placement annotations, checked when the group is written (not when its last pod comes)."""
+    topology = _topology(annotations).get("topology")
+    if topology is None:
+        return
+    errors = Topology.from_dict(topology).errors("topology")
+    if errors:
+        raise FieldError([(f"metadata.annotations[{KAI_TOPOLOGY}-required-placement]",
+                           "; ".join(reason for _, reason in errors))])
 
 
 def _pod_path(field: str, pods: list[Workload]) -> str:

@@ -51,6 +51,7 @@ def create(ns_name: str, kind: str, body: dict) -> Workload:
                              status_code=409, title="AlreadyExists")
         if kind in GROUP_KINDS:
             spec = podgroups.parse(kind, spec)
+            podgroups.check_annotations(meta["annotations"])
             template = None
         else:
             template = wspec.template_of(kind, spec, meta)
