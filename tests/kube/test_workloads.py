@@ -508,3 +508,17 @@ def test_conflicts_and_missing_objects_answer_as_kubernetes_does(admin_client, g
     assert resp.status_code == 200 and resp.json()["status"]["replicas"] == 2
     assert admin_client.delete(f"{APPS}/deployments/nope").status_code == 404
     assert admin_client.get(f"{BATCH}/jobs/nope").json()["message"] == 'jobs.batch "nope" not found'
+
+
+def test_label_selectors_pick_pods(admin_client, gpus):
+    post(admin_client, f"{APPS}/deployments", deployment("sel", 2))
+    post(admin_client, f"{CORE}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other", "labels": {
+        "app": "x"}}, "spec": pod_spec()})
+
+    def names(selector: str) -> list[str]:
+        items = admin_client.get(f"{CORE}/pods", {"labelSelector": selector}).json()["items"]
+        return sorted(p["metadata"]["name"].split("-")[0] for p in items)
+
+    assert names("app=sel") == ["sel", "sel"] and names("app!=sel") == ["other"]
+    assert names("app in (sel,x)") == ["other", "sel", "sel"] and names("app notin (x)") == ["sel", "sel"]
+    assert names("pod-template-hash") == ["sel", "sel"] and names("!pod-template-hash") == ["other"]
