@@ -26,9 +26,10 @@ class DiffWatch(watch.Watch):
     def stream(self, since: int | None) -> Iterator[bytes]:
         try:
             seen = self._snapshot()
-            if since is None:
-                for obj in seen.values():
-                    yield self._event("ADDED", obj)
+            for obj in seen.values():
+                # From a resourceVersion (after a list) too: what the client listed may have changed since, and
+                # nothing here says what it saw. Its current state once (MODIFIED) is never a missed change.
+                yield self._event("ADDED" if since is None else "MODIFIED", obj)
             yield from self._follow_renderings(seen)
         finally:
             watch._slots.release()

@@ -469,6 +469,12 @@ def test_watching_pods_sees_them_added_get_devices_and_go(admin_client, gpus, mo
     event = json.loads(next(iter(table.streaming_content)))
     assert event["object"]["kind"] == "Table" and event["object"]["rows"][0]["cells"][:2] == ["w", "2/2"]
     table.close()
+    # From a list's resourceVersion: the current state once (what was listed may have changed since).
+    since = admin_client.get(f"{APPS}/deployments").json()["metadata"]["resourceVersion"]
+    again = admin_client.get(f"{APPS}/deployments?watch=1&timeoutSeconds=1&resourceVersion={since}")
+    event = json.loads(next(iter(again.streaming_content)))
+    assert event["type"] == "MODIFIED" and event["object"]["status"]["readyReplicas"] == 2
+    again.close()
 
 
 @pytest.mark.parametrize("url, body", [
