@@ -1,5 +1,6 @@
 """The real kubectl against the live service: a Deployment applied from YAML gets one allocated claim per
-replica, ``kubectl scale`` (the /scale subresource) releases claims, ``kubectl delete`` releases the rest.
+replica (``kubectl wait`` and ``rollout status`` watch it happen), ``kubectl scale`` (the /scale subresource)
+releases claims, ``kubectl delete`` releases the rest.
 Runs on the live-service harness of tests/kube/conftest.py (the ``kubectl`` fixture)."""
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def claims(kubectl) -> list[str]:
 
 def test_kubectl_apply_scale_and_delete_a_deployment(kubectl):
     assert kubectl("apply", "-f", "-", stdin=MANIFEST).stdout.strip() == "deployment.apps/train created"
+    kubectl("wait", "--for=condition=DevicesAllocated", "pod", "-l", "app=train", "-n", NS, "--timeout=60s")
+    kubectl("rollout", "status", "deployment/train", "-n", NS, "--timeout=60s")
     assert wait_ready(kubectl, "3/3")[:2] == ["train", "3/3"]
     pods = kubectl("get", "pods", "-n", NS, "--no-headers").stdout.splitlines()
     assert len(pods) == 3 and all(p.split()[2] == "Allocated" for p in pods)
