@@ -125,6 +125,27 @@ def test_a_statefulset_names_pods_by_ordinal_and_scales_from_the_top(admin_clien
         "observedGeneration": 2, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
         "currentReplicas": 1}
     assert [p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"]] == ["db-0"]
+    patch(admin_client, f"{APPS}/statefulsets/db", {"spec": {"replicas": 3}})
+    assert admin_client.delete(f"{CORE}/pods/db-1").status_code == 200  # replaced, under the same name
+    names = sorted(p["metadata"]["name"] for p in admin_client.get(f"{CORE}/pods").json()["items"])
+    assert names == ["db-0", "db-1", "db-2"] and len(claims_of("db-")) == 3
+
+
+def test_scaling_down_takes_the_pods_without_devices_first(admin_client, db):
+    fleet.load({"c1": fleet.nodes("c1", {"zone-a": {"rack-a1": {"block-1": 2}}})})  # two nodes, 16 GPUs
+    claim_services.create_template(NS, fleet.template_body("h100x8", 8))
+    post(admin_client, f"{APPS}/deployments", deployment("big", 3, "h100x8"))
+    pods = sorted(admin_client.get(f"{CORE}/pods").json()["items"], key=lambda p: p["metadata"]["uid"])
+    by_reason = sorted(p["status"]["reason"] for p in pods)
+    assert by_reason == ["Allocated", "Allocated", "WaitingForDevices"]
+    # The oldest pod loses its devices (its claim released): the waiting one gets them.
+    oldest = ResourceClaim.objects.filter(name__startswith="big-").order_by("id").first()
+    claim_services.release_claim(oldest.id)
+    owner = oldest.name.split("-gpu-")[0]
+    assert admin_client.get(f"{CORE}/pods/{owner}").json()["status"]["reason"] == "WaitingForDevices"
+    resp = patch(admin_client, f"{APPS}/deployments/big", {"spec": {"replicas": 2}})
+    assert resp.json()["status"]["readyReplicas"] == 2
+    assert admin_client.get(f"{CORE}/pods/{owner}").status_code == 404  # not the newest: the one without devices
 
 
 def test_a_job_wants_parallelism_pods_and_none_while_suspended(admin_client, gpus):

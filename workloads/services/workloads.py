@@ -21,6 +21,7 @@ from django.http import Http404
 from claims import k8s
 from claims.services.claims import get_namespace_for_write
 from draservice.problems import Conflict, FieldError
+from workloads import render
 from workloads import spec as wspec
 from workloads.models import Gate, Kind, Workload
 from workloads.services import podgroups
@@ -98,10 +99,12 @@ def reconcile(workload: Workload) -> None:
             pod_services.delete(pod)
     current = [p for p in pods if p.template_hash == thash]
     want = wspec.desired_pods(workload.kind, workload.spec)
-    if len(current) > want:
-        for pod in _surplus(workload.kind, current, want):
+    if len(current) > want or workload.kind == Kind.STATEFULSET:
+        surplus = _surplus(workload.kind, current, want)
+        for pod in surplus:
             pod_services.delete(pod)
-    elif len(current) < want:
+        current = [p for p in current if p not in surplus]
+    if len(current) < want:
         for name, ordinal in _new_names(workload, current, want, thash):
             extra = _pod_labels(workload, name, thash)
             pod = pod_services.new_pod(workload.namespace, name, template, owner=workload, ordinal=ordinal,
@@ -110,10 +113,11 @@ def reconcile(workload: Workload) -> None:
 
 
 def _surplus(kind: str, pods: list[Workload], want: int) -> list[Workload]:
-    if kind == Kind.STATEFULSET:
-        return sorted(pods, key=lambda p: -(p.ordinal or 0))[:len(pods) - want]
-    # Pods still waiting for devices go first, then the newest.
-    ranked = sorted(pods, key=lambda p: (p.consumer_id is not None or p.wanted_claims == 0, -p.id))
+    if kind == Kind.STATEFULSET:  # the ordinals from want up, highest first
+        return sorted((p for p in pods if (p.ordinal or 0) >= want), key=lambda p: -(p.ordinal or 0))
+    # Pods still waiting for devices go first (as a ReplicaSet deletes unscheduled pods first), then the newest.
+    claims = render.pod_claims(pods)
+    ranked = sorted(pods, key=lambda p: (claims[p.id].ready(p), -p.id))
     return ranked[:len(pods) - want]
 
 
