@@ -465,7 +465,7 @@ def test_a_group_defined_while_its_last_pod_arrives_is_formed_once(gpus, monkeyp
 def test_watching_pods_sees_them_added_get_devices_and_go(admin_client, gpus, monkeypatch):
     monkeypatch.setattr(workload_watch, "POLL_SECONDS", 0.05)
     post(admin_client, f"{APPS}/deployments", deployment("w", 2))
-    resp = admin_client.get(f"{CORE}/pods?watch=1&timeoutSeconds=5")
+    resp = admin_client.get(f"{CORE}/pods?watch=1&timeoutSeconds=60")  # closed below
     assert resp.status_code == 200
     stream = iter(resp.streaming_content)
     first = [json.loads(next(stream)) for _ in range(2)]
