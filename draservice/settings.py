@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "queues",
     "kube",
     "usage",
+    "workloads",
     "draservice",  # last: collects the beat schedule once every app is ready
 ]
 

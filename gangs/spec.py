@@ -116,8 +116,10 @@ def _members(spec: dict, errors: list) -> list[dict]:
         seen.add(name)
         extra = sorted(set(m) - {"name", "resourceClaims"})
         errors += [(f"{path}.{k}", "Forbidden: unknown field") for k in extra]
-        if not isinstance(m.get("resourceClaims"), list) or not m["resourceClaims"]:
-            errors.append((f"{path}.resourceClaims", "Required value: a non-empty list"))
+        # An empty list is the consumer service's to refuse: a member may have only generated claims (a pod
+        # group's pod with extended resources, workloads.services.podgroups).
+        if not isinstance(m.get("resourceClaims", []), list):
+            errors.append((f"{path}.resourceClaims", "Required value: a list"))
         out.append({"name": name, "resourceClaims": m.get("resourceClaims") or []})
     return out
 

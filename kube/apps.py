@@ -6,3 +6,10 @@ class KubeConfig(AppConfig):
     for kubectl, client-go and the Python ``kubernetes`` client."""
 
     name = "kube"
+
+    def ready(self):
+        # Here rather than in kube.stores: the workload stores build on kube.stores.Store (no import cycle).
+        from kube.stores import STORES
+        from kube.workload_stores import WORKLOAD_STORES
+
+        STORES.update(WORKLOAD_STORES)

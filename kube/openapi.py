@@ -64,8 +64,11 @@ def _paths(r: Resource, version: str) -> dict:
         collection["post"] = _op(r, version, "post", WRITE_PARAMS)
     if "delete" in verbs:
         item["delete"] = _op(r, version, "delete")
-    if "patch" in verbs:
-        item["put"] = _op(r, version, "put", WRITE_PARAMS)
+    if "patch" in verbs or "create" in verbs:
+        # kubectl 1.32 looks for fieldValidation on the kind's PATCH operation before any create; a kind that
+        # cannot be patched still declares it (the server answers the PATCH itself with 405).
+        if "update" in verbs:
+            item["put"] = _op(r, version, "put", WRITE_PARAMS)
         item["patch"] = _op(r, version, "patch", WRITE_PARAMS)
     item["parameters"] = name_params
     return {f"{base}{ns}/{r.plural}": collection, f"{base}{ns}/{r.plural}/{{name}}": item}

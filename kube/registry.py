@@ -14,6 +14,7 @@ CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
 # with the manifest doctor's rewrite or skeleton (upstream removed v1alpha2 in 1.31), nothing else.
 DOCTOR_ONLY_VERSIONS = ("v1alpha2",)
 WRITE_VERBS = ("create", "delete", "get", "list", "patch", "update")
+WORKLOAD_VERBS = ALL_VERBS  # watched by comparing renderings (kube.workload_watch): not in the change log
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", ("v1",), "namespaces", "Namespace", False, READ_VERBS, ("ns",)),
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS + DOCTOR_ONLY_VERSIONS, "resourceclaims", "ResourceClaim", True,
              ALL_VERBS, status=True, doctor_only=DOCTOR_ONLY_VERSIONS),
-    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceclaimtemplates", "ResourceClaimTemplate", True,
-             ("create", "delete", "get", "list", "watch")),
+    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceclaimtemplates", "ResourceClaimTemplate", True, ALL_VERBS),
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "deviceclasses", "DeviceClass", False, WRITE_VERBS),
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceslices", "ResourceSlice", False, READ_VERBS),
     Resource(OUR_GROUP, ("v1alpha1",), "consumers", "Consumer", True, ("create", "delete", "get", "list", "watch")),
@@ -61,6 +61,13 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(OUR_GROUP, ("v1alpha1",), "queues", "Queue", False, WRITE_VERBS),
     Resource(RESOURCE_GROUP, ("v1alpha3",), "resourcepoolstatusrequests", "ResourcePoolStatusRequest", False,
              ("create", "delete", "get", "list")),
+    # Workloads as users write them (kube.workload_stores): their pods become consumers, a PodGroup a gang.
+    Resource("", ("v1",), "pods", "Pod", True, WORKLOAD_VERBS, ("po",), categories=("all",)),
+    Resource("apps", ("v1",), "deployments", "Deployment", True, WORKLOAD_VERBS, ("deploy",), categories=("all",)),
+    Resource("apps", ("v1",), "statefulsets", "StatefulSet", True, WORKLOAD_VERBS, ("sts",), categories=("all",)),
+    Resource("batch", ("v1",), "jobs", "Job", True, WORKLOAD_VERBS, categories=("all",)),
+    Resource("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True, WORKLOAD_VERBS, ("pg", "pgs")),
+    Resource("scheduling.k8s.io", ("v1alpha1",), "workloads", "Workload", True, WORKLOAD_VERBS),
 )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from kube.status import KubeError
 
@@ -53,7 +54,9 @@ def filter_labels(qs: QuerySet, selector: str | None) -> QuerySet:
         return qs
     for i, (key, op, values) in enumerate(parse_labels(selector)):
         alias = f"_label_{i}"
-        qs = qs.alias(**{alias: KeyTextTransform(key, "labels")})
+        # Cast: a text comparison on SQLite too, where a bare key transform's equality wants a JSON-encoded
+        # right-hand side (the embedded default answered "malformed JSON", a 500, for a row with the key).
+        qs = qs.alias(**{alias: Cast(KeyTextTransform(key, "labels"), TextField())})
         present = Q(**{f"{alias}__isnull": False})
         if op == "=":
             qs = qs.filter(**{alias: values[0]})

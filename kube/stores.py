@@ -182,6 +182,11 @@ class TemplateStore(Store):
         template = claim_services.create_template(namespace, body)
         return self.get(namespace, template.name)
 
+    def replace(self, view, obj, body):
+        etag = check_precondition(obj, body)
+        template = claim_services.update_template(obj.pk, _strip_version(body), if_match=etag)
+        return self.get(template.namespace.name, template.name)
+
     def delete(self, view, obj) -> None:
         claim_services.delete_template(obj.pk)
 

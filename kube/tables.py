@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from kube import workload_tables
+
 TABLE_ACCEPT = "as=Table"
 
 
@@ -68,6 +70,7 @@ COLUMNS = {
     "resourcepoolstatusrequests": [NAME, _col("Driver", "The driver asked about"),
                                    _col("Pools", "How many pools matched"),
                                    _col("Available", "Devices free in those pools"), AGE],
+    **workload_tables.COLUMNS,
 }
 
 
@@ -89,6 +92,8 @@ def _cells(plural: str, obj: dict) -> list:
                 sum(p.get("availableDevices", 0) for p in status.get("pools") or []), age]
     if plural == "namespaces":
         return [meta.get("name"), status.get("phase") or "Active", age]
+    if plural in workload_tables.COLUMNS:
+        return workload_tables.cells(plural, obj, age)
     return [meta.get("name"), age]
 
 

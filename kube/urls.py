@@ -5,11 +5,11 @@ from kube import discovery, openapi
 from kube.views import ResourceView, not_found
 
 NAME = r"(?P<name>[^/]+)"
-GROUP = r"(?P<group>[a-z0-9.-]+\.[a-z0-9.-]+)"  # a group has a dot; the core group is under /api
+GROUP = r"(?P<group>[a-z0-9][a-z0-9.-]*)"  # apps, batch, resource.k8s.io; the core group is under /api
 VERSION = r"(?P<version>v[0-9a-z]+)"
 PLURAL = r"(?P<plural>[a-z0-9]+)"
 NS = r"namespaces/(?P<namespace>[^/]+)/"
-STATUS = r"(?:/(?P<subresource>status))?"
+STATUS = r"(?:/(?P<subresource>status|scale))?"
 
 resource = ResourceView.as_view()
 urlpatterns = [

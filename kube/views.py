@@ -22,7 +22,7 @@ from draservice.permissions import ClaimAccess, IsAdminOrReadOnly, IsAuthenticat
 from draservice.problems import FieldError
 from draservice.yaml import YAMLParser
 from inventory.services.doctor import diagnosed, fleet_vocabulary, problem_members
-from kube import fields, patch, tables, watch
+from kube import fields, patch, scale, tables, watch
 from kube.registry import Resource, lookup
 from kube.status import KubeError, translate
 from kube.stores import STORES, Store
@@ -142,6 +142,8 @@ class ResourceView(APIView):
 
     # ------------------------------------------------------------------ verbs
     def get(self, request, **kw):
+        if kw.get("subresource") == "scale":
+            return _json(scale.get(self, kw))
         if "name" in kw:
             obj = self.store.get(kw.get("namespace"), kw["name"])
             rendered = self.store.render(obj, kw["version"])
@@ -182,10 +184,11 @@ class ResourceView(APIView):
                       "metadata": meta, "items": rendered})
 
     def _watch(self, request, kw):
-        if not self.store.change_resource or "name" in kw:
+        watch_class = getattr(self.store, "watch_class", watch.Watch)  # its own, for what the log does not hold
+        if (not self.store.change_resource and watch_class is watch.Watch) or "name" in kw:
             raise KubeError(405, f"watch is not supported on {self.resource.qualified}")
         since = watch.parse_resource_version(request.query_params.get("resourceVersion"))
-        w = watch.Watch(self.store, request, kw.get("namespace"), kw["version"], request.query_params,
+        w = watch_class(self.store, request, kw.get("namespace"), kw["version"], request.query_params,
                         tables.wants_table(request))
         self.store.scoped(request, kw.get("namespace"), request.query_params)  # selectors: a 400 now, not mid-stream
         watch.acquire_slot()
@@ -203,6 +206,8 @@ class ResourceView(APIView):
         return self._respond(obj, 201, warnings)
 
     def put(self, request, **kw):
+        if kw.get("subresource") == "scale":
+            return _json(scale.write(self, request, kw))
         self._object_write_allowed(kw)
         obj = self.store.get(kw.get("namespace"), kw["name"])
         original = self._body(request)
@@ -225,6 +230,8 @@ class ResourceView(APIView):
             raise FieldError([(c["field"], c["message"]) for c in causes], extra=members) from exc
 
     def patch(self, request, **kw):
+        if kw.get("subresource") == "scale":
+            return _json(scale.write(self, request, kw))
         self._object_write_allowed(kw)
         obj = self.store.get(kw.get("namespace"), kw["name"])
         current = self.store.render(obj, kw["version"])
@@ -249,6 +256,8 @@ class ResourceView(APIView):
             raise KubeError(405, "the server does not allow this method on the requested resource")
         if kw.get("subresource") == "status":
             raise KubeError(405, f"{self.resource.qualified}/status is written by the service only")
+        if kw.get("subresource") == "scale":
+            raise KubeError(405, "the server does not allow this method on the requested resource")
 
 
 def not_found(request, *args, **kwargs):

@@ -411,6 +411,26 @@ def create_template(ns_name: str, obj: dict) -> ResourceClaimTemplate:
             raise Conflict(f'resourceclaimtemplates "{meta["name"]}" was created concurrently') from exc
 
 
+def update_template(template_id: int, obj: dict, *, if_match: str | None = None) -> ResourceClaimTemplate:
+    """PUT of a whole template: labels and annotations may change; the spec is immutable, as upstream's."""
+    with transaction.atomic():
+        template = (ResourceClaimTemplate.objects.select_for_update(of=("self",)).select_related("namespace")
+                    .get(pk=template_id))
+        check_precondition(template, if_match)
+        api_version = k8s.check_kind(obj, "ResourceClaimTemplate")
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        if meta.get("name") not in (None, template.name):
+            raise FieldError([("metadata.name", "field is immutable")])
+        parsed = k8s.parse_metadata({"metadata": {**meta, "name": template.name}}, namespace=template.namespace.name)
+        if obj.get("spec") is not None and k8s.template_spec_to_v1(obj.get("spec"), api_version,
+                                                                   "spec") != template.spec:
+            raise FieldError([("spec", "field is immutable")])
+        template.labels, template.annotations = parsed["labels"], parsed["annotations"]
+        template.resource_version += 1
+        template.save(update_fields=["labels", "annotations", "resource_version"])
+    return template
+
+
 def delete_template(template_id: int, *, if_match: str | None = None) -> None:
     with transaction.atomic():
         template = ResourceClaimTemplate.objects.select_for_update().get(pk=template_id)

@@ -8,6 +8,8 @@ of the consumer together, on one node, or none of them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -26,10 +28,27 @@ KIND = "Consumer"
 API_VERSION = "draservice.io/v1alpha1"
 
 
-def _parse_entries(spec, path: str) -> list[dict]:
+@dataclass(frozen=True)
+class Generated:
+    """What a workload adds to the claims made for one of its consumers (``workloads``: a pod's).
+
+    ``prefix`` names them ``<prefix>-<entry>-<random>`` (default: the consumer's name; a gang member's consumer
+    is ``<gang>-<member>``, its pod's claims are still named after the pod, as upstream names them);
+    ``labels`` are added to each (the pod's queue label, so the claims go where the pod says); ``inline``
+    are (entry, v1 claim spec) made from a spec rather than a template (a container's extended resources).
+    """
+
+    prefix: str | None = None
+    labels: dict = field(default_factory=dict)
+    inline: tuple[tuple[str, dict], ...] = ()
+
+
+def _parse_entries(spec, path: str, allow_empty: bool = False) -> list[dict]:
     if not isinstance(spec, dict):
         raise FieldError([(path, "must be an object")])
     entries = spec.get("resourceClaims")
+    if allow_empty and not entries:
+        return []
     if not isinstance(entries, list) or not entries:
         raise FieldError([(f"{path}.resourceClaims", "must be a non-empty list")])
     if len(entries) > MAX_ENTRIES:
@@ -60,8 +79,9 @@ def _parse_entries(spec, path: str) -> list[dict]:
     return out
 
 
-def create_consumer(ns_name: str, obj: dict, path: str = "") -> Consumer:
+def create_consumer(ns_name: str, obj: dict, path: str = "", generated: Generated | None = None) -> Consumer:
     """One transaction: the consumer, its claims from templates, and its reservations."""
+    generated = generated or Generated()
     prefix = f"{path}." if path else ""
     if not isinstance(obj, dict):
         raise FieldError([(path, "must be a Consumer object")])
@@ -70,7 +90,7 @@ def create_consumer(ns_name: str, obj: dict, path: str = "") -> Consumer:
     with transaction.atomic():
         ns = get_namespace_for_write(ns_name)
         meta = k8s.parse_metadata(obj, f"{prefix}metadata", namespace=ns.name)
-        entries = _parse_entries(obj.get("spec"), f"{prefix}spec")
+        entries = _parse_entries(obj.get("spec"), f"{prefix}spec", allow_empty=bool(generated.inline))
         if Consumer.objects.filter(namespace=ns, name=meta["name"]).exists():
             raise FieldError([(f"{prefix}metadata.name", f'consumers "{meta["name"]}" already exists')],
                              status_code=409, title="AlreadyExists")
@@ -80,7 +100,7 @@ def create_consumer(ns_name: str, obj: dict, path: str = "") -> Consumer:
                                                    annotations=meta["annotations"], spec={"resourceClaims": entries})
         except IntegrityError as exc:
             raise Conflict(f'consumers "{meta["name"]}" was created concurrently') from exc
-        claims = _claims_for(ns, consumer, entries, f"{prefix}spec")
+        claims = _claims_for(ns, consumer, entries, f"{prefix}spec", generated)
         Reservation.objects.bulk_create([Reservation(claim=c, consumer=consumer, entry=e) for e, c in claims])
         ev.record([ev.event(c, ev.RESERVED, "Reserved", f"reserved for consumer {consumer.name}",
                             {"consumer": consumer.name, "uid": str(consumer.uid)}) for _, c in claims])
@@ -88,7 +108,8 @@ def create_consumer(ns_name: str, obj: dict, path: str = "") -> Consumer:
     return consumer
 
 
-def _claims_for(ns: Namespace, consumer: Consumer, entries: list[dict], path: str) -> list[tuple[str, ResourceClaim]]:
+def _claims_for(ns: Namespace, consumer: Consumer, entries: list[dict], path: str,
+                generated: Generated) -> list[tuple[str, ResourceClaim]]:
     named = {e["resourceClaimName"]: i for i, e in enumerate(entries) if "resourceClaimName" in e}
     errors = []
     # Lock the shared claims in id order (every writer does), then count their reservations under the lock:
@@ -122,23 +143,38 @@ def _claims_for(ns: Namespace, consumer: Consumer, entries: list[dict], path: st
             errors.append((f"{path}.resourceClaims[{i}].resourceClaimTemplateName",
                            f'resourceclaimtemplates "{tname}" not found'))
             continue
-        base = f"{consumer.name}-{entry['name']}"[:253 - 6]
         meta = template.spec.get("metadata") or {}
-        claim = build_claim(ns, {"apiVersion": k8s.V1, "kind": "ResourceClaim",
-                                 "metadata": {"name": f"{base}-{k8s.random_suffix()}", "labels": meta.get("labels"),
-                                              "annotations": meta.get("annotations")},
-                                 "spec": template.spec["spec"]}, now=now)
-        claim.template, claim.owner = template, consumer
+        claim = _generated_claim(ns, consumer, entry["name"], meta, template.spec["spec"], generated, now)
+        claim.template = template
         made.append((entry["name"], claim))
+    taken = {e["name"] for e in entries}
+    for entry_name, spec in generated.inline:
+        if entry_name in taken:
+            errors.append((f"{path}.resourceClaims", f'Duplicate value: "{entry_name}" (a generated claim\'s name)'))
+            continue
+        made.append((entry_name, _generated_claim(ns, consumer, entry_name, {}, spec, generated, now)))
     # A consumer's claims are admitted together: one queue for all of them.
     errors += queueing.check_new_claims(ns.name, [(path, c) for _, c in out + made], unit=True)
     if errors:
         raise FieldError(errors)
     if made:
         ResourceClaim.objects.bulk_create([c for _, c in made])
-        ev.record([ev.event(c, ev.CREATED, "Created", f"made from template {c.template.name} for consumer "
+        ev.record([ev.event(c, ev.CREATED, "Created", (f"made from template {c.template.name}" if c.template else
+                                                       "made from its consumer's spec") + f" for consumer "
                                                       f"{consumer.name}") for _, c in made])
     return out + made
+
+
+def _generated_claim(ns: Namespace, consumer: Consumer, entry: str, meta: dict, spec: dict, generated: Generated,
+                     now) -> ResourceClaim:
+    base = f"{generated.prefix or consumer.name}-{entry}"[:253 - 6]
+    labels = {**(meta.get("labels") or {}), **generated.labels}
+    claim = build_claim(ns, {"apiVersion": k8s.V1, "kind": "ResourceClaim",
+                             "metadata": {"name": f"{base}-{k8s.random_suffix()}", "labels": labels or None,
+                                          "annotations": meta.get("annotations")},
+                             "spec": spec}, now=now)
+    claim.owner = consumer
+    return claim
 
 
 def delete_consumer(consumer_id: int, *, if_match: str | None = None) -> None:

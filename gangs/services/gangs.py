@@ -38,9 +38,11 @@ def set_gang_condition(gang: Gang, status: bool, reason: str, message: str, now)
 
 # --------------------------------------------------------------------------------------------- create
 
-def create_gang(ns_name: str, obj: dict) -> Gang:
+def create_gang(ns_name: str, obj: dict,
+                generated: dict[str, consumer_services.Generated] | None = None) -> Gang:
     """One transaction: the gang, one consumer per member (with claims from templates), the hold on every
-    member claim. Placement is requested after commit."""
+    member claim. Placement is requested after commit. ``generated``: per member name, what its consumer's
+    claims carry (a pod group's pods: claims named after the pod, the pod's queue label)."""
     meta, spec = parse_gang(obj, ns_name)
     with transaction.atomic():
         ns = claim_services.get_namespace_for_write(ns_name)
@@ -60,7 +62,8 @@ def create_gang(ns_name: str, obj: dict) -> Gang:
                 gang.save()
         except IntegrityError as exc:
             raise Conflict(f'gangs "{gang.name}" was created concurrently') from exc
-        consumers = [_member_consumer(ns_name, gang, i, m) for i, m in enumerate(spec["members"])]
+        consumers = [_member_consumer(ns_name, gang, i, m, (generated or {}).get(m["name"]))
+                     for i, m in enumerate(spec["members"])]
         claims = _hold_member_claims(gang, consumers, now)
         GangMember.objects.bulk_create([GangMember(gang=gang, name=m["name"], index=i, consumer=c)
                                         for i, (m, c) in enumerate(zip(spec["members"], consumers, strict=False))])
@@ -71,12 +74,13 @@ def create_gang(ns_name: str, obj: dict) -> Gang:
     return gang
 
 
-def _member_consumer(ns_name: str, gang: Gang, i: int, member: dict):
+def _member_consumer(ns_name: str, gang: Gang, i: int, member: dict,
+                     generated: consumer_services.Generated | None = None):
     path = f"spec.members[{i}]"
     body = {"metadata": {"name": f"{gang.name}-{member['name']}", "labels": {hold.GANG_LABEL: gang.name}},
             "spec": {"resourceClaims": member["resourceClaims"]}}
     try:
-        return consumer_services.create_consumer(ns_name, body, path)
+        return consumer_services.create_consumer(ns_name, body, path, generated)
     except FieldError as exc:
         # The claims app words paths for a Consumer body; say them in terms of the gang's spec.
         errors = [(e["field"].replace(f"{path}.spec.", f"{path}.").replace(f"{path}.metadata.name", f"{path}.name"),

@@ -158,3 +158,26 @@ def test_the_python_client_reads_writes_and_answers_in_the_version_asked(kube_se
         v1.read_namespaced_resource_claim("nope", NS)
     assert missing.value.status == 404 and json.loads(missing.value.body)["reason"] == "NotFound"
     v1.delete_namespaced_resource_claim("from-python", NS)
+
+
+TEMPLATE = """apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: gpu-template
+  namespace: kubectl-e2e
+  labels: {tier: "%s"}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.nvidia.com}
+"""
+
+
+def test_apply_a_template_then_change_its_labels(kubectl):
+    assert kubectl("apply", "-f", "-", stdin=TEMPLATE % "1").stdout.strip().endswith("created")
+    assert kubectl("apply", "-f", "-", stdin=TEMPLATE % "2").stdout.strip().endswith("configured")
+    labels = kubectl("get", "resourceclaimtemplate", "gpu-template", "-n", NS, "-o", "jsonpath={.metadata.labels}")
+    assert json.loads(labels.stdout) == {"tier": "2"}
+    kubectl("delete", "resourceclaimtemplate", "gpu-template", "-n", NS)
