@@ -1,0 +1,121 @@
+"""Carrying out a defragmentation plan (``claims.services.defrag``): one transaction, all or nothing.
+
+1. The plan is recomputed from the fleet as it is now and looked up by id: a plan whose claims changed has
+   another id (404), so an operator never applies advice the fleet has moved past.
+2. Under row locks, the claims involved must still be as planned (409 otherwise).
+3. The old claims are released at once (reason ``Defragmented``). There is no agent handshake yet: the
+   service does not wait for the cluster to confirm that no pod still uses their devices.
+4. Each moved claim is re-created in its namespace as ``<name>-m<plan id>`` with the same spec, labels and
+   annotations plus pins to its target (``draservice.io/allowed-clusters: name=<cluster>``,
+   ``draservice.io/node``), and is allocated at once on the devices the engine chose for it, through the
+   commit service (its locks and race checks: the target devices are taken now, nothing else can get them;
+   a device taken since the plan was computed aborts the whole apply with 409).
+5. The target claim is pinned to the freed node and holds it (``claims.services.holds``) until it is
+   allocated by the ordinary claims round, or ``HOLD`` has passed.
+"""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from claims import k8s
+from claims.models import Phase, ResourceClaim
+from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
+from claims.services import claims as claim_services
+from claims.services import commit, defrag
+from claims.services.holds import HOLD_UNTIL, PLAN
+from draservice.problems import Conflict, FieldError
+
+HOLD = timedelta(minutes=30)
+MOVED_FROM = "draservice.io/moved-from"
+PLAN_ID = re.compile(r"^[0-9a-f]{16}$")
+RELEASE_REASON = "Defragmented"
+
+
+def apply_plan(plan_id: str, *, actor: str) -> dict:
+    """Apply the plan ``plan_id``; returns what was done. Raises FieldError (400, 404) or Conflict (409)."""
+    if not isinstance(plan_id, str) or not PLAN_ID.match(plan_id):
+        raise FieldError([("id", "Invalid value: a plan id is 16 lowercase hexadecimal digits")], status_code=400)
+    found = defrag.advice(stranded=False)
+    plan = next((p for p in found.plans if p.id == plan_id), None)
+    if plan is None:
+        raise FieldError([("id", f"no plan {plan_id} now: plans are recomputed from the current fleet and a "
+                                 "plan whose claims changed gets another id; list them again")],
+                         status_code=404, title="Plan not found")
+    now = timezone.now()
+    with transaction.atomic():
+        commit.begin()
+        target = _check_unchanged(plan)
+        # Released first: a queue's quota then sees the moved claims' devices given back before it charges
+        # their copies.
+        for move in plan.moves:
+            claim_services.release_claim(
+                move.claim_id, reason=RELEASE_REASON,
+                message=(f"moved to {move.to_cluster}/{move.to_node} as {move.namespace}/{_new_name(move, plan)} "
+                         f"by defragmentation plan {plan.id} ({actor})"))
+        created = _recreate(plan, now, found, actor)
+        _pin_target(target, plan, now)
+    return {"plan": plan.to_dict(), "created": [f"{c.namespace.name}/{c.name}" for c in created],
+            "released": [f"{m.namespace}/{m.name}" for m in plan.moves], "target": plan.target,
+            "holdUntil": (now + HOLD).isoformat()}
+
+
+def _check_unchanged(plan: defrag.Plan) -> ResourceClaim:
+    ids = sorted([m.claim_id for m in plan.moves] + [plan.target_id])
+    rows = {c.id: c for c in ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace")
+            .filter(id__in=ids).order_by("id")}
+    for m in plan.moves:
+        c = rows.get(m.claim_id)
+        if c is None or c.phase != Phase.ALLOCATED or c.resource_version != m.resource_version:
+            raise Conflict(f"claim {m.namespace}/{m.name} changed since the plan was computed; list the plans again")
+    target = rows.get(plan.target_id)
+    if target is None or target.phase != Phase.PENDING or target.resource_version != plan.target_rv:
+        raise Conflict(f"claim {plan.target} is no longer pending as planned; list the plans again")
+    return target
+
+
+def _new_name(move: defrag.Move, plan: defrag.Plan) -> str:
+    suffix = f"-m{plan.id[:8]}"
+    return move.name[:253 - len(suffix)].rstrip("-.") + suffix
+
+
+def _recreate(plan: defrag.Plan, now, found: defrag.Advice, actor: str) -> list[ResourceClaim]:
+    olds = {c.id: c for c in ResourceClaim.objects.filter(id__in=[m.claim_id for m in plan.moves])}
+    created, units = [], []
+    for move in plan.moves:
+        old = olds[move.claim_id]
+        notes = {k: v for k, v in (old.annotations or {}).items() if k not in (HOLD_UNTIL, PLAN)}
+        notes.update({ALLOWED_CLUSTERS: f"name={move.to_cluster}", NODE_PIN: move.to_node, PLAN: plan.id,
+                      MOVED_FROM: f"{move.namespace}/{move.name}"})
+        obj = {"apiVersion": k8s.V1, "kind": "ResourceClaim",
+               "metadata": {"name": _new_name(move, plan), "labels": old.labels or {}, "annotations": notes},
+               "spec": old.spec}
+        (claim,) = claim_services.create_claims(move.namespace, [obj])
+        created.append(claim)
+        where = f"{move.to_cluster}/{move.to_node}"
+        units.append(commit.Unit([commit.Placement(
+            claims=[claim], allocations=[move.allocation], cluster=move.to_cluster, node=move.to_node,
+            message=f"allocated on {where}: moved from {move.from_cluster}/{move.from_node} by defragmentation "
+                    f"plan {plan.id} ({actor})",
+            event_data={"defragmentationPlan": plan.id, "movedFrom": f"{move.namespace}/{move.name}"})]))
+    stale = commit.changed_claims(created)
+    if stale:
+        raise Conflict("a re-created claim changed while the plan was applied; nothing was done")
+    result = commit.commit(units, found.view, found.rows, now)
+    if result.lost or result.refused:
+        why = "a device it needs was taken since the plan was computed" if result.lost else \
+            next(iter(result.refused.values())).message
+        raise Conflict(f"the plan cannot be applied now ({why}); nothing was done, list the plans again")
+    return created
+
+
+def _pin_target(target: ResourceClaim, plan: defrag.Plan, now) -> None:
+    notes = {**(target.annotations or {}), ALLOWED_CLUSTERS: f"name={plan.cluster}", NODE_PIN: plan.node,
+             HOLD_UNTIL: (now + HOLD).isoformat(), PLAN: plan.id}
+    obj = {"apiVersion": k8s.V1, "kind": "ResourceClaim",
+           "metadata": {"name": target.name, "namespace": target.namespace.name, "labels": target.labels or {},
+                        "annotations": notes}}
+    claim_services.update_claim(target.id, obj)
