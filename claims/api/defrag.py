@@ -67,8 +67,12 @@ class DefragmentationView(APIView):
 class ApplyPlanView(APIView):
     permission_classes = [IsAdminToken]
 
-    @extend_schema(operation_id="defragmentation_apply", request=None, responses={200: OpenApiTypes.OBJECT},
+    @extend_schema(operation_id="defragmentation_apply", request=OpenApiTypes.OBJECT,
+                   responses={200: OpenApiTypes.OBJECT},
                    summary="Apply a defragmentation plan: move its claims, hold the freed node for its target")
     def post(self, request, plan_id):
+        """Body (optional): ``{"graceSeconds": 900}``: how long the old claims keep their devices unless the
+        agent or an admin confirms their release sooner (0: released at once)."""
+        grace = defrag_apply.parse_body(request.data)
         actor = request.user.get_username() if getattr(request.user, "is_authenticated", False) else "admin token"
-        return Response(defrag_apply.apply_plan(plan_id, actor=actor or "admin token"))
+        return Response(defrag_apply.apply_plan(plan_id, actor=actor or "admin token", grace=grace))

@@ -20,9 +20,10 @@ node). A plan exists only when all of that succeeds in one engine state, so the 
 target fits on the freed node AND the moved claims fit on their targets, together.
 
 Movable: allocated, on a node, no consumer (``status.reservedFor`` is empty: moving a claim a pod uses would
-need the pod moved too), not placed by another allocator (a gang member), not pinned to its node, no admin
-access. The search is bounded: ``MAX_TARGETS`` targets, ``MAX_CANDIDATES`` nodes each, ``SECONDS`` of
-engine time for the plans and as much for the stranded figures; the answer says when a bound cut it short.
+need the pod moved too), not placed by another allocator (a gang member), not pinned to its node, not
+already being released (condition ``Releasing``), no admin access. The search is bounded: ``MAX_TARGETS``
+targets, ``MAX_CANDIDATES`` nodes each, ``SECONDS`` of engine time for the plans and as much for the stranded
+figures; the answer says when a bound cut it short.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from claims import k8s
 from claims.models import DeviceAllocation, Phase, Reservation, ResourceClaim
 from claims.placement import clusters_matching, node_pin
 from claims.services import fleet
+from claims.services.conditions import RELEASING, is_true
 from claims.services.external import managed_elsewhere
 from claims.services.holds import HOLD_UNTIL
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
@@ -330,7 +332,7 @@ def _held_on(nodes: list[tuple[str, str]], rows: dict) -> dict[tuple[str, str], 
     out: dict[tuple[str, str], list[_Held]] = defaultdict(list)
     for c in claims:
         movable = (c.id not in reserved and c.id not in admin and not managed_elsewhere(c)
-                   and not node_pin(c.annotations) and bool(devices[c.id]))
+                   and not node_pin(c.annotations) and not is_true(c.conditions, RELEASING) and bool(devices[c.id]))
         out[(c.cluster, c.node)].append(_Held(c, devices[c.id], movable))
     return out
 

@@ -3,15 +3,20 @@
 1. The plan is recomputed from the fleet as it is now and looked up by id: a plan whose claims changed has
    another id (404), so an operator never applies advice the fleet has moved past.
 2. Under row locks, the claims involved must still be as planned (409 otherwise).
-3. The old claims are released at once (reason ``Defragmented``). There is no agent handshake yet: the
-   service does not wait for the cluster to confirm that no pod still uses their devices.
+3. The old claims are released safely (``claims.services.claims.begin_release``): each keeps its devices,
+   with the condition ``Releasing``, until the cluster's agent (its cluster token) or an admin confirms that
+   no pod uses them by releasing it (``POST …/resourceclaims/{name}/release``), or until the grace period
+   (``graceSeconds``, default ``GRACE``) has passed. ``graceSeconds: 0`` releases them at once.
 4. Each moved claim is re-created in its namespace as ``<name>-m<plan id>`` with the same spec, labels and
    annotations plus pins to its target (``draservice.io/allowed-clusters: name=<cluster>``,
    ``draservice.io/node``), and is allocated at once on the devices the engine chose for it, through the
    commit service (its locks and race checks: the target devices are taken now, nothing else can get them;
-   a device taken since the plan was computed aborts the whole apply with 409).
+   a device taken since the plan was computed aborts the whole apply with 409). Its workload can start there
+   while the old one drains. A queue's quota counts both copies until the old one is released (a queue
+   without room for that refuses the apply: 409).
 5. The target claim is pinned to the freed node and holds it (``claims.services.holds``) until it is
-   allocated by the ordinary claims round, or ``HOLD`` has passed.
+   allocated by the ordinary claims round (once the old claims are released), or until the grace period
+   plus ``HOLD`` has passed.
 """
 from __future__ import annotations
 
@@ -29,13 +34,31 @@ from claims.services import commit, defrag
 from claims.services.holds import HOLD_UNTIL, PLAN
 from draservice.problems import Conflict, FieldError
 
-HOLD = timedelta(minutes=30)
+GRACE = timedelta(minutes=15)
+MAX_GRACE = timedelta(days=1)
+HOLD = timedelta(minutes=30)  # after the grace period: the target's time to be allocated once the node is free
 MOVED_FROM = "draservice.io/moved-from"
 PLAN_ID = re.compile(r"^[0-9a-f]{16}$")
 RELEASE_REASON = "Defragmented"
 
 
-def apply_plan(plan_id: str, *, actor: str) -> dict:
+def parse_body(body) -> timedelta:
+    """The grace period from an apply body (``{"graceSeconds": n}``, optional); FieldError 400."""
+    if body in (None, "", b""):
+        return GRACE
+    if not isinstance(body, dict):
+        raise FieldError([("", "the body must be a JSON object")], status_code=400)
+    errors = [(k, "Forbidden: unknown field") for k in sorted(set(body) - {"graceSeconds"})]
+    raw = body.get("graceSeconds", int(GRACE.total_seconds()))
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= MAX_GRACE.total_seconds():
+        errors.append(("graceSeconds", f"Invalid value: {raw!r}: must be an integer from 0 to "
+                                       f"{int(MAX_GRACE.total_seconds())}"))
+    if errors:
+        raise FieldError(errors, status_code=400)
+    return timedelta(seconds=raw)
+
+
+def apply_plan(plan_id: str, *, actor: str, grace: timedelta = GRACE) -> dict:
     """Apply the plan ``plan_id``; returns what was done. Raises FieldError (400, 404) or Conflict (409)."""
     if not isinstance(plan_id, str) or not PLAN_ID.match(plan_id):
         raise FieldError([("id", "Invalid value: a plan id is 16 lowercase hexadecimal digits")], status_code=400)
@@ -49,18 +72,24 @@ def apply_plan(plan_id: str, *, actor: str) -> dict:
     with transaction.atomic():
         commit.begin()
         target = _check_unchanged(plan)
-        # Released first: a queue's quota then sees the moved claims' devices given back before it charges
-        # their copies.
         for move in plan.moves:
-            claim_services.release_claim(
-                move.claim_id, reason=RELEASE_REASON,
-                message=(f"moved to {move.to_cluster}/{move.to_node} as {move.namespace}/{_new_name(move, plan)} "
-                         f"by defragmentation plan {plan.id} ({actor})"))
+            message = (f"moved to {move.to_cluster}/{move.to_node} as {move.namespace}/{_new_name(move, plan)} "
+                       f"by defragmentation plan {plan.id} ({actor})")
+            if grace:
+                claim_services.begin_release(move.claim_id, grace=grace, reason=RELEASE_REASON,
+                                             message=f"{message}; its devices are held until the release is "
+                                                     "confirmed (the agent or an admin releases it) or the "
+                                                     "grace period ends")
+            else:
+                claim_services.release_claim(move.claim_id, reason=RELEASE_REASON, message=message)
         created = _recreate(plan, now, found, actor)
-        _pin_target(target, plan, now)
+        hold_until = now + grace + HOLD
+        _pin_target(target, plan, hold_until)
     return {"plan": plan.to_dict(), "created": [f"{c.namespace.name}/{c.name}" for c in created],
-            "released": [f"{m.namespace}/{m.name}" for m in plan.moves], "target": plan.target,
-            "holdUntil": (now + HOLD).isoformat()}
+            "releasing": [f"{m.namespace}/{m.name}" for m in plan.moves] if grace else [],
+            "released": [] if grace else [f"{m.namespace}/{m.name}" for m in plan.moves],
+            "releaseDeadline": (now + grace).isoformat(), "target": plan.target,
+            "holdUntil": hold_until.isoformat()}
 
 
 def _check_unchanged(plan: defrag.Plan) -> ResourceClaim:
@@ -112,9 +141,9 @@ def _recreate(plan: defrag.Plan, now, found: defrag.Advice, actor: str) -> list[
     return created
 
 
-def _pin_target(target: ResourceClaim, plan: defrag.Plan, now) -> None:
+def _pin_target(target: ResourceClaim, plan: defrag.Plan, hold_until) -> None:
     notes = {**(target.annotations or {}), ALLOWED_CLUSTERS: f"name={plan.cluster}", NODE_PIN: plan.node,
-             HOLD_UNTIL: (now + HOLD).isoformat(), PLAN: plan.id}
+             HOLD_UNTIL: hold_until.isoformat(), PLAN: plan.id}
     obj = {"apiVersion": k8s.V1, "kind": "ResourceClaim",
            "metadata": {"name": target.name, "namespace": target.namespace.name, "labels": target.labels or {},
                         "annotations": notes}}

@@ -8,7 +8,6 @@ from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import APIException
 
 from claims.services import defrag, defrag_apply
-
 from frontend.queries import fleet as fleet_q
 from frontend.queries import fragmentation as frag_q
 from frontend.queries import sharing as sharing_q
@@ -76,7 +75,9 @@ def apply_plan(request, plan_id):
     except APIException as exc:
         messages.error(request, f"The plan was not applied: {exc.detail}")
     else:
-        messages.success(request, f"Plan {plan_id} applied: moved {', '.join(done['released'])}; "
-                                  f"{done['target']} waits for the freed node, held for it until "
-                                  f"{done['holdUntil'][:16].replace('T', ' ')} UTC.")
+        messages.success(request, f"Plan {plan_id} applied: {', '.join(done['created'])} allocated on the new "
+                                  f"node; {', '.join(done['releasing'])} keep their devices until the cluster's "
+                                  f"agent (or an admin) releases them, at the latest "
+                                  f"{done['releaseDeadline'][:16].replace('T', ' ')} UTC; {done['target']} waits "
+                                  "for the freed node, held for it.")
     return redirect("frontend:fragmentation")

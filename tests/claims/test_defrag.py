@@ -2,6 +2,9 @@
 allocation round; the API's tenancy and its 4xx answers."""
 from __future__ import annotations
 
+import time
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
@@ -9,7 +12,11 @@ from claims.models import Phase, ResourceClaim
 from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
 from claims.services import allocation, defrag, defrag_apply, holds
 from claims.services import claims as claim_services
+from claims.services.conditions import RELEASING, is_true
+from inventory.models import APIToken, Cluster
+from inventory.services.tokens import issue_token
 from tests.claims.fleet import gpu_claim, load_fleet
+from tests.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -54,6 +61,11 @@ def fragmented(db):
     assert {claim(n).node for n in ("one-a", "one-b")} == {N0} and claim("six", "team-b").node == N1
 
 
+def agent_client():
+    _, secret = issue_token(kind=APIToken.CLUSTER, cluster=Cluster.objects.get(name="c1"))
+    return client_for(secret)
+
+
 def test_plan_moves_two_claims_and_the_8_gpu_claim_allocates_after_apply(fragmented):
     found = defrag.advice()
     assert len(found.plans) == 1
@@ -66,15 +78,24 @@ def test_plan_moves_two_claims_and_the_8_gpu_claim_allocates_after_apply(fragmen
     assert defrag.advice().plans[0].id == plan.id  # deterministic: the id names the state it was computed on
 
     done = defrag_apply.apply_plan(plan.id, actor="ops")
-    assert sorted(done["released"]) == ["team-a/one-a", "team-a/one-b"]
-    for old in ("one-a", "one-b"):
-        assert claim(old).phase == Phase.RELEASED and claim(old).reason == "Defragmented"
+    assert sorted(done["releasing"]) == ["team-a/one-a", "team-a/one-b"] and done["released"] == []
     moved = ResourceClaim.objects.filter(annotations__has_key=defrag_apply.MOVED_FROM)
     assert sorted((c.phase, c.cluster, c.node) for c in moved) == [(Phase.ALLOCATED, "c1", N1)] * 2
     assert all(c.annotations[NODE_PIN] == N1 for c in moved)
     eight = claim("eight", "team-c")
     assert eight.phase == Phase.PENDING and eight.annotations[NODE_PIN] == N0
     assert holds.held_nodes() == {("c1", N0): eight.id}
+    # Safe release: the old claims keep their devices until the agent confirms no pod uses them.
+    for old in ("one-a", "one-b"):
+        c = claim(old)
+        assert c.phase == Phase.ALLOCATED and is_true(c.conditions, RELEASING) and c.lease_expires_at
+    run_rounds()
+    assert claim("eight", "team-c").phase == Phase.PENDING
+    agent = agent_client()
+    for old in ("one-a", "one-b"):  # the agent's confirmation: it releases the claims allocated on its cluster
+        assert agent.post(f"/api/v1/namespaces/{NS}/resourceclaims/{old}/release").status_code == 200
+        c = claim(old)
+        assert c.phase == Phase.RELEASED and not is_true(c.conditions, RELEASING)
 
     run_rounds()  # the ordinary claims round, the real engine
     eight = claim("eight", "team-c")
@@ -84,9 +105,22 @@ def test_plan_moves_two_claims_and_the_8_gpu_claim_allocates_after_apply(fragmen
     assert defrag.advice().plans == []
 
 
+def test_an_unconfirmed_release_happens_at_the_deadline_and_cannot_be_renewed(fragmented, admin_client):
+    plan = defrag.advice().plans[0]
+    defrag_apply.apply_plan(plan.id, actor="ops", grace=timedelta(seconds=1))
+    res = admin_client.post(f"/api/v1/namespaces/{NS}/resourceclaims/one-a/renew", {"ttl": "1h"}, format="json")
+    assert res.status_code == 409
+    time.sleep(1.1)
+    assert claim_services.expire_leases() == 2
+    assert claim("one-a").phase == Phase.RELEASED and claim("one-a").reason == claim_services.RELEASE_DEADLINE
+    run_rounds()
+    assert claim("eight", "team-c").phase == Phase.ALLOCATED
+
+
 def test_a_held_node_is_not_given_to_another_claim(fragmented):
     plan = defrag.advice().plans[0]
-    defrag_apply.apply_plan(plan.id, actor="ops")
+    defrag_apply.apply_plan(plan.id, actor="ops", grace=timedelta(0))  # released at once
+    assert claim("one-a").phase == Phase.RELEASED and claim("one-a").reason == "Defragmented"
     # A worker busy with the target: the next round sees only a newcomer that would fit on the freed node.
     ResourceClaim.objects.filter(namespace__name="team-c", name="eight").update(
         taken_until=timezone.now() + timezone.timedelta(seconds=60))
@@ -164,7 +198,11 @@ def test_api_apply(fragmented, admin_client):
     res = admin_client.post(f"{URL}/plans/{'0' * 16}/apply")
     assert res.status_code == 404 and res.json()["errors"][0]["field"] == "id"
     plan_id = admin_client.get(URL).json()["plans"][0]["id"]
-    res = admin_client.post(f"{URL}/plans/{plan_id}/apply")
+    for body, field in (({"graceSeconds": -1}, "graceSeconds"), ({"graceSeconds": "1h"}, "graceSeconds"),
+                        ({"grace": 1}, "grace")):
+        res = admin_client.post(f"{URL}/plans/{plan_id}/apply", body, format="json")
+        assert res.status_code == 400 and [e["field"] for e in res.json()["errors"]] == [field]
+    res = admin_client.post(f"{URL}/plans/{plan_id}/apply", {"graceSeconds": 0}, format="json")
     assert res.status_code == 200, res.content
     assert sorted(res.json()["released"]) == ["team-a/one-a", "team-a/one-b"]
     assert admin_client.post(f"{URL}/plans/{plan_id}/apply").status_code == 404  # applied: gone

@@ -1,11 +1,13 @@
 """The Fragmentation page's defragmentation advice in headless Chromium: the plan is shown, an operator
-applies it, and the 8-GPU claim it made room for is then allocated by the ordinary claims round."""
+applies it, the agent confirms the old claims' release, and the 8-GPU claim it made room for is then allocated
+by the ordinary claims round."""
 import pytest
 
 from claims.models import Phase, ResourceClaim
 from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
 from claims.services import allocation
 from claims.services import claims as claim_services
+from claims.services.claims import release_claim
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.frontend.conftest import login
 
@@ -54,10 +56,17 @@ def test_fragmentation_page_shows_the_plan_and_applying_it_lets_the_8_gpu_claim_
     page.wait_for_url(f"{live_server.url}/fragmentation/")
     assert "applied" in page.locator(".messages").inner_text()
     assert page.get_by_test_id("no-plans").is_visible()
+    run_rounds()
+    eight.refresh_from_db()
+    assert eight.phase == Phase.PENDING  # the old claims still hold node 0 (condition Releasing)
+    for old in ResourceClaim.objects.filter(name__in=["one-a", "one-b"]):
+        release_claim(old.id)  # what the cluster's agent does once no pod uses them (its confirmation)
 
     run_rounds()
     eight.refresh_from_db()
     assert eight.phase == Phase.ALLOCATED and eight.node == N0
     assert len(eight.allocation["devices"]["results"]) == 8
     moved = ResourceClaim.objects.filter(phase=Phase.ALLOCATED, namespace__name="team-a")
+    plan_id = moved[0].annotations["draservice.io/defrag-plan"]
+    assert sorted(c.name for c in moved) == [f"one-a-m{plan_id[:8]}", f"one-b-m{plan_id[:8]}"]
     assert sorted(c.node for c in moved) == [N1, N1]
