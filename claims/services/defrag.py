@@ -36,7 +36,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Count
 from django.utils import timezone
 
 from claims import k8s
@@ -57,6 +56,7 @@ MAX_CANDIDATES = 5  # nodes tried per target, the least in use first
 MAX_SHAPES = 12  # shapes the stranded figures are computed for
 PENDING_SAMPLE = 2000  # pending claims whose specs are read (oldest first)
 RECENT = timedelta(days=1)
+RECENT_SAMPLE = 5000  # the last day's shapes are learnt from its most recent claims
 SECONDS = 1.5  # engine time for the plans, and as much again for the stranded figures
 NODES_SHOWN = 50
 CALL_BUDGET = 2 * MAX_SELECTOR_COST  # CEL cost of one engine call, as in a claims round
@@ -173,12 +173,12 @@ def _shapes() -> list[dict]:
         specs[key] = spec
         pending[key] += 1
     since = timezone.now() - RECENT
-    recent = Counter()
-    for row in (ResourceClaim.objects.filter(created_at__gte=since).values("spec")
-                .annotate(n=Count("id")).order_by("-n")[:MAX_SHAPES]):
-        key = json.dumps(row["spec"], sort_keys=True)
-        specs.setdefault(key, row["spec"])
-        recent[key] += row["n"]
+    recent: Counter = Counter()
+    for spec in (ResourceClaim.objects.filter(created_at__gte=since).order_by("-id")
+                 .values_list("spec", flat=True)[:RECENT_SAMPLE]):
+        key = json.dumps(spec, sort_keys=True)
+        specs.setdefault(key, spec)
+        recent[key] += 1
     counts.update(pending)
     counts.update(recent)
     out = []
@@ -252,7 +252,12 @@ def stranded_capacity(engine: Engine, shapes: list[dict]) -> tuple[dict, bool]:
                 continue
             examined += 1
             free_total += free
-            if any(_fits_on(engine, s["obj"], model.name, name) for s in shapes if s["devices"] <= free):
+            try:
+                if any(_fits_on(engine, s["obj"], model.name, name) for s in shapes if s["devices"] <= free):
+                    continue
+            except Exception:  # an engine bug must not take the page down: the node is left uncounted
+                log.exception("defragmentation: shapes on %s/%s failed", model.name, name)
+                complete = False
                 continue
             by_cluster[model.name] += free
             nodes.append({"cluster": model.name, "node": name, "free": free})
