@@ -208,3 +208,13 @@ def test_api_apply(fragmented, admin_client):
     assert admin_client.post(f"{URL}/plans/{plan_id}/apply").status_code == 404  # applied: gone
     run_rounds()
     assert claim("eight", "team-c").phase == Phase.ALLOCATED
+
+
+def test_api_staff_sessions_read_and_other_users_do_not(fragmented, client, django_user_model):
+    staff = django_user_model.objects.create_user("ops", password="x", is_staff=True)
+    user = django_user_model.objects.create_user("viewer", password="x")
+    client.force_login(user)
+    assert client.get(URL).status_code == 403
+    client.force_login(staff)
+    res = client.get(URL)
+    assert res.status_code == 200 and len(res.json()["plans"]) == 1
