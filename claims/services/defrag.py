@@ -12,8 +12,9 @@ Units are counted as the dashboard counts them (a partitionable GPU is one unit,
 is in use), and only devices one of the shapes' device classes selects (other kinds nobody asked for are the
 Fragmentation page's "free devices no pending claim can use").
 
-*Plans*: for a pending claim of two or more devices (the *target*) the engine cannot place, the candidate
-nodes are those of its allowed clusters that hold something, least in use first. On a candidate the movable
+*Plans*: for a pending claim of two or more devices (the *target*) the engine cannot place, and for a common
+shape of two or more devices that fits nowhere now (a target with no claim behind it), the candidate nodes
+are those of its allowed clusters that hold something, least in use first. On a candidate the movable
 claims are released smallest first until the target fits there; the target is then placed on the node and
 each released claim is placed elsewhere by the engine (within its own allowed clusters, never back on the
 node). A plan exists only when all of that succeeds in one engine state, so the plan is verified: the
@@ -81,8 +82,8 @@ class Move:
 @dataclass
 class Plan:
     id: str
-    target_id: int
-    target: str  # namespace/name
+    target_id: int | None  # None: the target is a common shape, not a pending claim
+    target: str  # namespace/name of the claim, or the shape's description
     target_uid: str
     target_rv: int
     target_devices: int
@@ -98,10 +99,12 @@ class Plan:
         kinds = " / ".join(sorted({m.kind for m in self.moves}))
         return {
             "id": self.id, "cluster": self.cluster, "node": self.node,
-            "target": {"claim": self.target, "uid": self.target_uid, "devices": self.target_devices},
+            "target": ({"claim": self.target, "uid": self.target_uid, "devices": self.target_devices}
+                       if self.target_id is not None else {"shape": self.target, "devices": self.target_devices}),
             "summary": (f"move {len(self.moves)} claim{'s' if len(self.moves) != 1 else ''} ({kinds}) from "
-                        f"{self.cluster}/{self.node} and the node can hold {self.target} "
-                        f"({self.target_devices} devices)"),
+                        f"{self.cluster}/{self.node} and the node can hold "
+                        + (f"{self.target} ({self.target_devices} devices)" if self.target_id is not None
+                           else f"a claim of a common shape, {self.target}")),
             "devicesMoved": self.devices_moved,
             "moves": [{"claim": f"{m.namespace}/{m.name}", "uid": m.uid, "kind": m.kind, "devices": m.devices,
                        "from": {"cluster": m.from_cluster, "node": m.from_node},
@@ -141,7 +144,7 @@ def advice(*, plans: bool = True, stranded: bool = True) -> Advice:
     engine = Engine(view.snapshot, list(rows.values()))
     shapes = _shapes()
     stranded_out, done_s = stranded_capacity(engine, shapes) if stranded else ({}, True)
-    found, done_p = find_plans(engine, view, rows) if plans else ([], True)
+    found, done_p = find_plans(engine, view, rows, shapes) if plans else ([], True)
     return Advice(plans=found, stranded=stranded_out, shapes=shapes, exhaustive=done_s and done_p, view=view,
                   rows=rows)
 
@@ -267,8 +270,9 @@ def stranded_capacity(engine: Engine, shapes: list[dict]) -> tuple[dict, bool]:
              "nodes": nodes[:NODES_SHOWN], "complete": complete}, complete)
 
 
-def _fits_on(engine: Engine, obj: dict, cluster: str, node: str) -> bool:
-    out = _allocate(engine, ClaimGroup(claims=[obj], allowed_clusters=[cluster], node=node))
+def _fits_on(engine: Engine, obj: dict, cluster: str | None, node: str | None) -> bool:
+    """Whether ``obj`` fits (on the node; anywhere without one); the engine is left as it was."""
+    out = _allocate(engine, ClaimGroup(claims=[obj], allowed_clusters=[cluster] if cluster else None, node=node))
     if out is not None and out.allocated:
         engine.release(out.devices)
         return True
@@ -277,42 +281,69 @@ def _fits_on(engine: Engine, obj: dict, cluster: str, node: str) -> bool:
 
 # ------------------------------------------------------------------------------------------------ plans
 
-def _targets() -> list[ResourceClaim]:
-    """Pending claims of two or more devices the engine could not place, not already waiting on a plan."""
+@dataclass
+class _Target:
+    obj: dict  # the claim object the engine places
+    devices: int
+    label: str
+    claim: ResourceClaim | None = None  # None for a common shape
+    allowed: list[str] | None = None
+    pin: str | None = None
+
+
+def _targets(engine: Engine, view, shapes: list[dict]) -> list[_Target]:
+    """Pending claims of two or more devices the engine could not place (not already waiting on a plan), then
+    common shapes of two or more devices that no node can hold now."""
     qs = (ResourceClaim.objects.filter(phase=Phase.PENDING, attempts__gt=0).exclude(annotations__has_key=HOLD_UNTIL)
           .select_related("namespace").order_by("id"))
     out = []
     for claim in qs[:PENDING_SAMPLE]:
-        if spec_devices(claim.spec) >= 2 and not managed_elsewhere(claim):
-            out.append(claim)
-            if len(out) == MAX_TARGETS:
-                break
+        if spec_devices(claim.spec) >= 2 and not managed_elsewhere(claim) and len(out) < MAX_TARGETS:
+            out.append(_Target(obj=_claim_obj(claim.name, claim.namespace.name, str(claim.uid), claim.spec),
+                               devices=spec_devices(claim.spec), label=f"{claim.namespace.name}/{claim.name}",
+                               claim=claim, allowed=clusters_matching(claim.allowed_cluster_selector,
+                                                                      view.cluster_labels),
+                               pin=node_pin(claim.annotations)))
+    for shape in shapes:
+        if len(out) >= MAX_TARGETS:
+            break
+        if shape["devices"] < 2 or shape["pending"] or not shape["recent"]:
+            continue  # pending shapes are planned for through their claims
+        if not _fits_on(engine, shape["obj"], None, None):
+            out.append(_Target(obj=shape["obj"], devices=shape["devices"], label=describe(shape["spec"])))
     return out
 
 
-def find_plans(engine: Engine, view, rows: dict) -> tuple[list[Plan], bool]:
+def describe(spec: dict | None) -> str:
+    parts = []
+    for req in ((spec or {}).get("devices") or {}).get("requests") or []:
+        body = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
+        parts.append(f"{int(body.get('count') or 1)} × {body.get('deviceClassName', '?')}")
+    return " + ".join(parts) or "no devices"
+
+
+def find_plans(engine: Engine, view, rows: dict, shapes: list[dict]) -> tuple[list[Plan], bool]:
     deadline = time.perf_counter() + SECONDS
     plans: list[Plan] = []
     used_nodes: set[tuple[str, str]] = set()
-    for target in _targets():
+    for target in _targets(engine, view, shapes):
         if time.perf_counter() > deadline:
             return plans, False
-        allowed = clusters_matching(target.allowed_cluster_selector, view.cluster_labels)
-        pin = node_pin(target.annotations)
         candidates = sorted(((used, key) for key, used in engine.node_used.items() if used > 0
-                             and key not in used_nodes and (allowed is None or key[0] in allowed)
-                             and (pin is None or key[1] == pin)), key=lambda t: (t[0], t[1]))[:MAX_CANDIDATES]
+                             and key not in used_nodes and (target.allowed is None or key[0] in target.allowed)
+                             and (target.pin is None or key[1] == target.pin)),
+                            key=lambda t: (t[0], t[1]))[:MAX_CANDIDATES]
         held = _held_on([key for _, key in candidates], rows)
         for _, (cluster, node) in candidates:
             if time.perf_counter() > deadline:
                 return plans, False
             try:
-                plan = _try_node(engine, view, target, cluster, node, held.get((cluster, node), []))
+                moves = _try_node(engine, view, target.obj, cluster, node, held.get((cluster, node), []))
             except Exception:  # an engine bug must not take the page down: this candidate has no plan
-                log.exception("defragmentation: trying %s/%s for claim %s failed", cluster, node, target.id)
-                plan = None
-            if plan is not None:
-                plans.append(plan)
+                log.exception("defragmentation: trying %s/%s for %s failed", cluster, node, target.label)
+                moves = None
+            if moves is not None:
+                plans.append(_plan(target, cluster, node, moves))
                 used_nodes.add((cluster, node))  # one plan per node: two plans for one node cannot both apply
                 break
     return plans, True
@@ -342,11 +373,11 @@ def _held_on(nodes: list[tuple[str, str]], rows: dict) -> dict[tuple[str, str], 
     return out
 
 
-def _try_node(engine: Engine, view, target: ResourceClaim, cluster: str, node: str,
-              held: list[_Held]) -> Plan | None:
-    """A verified plan freeing ``node`` for ``target``, or None. The engine is left as it was found."""
+def _try_node(engine: Engine, view, target_obj: dict, cluster: str, node: str,
+              held: list[_Held]) -> list[Move] | None:
+    """The moves of a verified plan freeing ``node`` for ``target_obj``, or None. The engine is left as it
+    was found."""
     movable = sorted((h for h in held if h.movable), key=lambda h: (len(h.devices), h.claim.id))
-    target_obj = _claim_obj(target.name, target.namespace.name, str(target.uid), target.spec)
     released: list[_Held] = []
     placed: list[list[AllocatedDevice]] = []
     try:
@@ -367,7 +398,7 @@ def _try_node(engine: Engine, view, target: ResourceClaim, cluster: str, node: s
             if move is None:
                 return None
             moves.append(move)
-        return _plan(target, cluster, node, moves)
+        return moves
     finally:
         for devices in placed:
             engine.release(devices)
@@ -404,11 +435,13 @@ def move_kind(claim: ResourceClaim) -> str:
     return "single GPU" if len(results) == 1 else f"{len(results)} devices"
 
 
-def _plan(target: ResourceClaim, cluster: str, node: str, moves: list[Move]) -> Plan:
+def _plan(target: _Target, cluster: str, node: str, moves: list[Move]) -> Plan:
     # The id names the state the plan was computed on: any change to the claims involved gives another id.
-    key = json.dumps([str(target.uid), target.resource_version, cluster, node,
-                      [(m.uid, m.resource_version, m.to_cluster, m.to_node) for m in moves]])
-    return Plan(id=hashlib.sha256(key.encode()).hexdigest()[:16], target_id=target.id,
-                target=f"{target.namespace.name}/{target.name}", target_uid=str(target.uid),
-                target_rv=target.resource_version, target_devices=spec_devices(target.spec), cluster=cluster,
+    claim = target.claim
+    ident = [str(claim.uid), claim.resource_version] if claim is not None else [json.dumps(target.obj["spec"],
+                                                                                           sort_keys=True)]
+    key = json.dumps([*ident, cluster, node, [(m.uid, m.resource_version, m.to_cluster, m.to_node) for m in moves]])
+    return Plan(id=hashlib.sha256(key.encode()).hexdigest()[:16], target_id=claim.id if claim else None,
+                target=target.label, target_uid=str(claim.uid) if claim else "",
+                target_rv=claim.resource_version if claim else 0, target_devices=target.devices, cluster=cluster,
                 node=node, moves=moves)

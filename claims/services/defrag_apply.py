@@ -16,7 +16,8 @@
    without room for that refuses the apply: 409).
 5. The target claim is pinned to the freed node and holds it (``claims.services.holds``) until it is
    allocated by the ordinary claims round (once the old claims are released), or until the grace period
-   plus ``HOLD`` has passed.
+   plus ``HOLD`` has passed. A plan for a common shape has no claim to hold the node for: the node is freed
+   and not held (the next claim of that shape, or anything else, may take it).
 """
 from __future__ import annotations
 
@@ -84,22 +85,26 @@ def apply_plan(plan_id: str, *, actor: str, grace: timedelta = GRACE) -> dict:
                 claim_services.release_claim(move.claim_id, reason=RELEASE_REASON, message=message)
         created = _recreate(plan, now, found, actor)
         hold_until = now + grace + HOLD
-        _pin_target(target, plan, hold_until)
+        if target is not None:
+            _pin_target(target, plan, hold_until)
     return {"plan": plan.to_dict(), "created": [f"{c.namespace.name}/{c.name}" for c in created],
             "releasing": [f"{m.namespace}/{m.name}" for m in plan.moves] if grace else [],
             "released": [] if grace else [f"{m.namespace}/{m.name}" for m in plan.moves],
             "releaseDeadline": (now + grace).isoformat(), "target": plan.target,
-            "holdUntil": hold_until.isoformat()}
+            "holdUntil": hold_until.isoformat() if target is not None else None}
 
 
-def _check_unchanged(plan: defrag.Plan) -> ResourceClaim:
-    ids = sorted([m.claim_id for m in plan.moves] + [plan.target_id])
+def _check_unchanged(plan: defrag.Plan) -> ResourceClaim | None:
+    """The plan's target claim, locked (None for a shape's plan); Conflict when a claim changed."""
+    ids = sorted([m.claim_id for m in plan.moves] + ([plan.target_id] if plan.target_id is not None else []))
     rows = {c.id: c for c in ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace")
             .filter(id__in=ids).order_by("id")}
     for m in plan.moves:
         c = rows.get(m.claim_id)
         if c is None or c.phase != Phase.ALLOCATED or c.resource_version != m.resource_version:
             raise Conflict(f"claim {m.namespace}/{m.name} changed since the plan was computed; list the plans again")
+    if plan.target_id is None:
+        return None
     target = rows.get(plan.target_id)
     if target is None or target.phase != Phase.PENDING or target.resource_version != plan.target_rv:
         raise Conflict(f"claim {plan.target} is no longer pending as planned; list the plans again")

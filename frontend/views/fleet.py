@@ -75,9 +75,10 @@ def apply_plan(request, plan_id):
     except APIException as exc:
         messages.error(request, f"The plan was not applied: {exc.detail}")
     else:
+        releasing = (f"{', '.join(done['releasing'])} keep their devices until the cluster's agent (or an admin) "
+                     f"releases them, at the latest {done['releaseDeadline'][:16].replace('T', ' ')} UTC")
+        waiting = (f"{done['target']} waits for the freed node, held for it" if done["holdUntil"] else
+                   f"the freed node is not held: no claim of the shape {done['target']} is pending")
         messages.success(request, f"Plan {plan_id} applied: {', '.join(done['created'])} allocated on the new "
-                                  f"node; {', '.join(done['releasing'])} keep their devices until the cluster's "
-                                  f"agent (or an admin) releases them, at the latest "
-                                  f"{done['releaseDeadline'][:16].replace('T', ' ')} UTC; {done['target']} waits "
-                                  "for the freed node, held for it.")
+                                  f"node; {releasing}; {waiting}.")
     return redirect("frontend:fragmentation")

@@ -218,3 +218,24 @@ def test_api_staff_sessions_read_and_other_users_do_not(fragmented, client, djan
     client.force_login(staff)
     res = client.get(URL)
     assert res.status_code == 200 and len(res.json()["plans"]) == 1
+
+
+def test_a_common_shape_that_fits_nowhere_gets_a_plan_too(db):
+    """No 8-GPU claim is pending, but one was asked for today: the plan frees a node for the next one."""
+    load_fleet({"c1": [("h100", 2)]})
+    claim_services.create_claims(NS, [gpu_claim("earlier", count=8)])
+    run_rounds()
+    claim_services.release_claim(claim("earlier").id)
+    claim_services.create_claims(NS, [pinned("one-a", 1, N0), pinned("one-b", 1, N0)])
+    claim_services.create_claims("team-b", [pinned("six", 6, N1)])
+    run_rounds()
+    for c in ResourceClaim.objects.filter(phase=Phase.ALLOCATED):
+        unpin(c)
+    (plan,) = defrag.advice().plans
+    assert plan.target_id is None and plan.target == "8 × gpu.nvidia.com" and plan.node == N0
+    assert plan.to_dict()["target"] == {"shape": "8 × gpu.nvidia.com", "devices": 8}
+    done = defrag_apply.apply_plan(plan.id, actor="ops", grace=timedelta(0))
+    assert done["holdUntil"] is None and holds.held_nodes() == {}
+    claim_services.create_claims("team-c", [gpu_claim("next", count=8)])
+    run_rounds()
+    assert (claim("next", "team-c").phase, claim("next", "team-c").node) == (Phase.ALLOCATED, N0)
