@@ -5,6 +5,10 @@
 ``draservice.io/preferred-cluster``  a cluster name tried first when it can hold the claim.
 ``draservice.io/lease-ttl``          ``90s``, ``15m``, ``2h``: the claim is released when the lease is not
                                      renewed (``POST …/renew``) within this time. Counted from creation.
+``draservice.io/node``               a node name: the claim is placed on that node only (the engine's node
+                                     restriction, like a pod's ``nodeName``). Needs ``allowed-clusters:
+                                     name=<cluster>``, since node names are unique only within a cluster.
+                                     Defragmentation plans pin moved claims and the plan's target with it.
 
 Annotations were chosen over a top-level field because ``kubectl``-shaped manifests round-trip them
 untouched, and an unknown top-level field would be rejected by strict Kubernetes clients.
@@ -20,9 +24,11 @@ from draservice.problems import FieldError
 ALLOWED_CLUSTERS = "draservice.io/allowed-clusters"
 PREFERRED_CLUSTER = "draservice.io/preferred-cluster"
 LEASE_TTL = "draservice.io/lease-ttl"
+NODE_PIN = "draservice.io/node"
 
 MIN_LEASE = timedelta(seconds=5)
 MAX_LEASE = timedelta(days=7)
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS subdomain, as node names are
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -43,6 +49,7 @@ class Placement:
     allowed_cluster_selector: dict | None
     preferred_cluster: str
     lease: timedelta | None
+    node: str = ""
 
 
 def parse_selector(text: str, path: str) -> dict:
@@ -70,7 +77,26 @@ def parse_annotations(annotations: dict, path: str = "metadata.annotations") -> 
         lease = parse_duration(annotations[LEASE_TTL], lpath)
         if not MIN_LEASE <= lease <= MAX_LEASE:
             raise FieldError([(lpath, f"must be between {int(MIN_LEASE.total_seconds())}s and 7d")])
-    return Placement(selector, str(annotations.get(PREFERRED_CLUSTER) or ""), lease)
+    return Placement(selector, str(annotations.get(PREFERRED_CLUSTER) or ""), lease,
+                     _node_pin(annotations, selector, path))
+
+
+def _node_pin(annotations: dict, selector: dict | None, path: str) -> str:
+    node = annotations.get(NODE_PIN)
+    if not node:
+        return ""
+    npath = f"{path}[{NODE_PIN}]"
+    if not isinstance(node, str) or not _NODE_NAME.match(node):
+        raise FieldError([(npath, f"Invalid value: {node!r}: must be a node name (a lowercase DNS subdomain)")])
+    if not selector or set(selector) != {"name"}:
+        raise FieldError([(npath, f"needs {ALLOWED_CLUSTERS}: name=<cluster> (node names are unique only "
+                                  "within a cluster)")])
+    return node
+
+
+def node_pin(annotations: dict | None) -> str | None:
+    """The node a stored claim is pinned to (its annotations were validated when written), or None."""
+    return (annotations or {}).get(NODE_PIN) or None
 
 
 def clusters_matching(selector: dict | None, clusters: list[tuple[str, dict]]) -> list[str] | None:

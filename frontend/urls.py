@@ -12,6 +12,7 @@ urlpatterns = [
     path("utilisation/", fleet.utilisation, name="utilisation"),
     path("sharing/", fleet.sharing, name="sharing"),
     path("fragmentation/", fleet.fragmentation, name="fragmentation"),
+    path("fragmentation/plans/<str:plan_id>/apply/", fleet.apply_plan, name="apply-plan"),
     path("clusters/", nodes.cluster_list, name="clusters"),
     path("clusters/<str:cluster>/", nodes.cluster_detail, name="cluster"),
     path("clusters/<str:cluster>/nodes/<str:node>/", nodes.node_detail, name="node"),

@@ -2,6 +2,7 @@ from django.urls import path
 
 from claims.api import views
 from claims.api.convert import ConvertView
+from claims.api.defrag import ApplyPlanView, DefragmentationView
 from claims.api.simulate import SimulateView
 
 NS = "namespaces/<str:namespace>"
@@ -10,6 +11,8 @@ CLAIM = f"{NS}/resourceclaims/<str:name>"
 urlpatterns = [
     path("simulate", SimulateView.as_view(), name="simulate"),
     path("convert", ConvertView.as_view(), name="convert"),
+    path("defragmentation", DefragmentationView.as_view(), name="defragmentation"),
+    path("defragmentation/plans/<str:plan_id>/apply", ApplyPlanView.as_view(), name="defragmentation-apply"),
     path("namespaces", views.NamespaceListView.as_view(), name="namespace-list"),
     path("resourceclaims", views.AllClaimsView.as_view(), name="resourceclaim-all"),
     path("utilisation", views.UtilisationView.as_view(), name="utilisation-list"),

@@ -35,8 +35,8 @@ from django.utils import timezone
 
 from claims import k8s
 from claims.models import FleetState, Phase, ResourceClaim
-from claims.placement import clusters_matching
-from claims.services import commit, external, fleet, queueing
+from claims.placement import clusters_matching, node_pin
+from claims.services import commit, external, fleet, holds, queueing
 from claims.services.engines import engines
 from claims.services.grouping import Group, build_groups
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
@@ -66,6 +66,7 @@ REASONS = {
     "engine_error": "EngineError",
     CEL_BUDGET: "CELBudgetExceeded",
     queueing.HELD_FOR_QUEUE_HEAD: "HeldForQueueHead",
+    holds.HELD_FOR_DEFRAG: "HeldForDefragmentation",
 }
 # CEL cost units one group's allocation may spend in all (dra.cel's units; one evaluation's own limit is
 # dra.cel.MAX_SELECTOR_COST). Deterministic, unlike a timer. Enough for any claim a person writes (a real
@@ -258,9 +259,11 @@ def engine_group(group: Group, view: fleet.FleetView) -> ClaimGroup:
     if group.pin_cluster:
         allowed = {group.pin_cluster} if allowed is None else allowed & {group.pin_cluster}
     preferred = next((c.preferred_cluster for c in group.claims if c.preferred_cluster), None)
+    # Allocated members pin the group first; else a claim's own node pin (its cluster pin comes with it).
+    node = group.pin_node or next((pin for c in group.claims if (pin := node_pin(c.annotations))), None)
     return ClaimGroup(claims=[claim_object(c) for c in group.claims],
                       allowed_clusters=sorted(allowed) if allowed is not None else None,
-                      preferred_cluster=preferred, node=group.pin_node, key=group.key)
+                      preferred_cluster=preferred, node=node, key=group.key)
 
 
 def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: float) -> list:
@@ -273,7 +276,7 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
     """
     outcomes = []
     failed: dict[str, tuple[int, object, ResourceClaim]] = {}  # shape -> (successes then, outcome, claim)
-    screen = queueing.round_screen(engine)
+    screen = holds.round_screen(engine, queueing.round_screen(engine))
     successes = 0
     for group in groups:
         if group.blocked:

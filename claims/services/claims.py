@@ -18,7 +18,7 @@ from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations,
 from claims.services import bulk, external, queueing
 from claims.services import events as ev
 from claims.services.allocation import bump_fleet_version
-from claims.services.conditions import RELEASED, set_allocated_condition, set_condition
+from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
 from draservice.bulk import mark_saved, pg_execute
 from draservice.etag import check_precondition
@@ -27,6 +27,7 @@ from usage.services import ledger
 
 MAX_BATCH = 1000
 LEASE_EXPIRED = "LeaseExpired"
+RELEASE_DEADLINE = "ReleaseDeadlinePassed"
 
 
 _known_classes: tuple[float, frozenset[str]] = (0.0, frozenset())
@@ -316,6 +317,8 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
         c.updated_at = now
         c.conditions = set_condition(set_allocated_condition(c.conditions, False, reason, message, now),
                                      RELEASED, True, reason, message, now)
+        if is_true(c.conditions, RELEASING):
+            c.conditions = set_condition(c.conditions, RELEASING, False, reason, message, now)
         events.append(ev.event(c, ev.LEASE_EXPIRED if reason == LEASE_EXPIRED else ev.RELEASED, reason, message,
                                {"wasAllocated": had, "cluster": c.cluster or None, "node": c.node or None}))
     bulk.update_rows(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
@@ -341,6 +344,28 @@ def release_claim(claim_id: int, *, if_match: str | None = None, reason: str = "
     return claim
 
 
+def begin_release(claim_id: int, *, grace: timedelta, reason: str, message: str) -> ResourceClaim:
+    """Release later, safely: the claim keeps its devices (nothing else can take them) until whoever runs the
+    workload confirms that no pod uses them any more by releasing the claim (``release_claim``: the cluster's
+    agent with its cluster token, or an admin), or until ``grace`` has passed, when ``expire_leases`` releases
+    it. Marked by the ``Releasing`` condition; the deadline is the claim's lease expiry, which cannot be
+    renewed while it is releasing."""
+    with transaction.atomic():
+        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        if claim.phase != Phase.ALLOCATED:
+            raise Conflict(f"the claim is {claim.phase}; only an allocated claim can be released later")
+        now = timezone.now()
+        deadline = now + grace
+        if claim.lease_expires_at is None or claim.lease_expires_at > deadline:
+            claim.lease_expires_at = deadline
+        claim.conditions = set_condition(claim.conditions, RELEASING, True, reason, message, now)
+        claim.resource_version += 1
+        claim.save(update_fields=["lease_expires_at", "conditions", "resource_version", "updated_at"])
+        ev.record([ev.event(claim, ev.RELEASING, reason, message,
+                            {"deadline": claim.lease_expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")})])
+    return claim
+
+
 def delete_claim(claim_id: int, *, if_match: str | None = None) -> None:
     with transaction.atomic():
         claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
@@ -357,6 +382,8 @@ def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None =
         check_precondition(claim, if_match)
         if claim.phase not in (Phase.PENDING, Phase.ALLOCATED):
             raise Conflict(f"the claim is {claim.phase}; only a pending or allocated claim's lease can be renewed")
+        if is_true(claim.conditions, RELEASING):
+            raise Conflict("the claim is being released (condition Releasing): its deadline cannot be renewed")
         if ttl is not None:
             duration = parse_duration(ttl, "ttl")
             if not MIN_LEASE <= duration <= MAX_LEASE:
@@ -385,7 +412,12 @@ def expire_leases(limit: int = 500) -> int:
                    .select_related("namespace")
                    .filter(lease_expires_at__lte=now, phase__in=[Phase.PENDING, Phase.ALLOCATED])
                    .order_by("lease_expires_at")[:limit])
-        released = _release_locked(due, LEASE_EXPIRED, "the lease was not renewed in time", now)
+        releasing = [c for c in due if is_true(c.conditions, RELEASING)]
+        lapsed = [c for c in due if not is_true(c.conditions, RELEASING)]
+        released = _release_locked(lapsed, LEASE_EXPIRED, "the lease was not renewed in time", now)
+        # A release nobody confirmed before its deadline happens now (see ``begin_release``).
+        released += _release_locked(releasing, RELEASE_DEADLINE, "released at the end of its grace period: "
+                                    "nobody confirmed earlier that its devices were no longer used", now)
     return len(released)
 
 

@@ -5,6 +5,7 @@ from datetime import datetime
 
 ALLOCATED = "Allocated"
 RELEASED = "Released"
+RELEASING = "Releasing"  # True: the claim is to be released, its devices held until that is confirmed
 
 
 def _ts(now: datetime) -> str:
@@ -24,3 +25,7 @@ def set_condition(conditions: list | None, type_: str, status: bool, reason: str
 
 def set_allocated_condition(conditions, status: bool, reason: str, message: str, now: datetime) -> list:
     return set_condition(conditions, ALLOCATED, status, reason, message, now)
+
+
+def is_true(conditions: list | None, type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in conditions or [])

@@ -19,6 +19,7 @@ DELETED = "Deleted"
 DEVICE_REMOVED = "DeviceRemoved"
 RESERVED = "Reserved"
 UNRESERVED = "Unreserved"
+RELEASING = "Releasing"  # a release was asked for; the devices stay held until confirmed (or a deadline)
 
 
 def event(claim: ResourceClaim, type_: str, reason: str = "", message: str = "", data=None) -> ClaimEvent:

@@ -1,14 +1,18 @@
 """Fleet-wide pages: overview, utilisation over time, sharing, fragmentation."""
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import APIException
 
+from claims.services import defrag, defrag_apply
 from frontend.queries import fleet as fleet_q
 from frontend.queries import fragmentation as frag_q
 from frontend.queries import sharing as sharing_q
 from frontend.queries import utilisation as util_q
-from frontend.views.base import is_htmx, page
+from frontend.views.base import is_htmx, page, require
 
 
 def _int(value, default: int = 0, lo: int = 0, hi: int = 10**9) -> int:
@@ -54,5 +58,27 @@ def sharing(request):
 @login_required
 @require_GET
 def fragmentation(request):
+    advice = defrag.advice()
     return page(request, "frontend/fragmentation.html", "fragmentation",
-                {"title": "Fragmentation", **frag_q.fragmentation()})
+                {"title": "Fragmentation", **frag_q.fragmentation(), "plans": [p.to_dict() for p in advice.plans],
+                 "stranded": advice.stranded, "advice_complete": advice.exhaustive,
+                 "can_apply": request.user.is_staff})
+
+
+@login_required
+@require_POST
+def apply_plan(request, plan_id):
+    # Admins only, as the API's POST /api/v1/defragmentation/plans/{id}/apply (staff = admin on the dashboard).
+    require(request.user.is_staff)
+    try:
+        done = defrag_apply.apply_plan(plan_id, actor=request.user.get_username())
+    except APIException as exc:
+        messages.error(request, f"The plan was not applied: {exc.detail}")
+    else:
+        releasing = (f"{', '.join(done['releasing'])} keep their devices until the cluster's agent (or an admin) "
+                     f"releases them, at the latest {done['releaseDeadline'][:16].replace('T', ' ')} UTC")
+        waiting = (f"{done['target']} waits for the freed node, held for it" if done["holdUntil"] else
+                   f"the freed node is not held: no claim of the shape {done['target']} is pending")
+        messages.success(request, f"Plan {plan_id} applied: {', '.join(done['created'])} allocated on the new "
+                                  f"node; {releasing}; {waiting}.")
+    return redirect("frontend:fragmentation")

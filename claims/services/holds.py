@@ -1,0 +1,67 @@
+"""Defragmentation holds: a node freed by a defragmentation plan waits for the plan's target claim.
+
+Applying a plan (``claims.services.defrag``) pins the target claim to the freed node and marks it with
+``draservice.io/defrag-hold-until``. Until then, while the target is pending, a claims round does not give
+that node's devices to any other group: a placement there is undone in the engine and the group waits
+(``HeldForDefragmentation``), exactly as a queue head's reservation does. The hold ends when the target is
+allocated, released or deleted, or at the time in the annotation (so a target that never fits cannot keep a
+node idle for ever).
+"""
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from django.utils import timezone
+
+from claims.models import Phase, ResourceClaim
+from claims.placement import node_pin
+
+HOLD_UNTIL = "draservice.io/defrag-hold-until"
+PLAN = "draservice.io/defrag-plan"
+HELD_FOR_DEFRAG = "held_for_defragmentation"  # an engine outcome reason (the round maps it to a Reason)
+
+
+def _until(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text)) if text else None
+    except ValueError:
+        return None
+
+
+def held_nodes(now=None) -> dict[tuple[str, str], int]:
+    """(cluster, node) -> id of the pending claim holding it."""
+    now = now or timezone.now()
+    out: dict[tuple[str, str], int] = {}
+    rows = (ResourceClaim.objects.filter(phase=Phase.PENDING, annotations__has_key=HOLD_UNTIL)
+            .values_list("id", "annotations", "allowed_cluster_selector"))
+    for claim_id, notes, selector in rows:
+        until, node = _until((notes or {}).get(HOLD_UNTIL)), node_pin(notes)
+        cluster = (selector or {}).get("name")
+        if until is not None and until > now and node and cluster:
+            out.setdefault((cluster, node), claim_id)
+    return out
+
+
+def round_screen(engine, inner):
+    """``inner`` (the queues' screen) first, then: a placement on a held node by anyone but its holder is
+    undone and reported as held."""
+    held = held_nodes()
+    if not held:
+        return inner
+
+    def screen(group, outcome):
+        outcome = inner(group, outcome)
+        if not outcome.allocated or not outcome.node:
+            return outcome
+        where = (outcome.cluster or "", outcome.node)
+        holder = held.get(where)
+        if holder is None or holder in {c.id for c in group.claims}:
+            return outcome
+        engine.release(outcome.devices)
+        return dataclasses.replace(
+            outcome, allocated=False, claims=[], devices=[], reason=HELD_FOR_DEFRAG,
+            message=f"node {where[0]}/{where[1]} is held for a claim a defragmentation plan made room for; "
+                    "waiting for room elsewhere", diagnostics={"heldFor": holder, "node": where[1],
+                                                                "cluster": where[0]})
+    return screen
