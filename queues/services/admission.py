@@ -7,8 +7,9 @@ the race checks, with what the engine actually placed. Under locks held to commi
    borrow from the same root must not interleave (they are milliseconds each); then
 2. the queue rows of every unit's queue and its ancestors, ``SELECT ... FOR UPDATE`` in ascending id (the
    fixed order that rules out deadlocks; a queue update waits for them, so a commit sees one version);
-3. usage is read (charges of Allocated claims), each unit checked in order (earlier admitted units of the same
-   commit count for the later ones) and the admitted units' charges inserted.
+3. usage is read (charges of Allocated claims; only once a quota entry needs it), each unit checked in order
+   (earlier admitted units of the same commit count for the later ones) and the admitted units' charges
+   inserted.
 
 A unit that does not fit holds nothing: its devices are not written and nothing is charged.
 
@@ -63,7 +64,7 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
     if not queue_names:
         return verdicts
     _lock(tree, set(queue_names.values()))
-    state = _State(tree, u.load(), view)
+    state = _State(tree, view)
     charges: list[QuotaCharge] = []
     for i, name in queue_names.items():
         verdict, unit_charges = state.try_admit(units[i], name)
@@ -91,13 +92,26 @@ def _lock(tree: Tree, names: set[str]) -> None:
 class _State:
     """Usage under the locks, plus what this commit admitted so far."""
 
-    def __init__(self, tree: Tree, usage: u.Usage, view) -> None:
-        self.tree, self.usage, self.view = tree, usage, view
+    def __init__(self, tree: Tree, view) -> None:
+        self.tree, self.view = tree, view
+        self._usage: u.Usage | None = None
+        self._added: u.Usage = {}  # charged by this commit before usage was read
         self.labels = dict(view.cluster_labels) if view is not None else {}
         self.by_id = {q.id: q for q in tree.queues.values()}
         self.children: dict[int | None, list[int]] = defaultdict(list)
         for q in tree.queues.values():
             self.children[q.parent_id].append(q.id)
+
+    @property
+    def usage(self) -> u.Usage:
+        """Read on first need (under the locks, so the same as up front): usage sums the charges of every
+        Allocated claim, and a commit whose queues have no quota entry for what it uses (the default queue
+        alone, the common case) never needs it."""
+        if self._usage is None:
+            self._usage = u.load()
+            for key, amount in self._added.items():
+                self._usage[key] = self._usage.get(key, Fraction(0)) + amount
+        return self._usage
 
     def subtree(self, queue: Queue) -> set[int]:
         out, todo = set(), [queue.id]
@@ -148,8 +162,9 @@ class _State:
         charges = []
         for claim, cluster, need in per_claim:
             for (cls, unit_name, res), amount in need.items():
-                self.usage[(leaf.id, cls, unit_name, res, cluster)] = \
-                    self.usage.get((leaf.id, cls, unit_name, res, cluster), Fraction(0)) + amount
+                key = (leaf.id, cls, unit_name, res, cluster)
+                counted = self._usage if self._usage is not None else self._added
+                counted[key] = counted.get(key, Fraction(0)) + amount
                 charges.append(QuotaCharge(claim_id=claim.id, queue_id=leaf.id, device_class=cls, unit=unit_name,
                                            resource=res, amount=u.to_decimal(amount), cluster=cluster))
         return queueing.Verdict(queueing.ADMITTED, f'admitted to queue "{name}"', name), charges
