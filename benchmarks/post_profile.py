@@ -76,8 +76,9 @@ def _count_raw(queries: Queries):
 
 
 def measure(title: str, per: int, fn) -> None:
-    from claims.services import claims as claim_services
     from django.db import connection
+
+    from claims.services import claims as claim_services
 
     queries = Queries()
     original, claim_services.pg_execute = _count_raw(queries)
@@ -103,16 +104,15 @@ def main() -> None:
     django.setup()
     import json
 
+    from django.db import transaction
     from django.test import Client
+    from django.utils import timezone
 
     from claims.models import ResourceClaim
     from claims.services import allocation
     from claims.services.claims import _release_locked
     from inventory.models import APIToken, Cluster
     from inventory.services.tokens import issue_token
-
-    from django.db import transaction
-    from django.utils import timezone
 
     with transaction.atomic():  # every device free (the benchmark's database: nobody else's claims)
         _release_locked(list(ResourceClaim.objects.select_for_update().select_related("namespace")
