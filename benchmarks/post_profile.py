@@ -9,7 +9,8 @@ through the Django test client, rounds NOT run: the broker gets the kick) and th
 of up to ``ROUND`` claims, inline). Each side prints its queries per claim grouped by statement, with their
 database time, and its CPU per claim; ``PROFILE=1`` adds cProfile's top functions.
 
-Knobs: POSTS (300), ROUND (500), QUEUED (pending claims left in the queue before measuring: 0), PROFILE.
+Knobs: POSTS (300), ROUND (500), QUEUED (pending claims left in the queue before measuring: 0), PROFILE
+(cProfile on CPU time), PROFILE_SORT (cumulative), PROFILE_LINES (35).
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def measure(title: str, per: int, fn) -> None:
 
     queries = Queries()
     original, claim_services.pg_execute = _count_raw(queries)
-    profiler = cProfile.Profile() if PROFILE else None
+    profiler = cProfile.Profile(time.process_time) if PROFILE else None  # CPU: a busy machine inflates wall time
     t0, c0 = time.perf_counter(), time.process_time()
     with connection.execute_wrapper(queries):
         if profiler:
@@ -95,7 +96,8 @@ def measure(title: str, per: int, fn) -> None:
     queries.report(per, title)
     print(f"  wall {wall / per * 1000:.2f} ms/claim, CPU of this process {cpu / per * 1000:.2f} ms/claim")
     if profiler:
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
+        stats = pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "cumulative"))
+        stats.print_stats(int(os.environ.get("PROFILE_LINES", "35")))
 
 
 def main() -> None:
