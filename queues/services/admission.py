@@ -30,17 +30,20 @@ from fractions import Fraction
 
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from claims.placement import clusters_matching
 from claims.services import queueing
 from claims.services.engines import engines
 from dra.engine.selectors import MATCH
+from draservice.bulk import bulk_insert
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QuotaCharge
 from queues.services import usage as u
 from queues.services.resolve import Tree, queue_of
 
 ROOT_LOCK = zlib.crc32(b"draservice.queues.root")
+CHARGE_COLUMNS = [f.attname for f in QuotaCharge._meta.concrete_fields if not f.primary_key]
 _capacity_cache: dict = {"key": None, "classes": {}}
 
 
@@ -64,7 +67,7 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
     if not queue_names:
         return verdicts
     _lock(tree, set(queue_names.values()))
-    state = _State(tree, view)
+    state = _State(tree, view, now)
     charges: list[QuotaCharge] = []
     for i, name in queue_names.items():
         verdict, unit_charges = state.try_admit(units[i], name)
@@ -75,7 +78,9 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
         time.sleep(delay)
     admitted = [c.claim_id for c in charges]
     QuotaCharge.objects.filter(claim_id__in=admitted).delete()  # a re-admitted claim (after preemption)
-    QuotaCharge.objects.bulk_create(charges)
+    # COPY: bulk_create built and adapted the rows at about a third of a millisecond of the worker's CPU per
+    # claim, under the commit's locks.
+    bulk_insert(QuotaCharge, CHARGE_COLUMNS, charges, json_columns=set())
     return verdicts
 
 
@@ -92,8 +97,8 @@ def _lock(tree: Tree, names: set[str]) -> None:
 class _State:
     """Usage under the locks, plus what this commit admitted so far."""
 
-    def __init__(self, tree: Tree, view) -> None:
-        self.tree, self.view = tree, view
+    def __init__(self, tree: Tree, view, now) -> None:
+        self.tree, self.view, self.now = tree, view, now or timezone.now()
         self._usage: u.Usage | None = None
         self._added: u.Usage = {}  # charged by this commit before usage was read
         self.labels = dict(view.cluster_labels) if view is not None else {}
@@ -166,7 +171,8 @@ class _State:
                 counted = self._usage if self._usage is not None else self._added
                 counted[key] = counted.get(key, Fraction(0)) + amount
                 charges.append(QuotaCharge(claim_id=claim.id, queue_id=leaf.id, device_class=cls, unit=unit_name,
-                                           resource=res, amount=u.to_decimal(amount), cluster=cluster))
+                                           resource=res, amount=u.to_decimal(amount), cluster=cluster,
+                                           created_at=self.now))
         return queueing.Verdict(queueing.ADMITTED, f'admitted to queue "{name}"', name), charges
 
     def check(self, leaf: Queue, chain: list[Queue], cluster: str, key: tuple[str, str, str],
