@@ -1,16 +1,18 @@
 """Where one POST of a claim and one claims round spend their time: queries (count, database time) and CPU.
 
-    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/draservice_claims_bench \
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/draservice \
     BENCH_BROKER_URL=redis://127.0.0.1:6379/14 .venv/bin/python benchmarks/post_profile.py
 
-Runs against the database ``claims_e2e_bench.py`` left behind (its fleet), in this one process, so the
+Runs against the database ``claims_e2e_bench.py`` left behind (``<DATABASE_URL's name>_claims_bench``, its
+fleet; without it, says so and does nothing), in this one process, so the
 figures do not depend on how busy the machine is as much as throughput does: the web side (``POSTS`` claims
 through the Django test client, rounds NOT run: the broker gets the kick) and then the worker side (rounds
 of up to ``ROUND`` claims, inline). Each side prints its queries per claim grouped by statement, with their
 database time, and its CPU per claim; ``PROFILE=1`` adds cProfile's top functions.
 
-Knobs: POSTS (300), ROUND (500), QUEUED (pending claims left in the queue before measuring: 0), PROFILE
-(cProfile on CPU time), PROFILE_SORT (cumulative), PROFILE_LINES (35).
+Knobs: POSTS (300), BATCH (claims per POST of the batch endpoint; 0: single POSTs), ROUND (500), QUEUED
+(pending claims left in the queue before measuring: 0), PROFILE (cProfile on CPU time), PROFILE_SORT
+(cumulative), PROFILE_LINES (35).
 """
 from __future__ import annotations
 
@@ -26,12 +28,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
+BASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/draservice")
+if not BASE_URL.endswith("_claims_bench"):  # the e2e benchmark's database, never the one given
+    os.environ["DATABASE_URL"] = BASE_URL + "_claims_bench"
 os.environ["CELERY_BROKER_URL"] = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 POSTS = int(os.environ.get("POSTS", "300"))
 ROUND = int(os.environ.get("ROUND", "500"))
 QUEUED = int(os.environ.get("QUEUED", "0"))
+BATCH = int(os.environ.get("BATCH", "0"))
 PROFILE = os.environ.get("PROFILE") == "1"
 
 
@@ -103,7 +109,19 @@ def measure(title: str, per: int, fn) -> None:
 def main() -> None:
     import django
 
+    if not os.environ["DATABASE_URL"].startswith("postgres"):
+        print("post_profile: needs PostgreSQL (the database claims_e2e_bench.py leaves); skipped")
+        return
     django.setup()
+    from django.db import connection
+    from django.db.utils import OperationalError
+
+    try:
+        connection.ensure_connection()
+    except OperationalError:
+        print(f"post_profile: no database {os.environ['DATABASE_URL'].rsplit('/', 1)[-1]}: run "
+              "benchmarks/claims_e2e_bench.py first; skipped")
+        return
     import json
 
     from django.db import transaction
@@ -133,8 +151,17 @@ def main() -> None:
     post("warm-0")
     for i in range(QUEUED):  # a queue of pending claims (never allocated: no worker runs here)
         post(f"q-{i}")
-    measure(f"web: {POSTS} single POSTs ({QUEUED} queued before)", POSTS,
-            lambda: [post(f"s-{i}") for i in range(POSTS)])
+    def post_batches() -> None:
+        for start in range(0, POSTS, BATCH):
+            items = [claim(f"b-{i}") for i in range(start, min(POSTS, start + BATCH))]
+            resp = client.post(f"{url}/batch", json.dumps({"items": items}), content_type="application/json")
+            assert resp.status_code == 201, resp.content
+
+    if BATCH:
+        measure(f"web: {POSTS} claims in batch POSTs of {BATCH} ({QUEUED} queued before)", POSTS, post_batches)
+    else:
+        measure(f"web: {POSTS} single POSTs ({QUEUED} queued before)", POSTS,
+                lambda: [post(f"s-{i}") for i in range(POSTS)])
 
     def rounds() -> None:
         while allocation.allocate_round(ROUND).taken:

@@ -27,6 +27,7 @@ import time
 import zlib
 from collections import defaultdict
 from fractions import Fraction
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
@@ -228,8 +229,16 @@ def _limits(entry: dict, unit_name: str, res: str) -> dict | None:
     return value if unit_name == "devices" else value.get(res)
 
 
-def _one(p, claim, allocation):
-    return type("One", (), {"claims": [claim], "allocations": [allocation], "cluster": p.cluster})
+class _One(NamedTuple):
+    """One claim of a placement, in the shape ``usage.needs`` reads."""
+
+    claims: list
+    allocations: list
+    cluster: str
+
+
+def _one(p, claim, allocation) -> _One:
+    return _One([claim], [allocation], p.cluster)
 
 
 def _fmt(value: Fraction) -> str:

@@ -89,8 +89,8 @@ def order(groups: list) -> list:
 
 
 def fill_labels(claims: list) -> None:
-    """Claims taken by the round come without ``labels`` (deferred: the take reads few columns); load them for
-    all in one query rather than one query each on first access. The same objects go on to admission."""
+    """Claims loaded without ``labels`` (a caller that deferred them) get them in one query for all rather
+    than one query each on first access. The same objects go on to admission."""
     missing = [c for c in claims if "labels" in c.get_deferred_fields()]
     if missing:
         labels = dict(ResourceClaim.objects.filter(id__in=[c.id for c in missing]).values_list("id", "labels"))
