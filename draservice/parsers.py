@@ -140,7 +140,15 @@ def loads_bounded(raw: bytes):
 
     orjson refuses input nested more than ``ORJSON_MAX_DEPTH`` (1,024, documented) levels by itself: the body
     is parsed inside ``ORJSON_MAX_DEPTH - MAX_DEPTH`` extra arrays, so that limit falls exactly at our
-    depth. A walk of the parsed tree would cost as much as the parse again (seconds on a big push)."""
+    depth. A walk of the parsed tree would cost as much as the parse again (seconds on a big push).
+
+    A body with no more opening brackets than ``MAX_DEPTH`` (any API object but an inventory push) cannot nest
+    deeper, and is parsed as it is: the padding costs a hundred times the parse of a small body (0.3 ms)."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise bad_body(f"JSON parse error: {exc}") from exc
     pad = ORJSON_MAX_DEPTH - MAX_DEPTH
     try:
         data = orjson.loads(b"[" * pad + raw + b"]" * pad)

@@ -137,7 +137,7 @@ def _manage_py_invocations() -> list[tuple[str, list[str]]]:
              *sorted((ROOT / "deploy").rglob("*.md")), *sorted((ROOT / "deploy").rglob("*.yaml"))]
     for path in texts:
         text = re.sub(r"\$\((PORT)\)", "8000", path.read_text())
-        for match in re.finditer(r"manage\.py\s+([^|&;#)`\"'\n]*)", text):
+        for match in re.finditer(r"manage\.py\s+([^|&;#)<>`\"'\n]*)", text):
             words = shlex.split(match.group(1))
             if words:
                 found.append((f"{path.relative_to(ROOT)}", words))

@@ -83,8 +83,9 @@ def render_claims(claims) -> list[dict]:
 
 
 def render_new_claims(claims: list[ResourceClaim]) -> list[dict]:
-    """Claims just created (nothing reserves them yet), their queue fields looked up once for all."""
-    queues = queueing.status(claims)
+    """Claims just created (nothing reserves them yet), their queue looked up once for all. Not their
+    ``positionInQueue``: they joined their queue's tail, and a read (GET, list) ranks them."""
+    queues = queueing.status(claims, position=False)
     return [render_claim(c, [], queues.get(c.id, {})) for c in claims]
 
 
@@ -97,7 +98,11 @@ def current_rendering(payload: dict) -> dict:
     uid = (payload.get("metadata") or {}).get("uid")
     if payload.get("kind") == "ResourceClaim":
         claim = claims_queryset(ResourceClaim.objects).filter(uid=uid).first()
-        return render_claims([claim])[0] if claim else payload
+        if claim is None:
+            return payload
+        # Rendered as a create answer is (``render_new_claims``): a retried create answers as the first did.
+        return render_claim(claim, list(claim.reservations.all()),
+                            queueing.status([claim], position=False).get(claim.id, {}))
     if payload.get("kind") == "Consumer":
         consumer = Consumer.objects.select_related("namespace").filter(uid=uid).first()
         return render_consumer(consumer) if consumer else payload

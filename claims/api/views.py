@@ -107,8 +107,7 @@ class ClaimListView(ClaimsBase):
             raise FieldError([("kind", "use …/resourceclaims/batch to create several claims")], status_code=400)
 
         def create():
-            claim = claim_services.create_claims(namespace, [body])[0]
-            return 201, s.render_claim(claim, [])
+            return 201, s.render_new_claims(claim_services.create_claims(namespace, [body]))[0]
 
         # create_claims is one transaction by itself (one statement for one claim on PostgreSQL).
         with diagnosed(body):

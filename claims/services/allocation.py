@@ -175,9 +175,10 @@ def take(batch_size: int) -> tuple[list[ResourceClaim], int]:
     current = Subquery(FleetState.objects.filter(pk=1).values("version")[:1])
     with transaction.atomic():
         _no_flush_wait()
-        # diagnostics (the largest column) is rewritten by every outcome and never read here.
+        # diagnostics (the largest column) is rewritten by every outcome and never read here. Labels are read
+        # (queue resolution orders the round and admits its units): deferring them cost a second query.
         claims = list(eligible_pending(Coalesce(current, Value(1))).select_related("namespace")
-                      .defer("diagnostics", "labels")
+                      .defer("diagnostics")
                       .annotate(fleet_version=Coalesce(current, Value(1))).order_by("id")
                       .select_for_update(skip_locked=True, of=("self",))[:batch_size])
         if claims:

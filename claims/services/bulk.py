@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import orjson
 from django.db import connection, models
 from django.utils import timezone
 
@@ -42,10 +43,19 @@ def _pg_type(field) -> tuple[str, str | None]:
 def _column_values(field, objs) -> list:
     values = [getattr(obj, field.attname) for obj in objs]
     if isinstance(field, models.JSONField):
+        if field.encoder is None:  # orjson: a round's conditions, allocations and diagnostics at a tenth the cost
+            return [None if v is None else _dumps(v) for v in values]
         return [None if v is None else json.dumps(v, cls=field.encoder) for v in values]
     if isinstance(field, (models.CharField, models.TextField)) and not isinstance(field, models.UUIDField):
         return [None if v is None else str(v) for v in values]  # TextChoices members -> plain str
     return values
+
+
+def _dumps(value) -> str:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (orjson.JSONEncodeError, TypeError):  # what only the standard library writes (an int over 64 bits)
+        return json.dumps(value)
 
 
 def update_rows(objs: list, fields: list[str]) -> None:

@@ -46,7 +46,7 @@ class Provider(Protocol):
 
     def order(self, groups: list) -> list: ...
 
-    def status(self, claims: list, estimate: bool = False) -> dict[int, dict]: ...
+    def status(self, claims: list, estimate: bool = False, position: bool = True) -> dict[int, dict]: ...
 
     def round_screen(self, engine) -> Any: ...
 
@@ -90,7 +90,10 @@ def round_screen(engine):
     return _provider.round_screen(engine) if _provider else _no_screen
 
 
-def status(claims: list, estimate: bool = False) -> dict[int, dict]:
+def status(claims: list, estimate: bool = False, position: bool = True) -> dict[int, dict]:
     """Queue fields of ``claims``' status; ``estimate``: also the start-time estimate (costlier: a single
-    claim's read asks for it, lists and create answers do not)."""
-    return _provider.status(claims, estimate) if _provider and claims else {}
+    claim's read asks for it, lists and create answers do not); ``position``: also ``positionInQueue``
+    (a window over the queue's pending claims: reads ask for it, create answers do not -- a claim just
+    created joins its queue's tail, and ranking the whole queue on every POST made submission cost grow
+    with the queue)."""
+    return _provider.status(claims, estimate, position) if _provider and claims else {}

@@ -20,5 +20,5 @@ class QueueHooks:
     def round_screen(self, engine):
         return reservation.round_screen(engine)
 
-    def status(self, claims: list, estimate: bool = False) -> dict[int, dict]:
-        return order.positions(claims, estimate)
+    def status(self, claims: list, estimate: bool = False, position: bool = True) -> dict[int, dict]:
+        return order.positions(claims, estimate, position)

@@ -89,8 +89,8 @@ def order(groups: list) -> list:
 
 
 def fill_labels(claims: list) -> None:
-    """Claims taken by the round come without ``labels`` (deferred: the take reads few columns); load them for
-    all in one query rather than one query each on first access. The same objects go on to admission."""
+    """Claims loaded without ``labels`` (a caller that deferred them) get them in one query for all rather
+    than one query each on first access. The same objects go on to admission."""
     missing = [c for c in claims if "labels" in c.get_deferred_fields()]
     if missing:
         labels = dict(ResourceClaim.objects.filter(id__in=[c.id for c in missing]).values_list("id", "labels"))
@@ -105,16 +105,17 @@ def _rank(tree: Tree, shares: Shares, name: str) -> tuple:
     return (shares.dominant(queue.id) / Fraction(queue.weight).limit_denominator(1000), -queue.priority)
 
 
-def positions(claims: list, with_estimate: bool = False) -> dict[int, dict]:
-    """claim id -> queue status fields: ``queue``, and for pending claims ``positionInQueue`` (1-based)
-    and, ``with_estimate``, the start-time estimate (``queues.services.estimate``)."""
+def positions(claims: list, with_estimate: bool = False, with_position: bool = True) -> dict[int, dict]:
+    """claim id -> queue status fields: ``queue``, and for pending claims, ``with_position``,
+    ``positionInQueue`` (1-based) and, ``with_estimate``, the start-time estimate
+    (``queues.services.estimate``)."""
     tree = Tree.load()
     out: dict[int, dict] = {}
     wanted: dict[str, list] = defaultdict(list)
     for c in claims:
         name = queue_of(c, c.namespace.name, tree)
         out[c.id] = {"queue": name}
-        if c.phase == Phase.PENDING:
+        if c.phase == Phase.PENDING and (with_position or with_estimate):
             wanted[name].append(c)
     ahead: dict[int, int] = {}
     queues_of: dict[int, str] = {}

@@ -31,20 +31,39 @@ def ranked(name: str, tree: Tree, claims: list, demand: bool = True) -> dict[int
     queue = tree.queues.get(name)
     namespaces = (queue.spec.get("namespaces") or []) if queue else []
     cap = queue.max_priority if queue else 2**31 - 1
-    qs = ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
     if connection.vendor != "postgresql":
+        qs = ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
         return _ranked_python(qs, name, tree, claims)
+    sql, params = _window_sql(name, tuple(namespaces), cap, demand)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, [c.id for c in claims]])
+        rows = cursor.fetchall()
+    return {row[0]: (int(row[1]), int(row[2] or 0) - int(row[3] or 0)) for row in rows}
+
+
+# (queue, its namespaces, cap, demand) -> (SQL, params). Every create answer and every list renders positions:
+# compiling this window through the ORM cost more CPU than PostgreSQL spends running it, and the text only
+# depends on the key (the ids asked about are the last parameter).
+_compiled: dict[tuple, tuple[str, tuple]] = {}
+
+
+def _window_sql(name: str, namespaces: tuple[str, ...], cap: int, demand: bool) -> tuple[str, tuple]:
+    key = (name, namespaces, cap, demand)
+    hit = _compiled.get(key)
+    if hit is not None:
+        return hit
+    qs = ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, list(namespaces)))
     order = [RawSQL(PRIORITY_SQL, [cap]).desc(), F("created_at").asc(), F("id").asc()]
     devices = RawSQL(DEVICES_SQL, []) if demand else Value(0)
     inner = qs.annotate(position=Window(RowNumber(), order_by=order),
                         through=Window(Sum(devices), order_by=order) if demand else Value(0),
                         own=devices).values("id", "position", "through", "own")
     sql, params = inner.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, position, through, own FROM ({sql}) ranked WHERE id = ANY(%s)",
-                       [*params, [c.id for c in claims]])
-        rows = cursor.fetchall()
-    return {row[0]: (int(row[1]), int(row[2] or 0) - int(row[3] or 0)) for row in rows}
+    if len(_compiled) > 256:  # queues come and go: keep the cache bounded
+        _compiled.clear()
+    hit = _compiled[key] = (f"SELECT id, position, through, own FROM ({sql}) ranked WHERE id = ANY(%s)",
+                            tuple(params))
+    return hit
 
 
 def _ranked_python(qs, name: str, tree: Tree, claims: list) -> dict[int, tuple[int, int]]:
