@@ -17,7 +17,8 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 # Opt-in, for benchmarks (benchmarks/soak_bench.py): a file to which every worker process appends one line
-# "<unix time> <pid> <generation> <pause ms>" per garbage collection of at least 1 ms. Unset: nothing runs.
+# "<unix time> <pid> <generation> <pause ms> <cpu ms>" per garbage collection of at least 1 ms (wall clock; the
+# thread's CPU time beside it tells a long collection from one the scheduler interrupted). Unset: nothing runs.
 GC_PAUSE_LOG = "DRASERVICE_GC_PAUSE_LOG"
 
 
@@ -29,14 +30,15 @@ def _log_gc_pauses(**kwargs) -> None:
     if not path:
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    started = [0.0]
+    started = [0.0, 0.0]
 
     def callback(phase: str, info: dict) -> None:
         if phase == "start":
-            started[0] = time.perf_counter()
+            started[:] = time.perf_counter(), time.thread_time()
             return
         ms = (time.perf_counter() - started[0]) * 1000
         if ms >= 1:
-            os.write(fd, f"{time.time():.3f} {os.getpid()} {info['generation']} {ms:.2f}\n".encode())
+            cpu = (time.thread_time() - started[1]) * 1000
+            os.write(fd, f"{time.time():.3f} {os.getpid()} {info['generation']} {ms:.2f} {cpu:.2f}\n".encode())
 
     gc.callbacks.append(callback)
