@@ -120,12 +120,16 @@ class Driver:
         """Mean lifetime that holds ``fill`` of the slots at ``rate`` (Little's law), times the correction."""
         return self.fill * self.total_slots / rate * self.factor
 
-    def next_claim(self, elapsed: float, remaining: float, explicit_only: bool = False) -> tuple[str, dict, float]:
-        """(namespace, claim, explicit release in seconds or 0) of the next claim; ``remaining``: its life."""
+    def next_claim(self, elapsed: float, remaining: float, prefill: bool = False) -> tuple[str, dict, float]:
+        """(namespace, claim, explicit release in seconds or 0) of the next claim; ``remaining``: its life.
+        Prefill claims (the jobs running when the soak starts) use the shape's plain selector: placing 80 % of
+        the fleet with a fresh text each would cost the setup minutes that the soak itself then measures."""
         shape, text = self.trace.pick(elapsed)
         self.seq += 1
         ns, name = f"team-{self.seq % TEAMS}", f"c-{self.seq}"
-        if explicit_only or self.seq % 2:
+        if prefill:
+            return ns, claim(name, shape, None), remaining
+        if self.seq % 2:
             return ns, claim(name, shape, text), remaining
         return ns, claim(name, shape, text, lease_s=int(remaining)), 0.0
 
@@ -140,7 +144,7 @@ class Driver:
         items: dict[str, list[dict]] = {}
         for _ in range(count):
             left = self.trace.rng.uniform(1.0, span)
-            ns, body, _ = self.next_claim(0.0, left, explicit_only=True)
+            ns, body, _ = self.next_claim(0.0, left, prefill=True)
             items.setdefault(ns, []).append(body)
             self.schedule_release(now + left, ns, body["metadata"]["name"])
         futures = [self.pool.submit(self._call, "claims", CLAIMS.format(ns=ns) + "/batch",
@@ -220,6 +224,7 @@ class Sample:
     worker_cpu_s: float
     web_cpu_s: float
     allocated: int  # claims holding devices, fleet-wide
+    held: int  # ... plus the pending ones: what the fleet will hold once the worker catches up
     rows_read: int  # pg_stat_database tup_returned + tup_fetched of the bench database (every session)
     lock_samples: int = 0  # 4 Hz probes of pg_stat_activity since the previous sample
     lock_hits: int = 0  # ... that found a backend of the bench database waiting on a lock
@@ -247,6 +252,7 @@ class Sampler(threading.Thread):
                       worker_cpu_s=sum(cpu_seconds(p) for p in worker),
                       web_cpu_s=sum(cpu_seconds(p) for p in process_tree(self.stack.pid("web"))),
                       allocated=ResourceClaim.objects.filter(phase="Allocated").count(),
+                      held=ResourceClaim.objects.filter(phase__in=["Allocated", "Pending"]).count(),
                       rows_read=cursor.fetchone()[0], lock_samples=probes, lock_hits=hits)
 
     def run(self) -> None:
@@ -269,11 +275,12 @@ class Sampler(threading.Thread):
         connection.close()
 
     def steer(self, s: Sample) -> None:
-        """Lifetimes x (target / measured fullness), damped and bounded: leases are fixed at submission, so
-        a correction acts one lifetime later; a strong one would overshoot."""
+        """Lifetimes x (target / claims held), damped and bounded: leases are fixed at submission, so a
+        correction acts one lifetime later; a strong one would overshoot. Pending claims count as held: steering
+        on the allocated ones alone lengthens lifetimes while the worker lags, and the fleet then overfills."""
         if self.driver is None or not self.driver.total_slots:
             return
-        full = max(0.05, s.allocated / self.driver.total_slots)
+        full = max(0.05, s.held / self.driver.total_slots)
         want = min(2.0, max(0.5, self.driver.fill / full))
         self.driver.factor = min(2.0, max(0.5, self.driver.factor * want ** 0.25))
 
