@@ -2,6 +2,7 @@
 pre-submitted claims with one and two worker processes). Django is set up by soak_bench.py before any call."""
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,13 +12,35 @@ from benchmarks._soak import CLAIMS, SHAPES, TEAMS, Trace, claim
 SLOTS_TOTAL = [1]  # the fleet's 1-device slots, set once the fleet is loaded (for fullness %)
 
 
+class Heartbeats(threading.Thread):
+    """What each cluster's agent does between pushes: a heartbeat every ``every`` seconds. Without it the
+    clusters go stale after STALE_CLUSTER_SECONDS (5 minutes) and their devices are no longer offered."""
+
+    def __init__(self, every: float = 30.0):
+        super().__init__(daemon=True)
+        self.every, self.halt = every, threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection
+
+        from inventory.models import Cluster
+        from inventory.services.clusters import record_heartbeat
+
+        while not self.halt.wait(self.every):
+            for cluster in Cluster.objects.all():
+                record_heartbeat(cluster, agent_version="soak-bench")
+        connection.close()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+
+
 def post_batches(port: int, token: str, ns: str, bodies: list[dict], threads: int = 4, batch: int = 100) -> None:
     """POST ``bodies`` through the batch endpoint; ``threads=1`` keeps their order (ids follow submission)."""
     local: dict = {}
 
     def send(items: list[dict]) -> None:
-        import threading
-
         client = local.setdefault(threading.get_ident(), Client(port, token))
         status, body = client.call("POST", CLAIMS.format(ns=ns) + "/batch", {"items": items})
         if status != 201:

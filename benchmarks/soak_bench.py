@@ -235,6 +235,8 @@ def main() -> int:
                   prefix="soak-", env={"DRASERVICE_GC_PAUSE_LOG": str(GC_LOG)})
     results: dict = {"devices": DEVICES, "slots": slots, "cpus": os.cpu_count(), "web_workers": WEB_WORKERS,
                      "celery_concurrency": CONCURRENCY, "load_average_before": os.getloadavg()}
+    heartbeats = phases.Heartbeats()
+    heartbeats.start()
     stack.start()
     driver = None
     try:
@@ -243,6 +245,7 @@ def main() -> int:
             out, driver = soak(stack, token, slots, args.rate, args.minutes)
             results.update(out)
             driver.stop()
+            print_soak(results, args.rate)  # now: the phases after it take long, and may be interrupted
         phases.release_everything()
         if "release" in PHASES:
             results["release"] = phases.release_phase(stack.port, token, nodes["h100"], PENDING)
@@ -255,24 +258,29 @@ def main() -> int:
         if driver is not None:
             driver.stop()
         stack.stop()
+        heartbeats.stop()
     results["load_average_after"] = os.getloadavg()
     return report(results, args)
 
 
-def report(results: dict, args) -> int:
-    checks = goals(results, args.rate)
-    results["goals"] = {text: ok for ok, text in checks}
-    (ROOT / "bench-results" / "soak.json").write_text(json.dumps(results, indent=2, default=str))
+def print_soak(results: dict, rate: float) -> None:
     print()
     if results.get("minutes"):
-        print(f"soak at {args.rate:g} claims/s target, {results['devices']} devices, "
+        print(f"soak at {rate:g} claims/s target, {results['devices']} devices, "
               f"{results['celery_concurrency']} worker process(es):")
         print_table(results["minutes"])
     for name in ("soak", "burst"):
         if name in results:
             print(f"{name}: {results[name]}")
     if "trace" in results:
-        print(f"trace: {results['trace']}")
+        print(f"trace: {results['trace']}", flush=True)
+
+
+def report(results: dict, args) -> int:
+    checks = goals(results, args.rate)
+    results["goals"] = {text: ok for ok, text in checks}
+    (ROOT / "bench-results" / "soak.json").write_text(json.dumps(results, indent=2, default=str))
+    print_soak(results, args.rate)
     print(f"load average (1/5/15 min) before {results['load_average_before']}, after "
           f"{results['load_average_after']} on {os.cpu_count()} CPUs shared by clients, web, worker, beat and "
           "PostgreSQL (and whatever else runs on this machine)")
