@@ -5,6 +5,7 @@ See benchmarks/soak_bench.py for what is measured and why.
 from __future__ import annotations
 
 import heapq
+import os
 import random
 import threading
 import time
@@ -207,8 +208,6 @@ def rss_mb(pid: int) -> float:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of the process and of its children already reaped."""
-    import os
-
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -228,6 +227,7 @@ class Sample:
     rows_read: int  # pg_stat_database tup_returned + tup_fetched of the bench database (every session)
     lock_samples: int = 0  # 4 Hz probes of pg_stat_activity since the previous sample
     lock_hits: int = 0  # ... that found a backend of the bench database waiting on a lock
+    load: float = 0.0  # the machine's 1-minute load average (other tenants of this machine included)
 
 
 class Sampler(threading.Thread):
@@ -253,7 +253,7 @@ class Sampler(threading.Thread):
                       web_cpu_s=sum(cpu_seconds(p) for p in process_tree(self.stack.pid("web"))),
                       allocated=ResourceClaim.objects.filter(phase="Allocated").count(),
                       held=ResourceClaim.objects.filter(phase__in=["Allocated", "Pending"]).count(),
-                      rows_read=cursor.fetchone()[0], lock_samples=probes, lock_hits=hits)
+                      rows_read=cursor.fetchone()[0], lock_samples=probes, lock_hits=hits, load=os.getloadavg()[0])
 
     def run(self) -> None:
         from django.db import connection

@@ -211,7 +211,7 @@ def drain_once(stack, port: int, token: str, slots: dict[str, int], n: int, proc
 def drain_phase(stack, token: str, slots: dict[str, int], n: int) -> dict:
     n = min(n, int(0.75 * sum(slots.values())))  # room for all of them: the drain measures placing, not refusing
     one = drain_once(stack, stack.port, token, slots, n, 1)
-    print("drain, 1 process:", one, flush=True)
+    print(time.strftime("%H:%M:%S"), "drain, 1 process:", one, flush=True)
     two = drain_once(stack, stack.port, token, slots, n, 2)
     stack.start_beat()
     return {"claims": n, "one": one, "two": two, "speedup": round(two["claims_per_s"] / one["claims_per_s"], 2)}

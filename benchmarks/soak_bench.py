@@ -94,7 +94,8 @@ def setup_fleet() -> tuple[str, dict[str, int], dict[str, int]]:
         devices += sync.push_inventory(name, {"resourceSlices": slices, "nodes": node_list})["devices"]
         slots[shape.name], nodes[shape.name] = count * shape.slots_per_node, count
     _, secret = issue_token(kind=APIToken.ADMIN, name="soak bench")
-    print(f"fleet: {devices} devices in {len(SHAPES)} clusters, nodes {nodes}, 1-device slots {slots}", flush=True)
+    print(f"{time.strftime('%H:%M:%S')} fleet: {devices} devices in {len(SHAPES)} clusters, nodes {nodes}, "
+          f"1-device slots {slots}", flush=True)
     return secret, slots, nodes
 
 
@@ -125,7 +126,8 @@ def minute_table(t0: float, minutes: int, samples, pauses, rounds, claims) -> li
             "max_gc_cpu_ms": round(max((p[4] for p in pauses if lo <= p[0] < hi), default=0.0), 1),
             "rounds": len(rs), "round_mean_ms": round(1000 * sum(r[1] for r in rs) / len(rs), 1) if rs else 0,
             "db_rows_read_per_round": round((last.rows_read - first.rows_read) / len(rs)) if rs else None,
-            "lock_probe_pct": round(100 * sum(s.lock_hits for s in inside) / probes, 1) if probes else None})
+            "lock_probe_pct": round(100 * sum(s.lock_hits for s in inside) / probes, 1) if probes else None,
+            "load_1min": round(last.load, 1)})
         before = inside
     return rows
 
@@ -133,15 +135,15 @@ def minute_table(t0: float, minutes: int, samples, pauses, rounds, claims) -> li
 def print_table(rows: list[dict]) -> None:
     print(f"{'min':>3} {'placed/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'unplaced':>8} {'full%':>5} {'wCPU ms/c':>9} "
           f"{'webCPU ms/c':>11} {'wRSS MB':>7} {'GC max ms (cpu)':>15} {'rounds':>6} {'round ms':>8} "
-          f"{'db rows/round*':>14} {'lock%*':>6}")
+          f"{'db rows/round*':>14} {'lock%*':>6} {'load':>5}")
     for r in rows:
         gc_text = f"{r['max_gc_ms']} ({r['max_gc_cpu_ms']})"
         print(f"{r['minute']:>3} {r['placed_per_s']:>8} {r['p50_ms']:>7} {r['p99_ms']:>7} {r['never_placed']:>8} "
               f"{r['full_pct']:>5} {r['worker_cpu_ms_per_claim']:>9} {r['web_cpu_ms_per_claim']:>11} "
               f"{r['worker_rss_mb']:>7} {gc_text:>15} {r['rounds']:>6} {r['round_mean_ms']:>8} "
-              f"{str(r['db_rows_read_per_round']):>14} {str(r['lock_probe_pct']):>6}")
+              f"{str(r['db_rows_read_per_round']):>14} {str(r['lock_probe_pct']):>6} {r['load_1min']:>5}")
     print("  p50/p99: claims submitted that minute; one never placed counts with its wait until released or the "
-          "end (a lower bound). GC: longest wall-clock pause (its CPU time)")
+          "end (a lower bound). GC: longest wall-clock pause (its CPU time). load: the machine's 1-minute load average")
     print("  * database-wide proxies (every session of the bench database, not only the worker's rounds): the "
           "service does not expose rows read or lock waits per round")
 
@@ -188,9 +190,11 @@ def soak(stack, token, slots, rate, minutes) -> tuple[dict, Driver]:
     trace = Trace(slots=slots, texts=TEXTS, live=LIVE, horizon=60 * minutes + BURST_SECONDS)
     driver = Driver(stack.port, token, trace, sum(slots.values()), FILL, CLIENTS)
     t = time.monotonic()
-    driver.prefill(int(FILL * sum(slots.values())), rate)
-    phases.wait_quiet(timeout=900)
-    print(f"prefill: {driver.sent['claims']} batches in {time.monotonic() - t:.0f} s", flush=True)
+    count = int(FILL * sum(slots.values()))
+    driver.prefill(count, rate)
+    phases.wait_quiet(timeout=1800)
+    print(f"{time.strftime('%H:%M:%S')} prefill: {count} claims placed or refused in {time.monotonic() - t:.0f} s; "
+          f"soak for {minutes:g} min at {rate:g}/s", flush=True)
     sampler = Sampler(stack, BENCH_DB, driver)
     sampler.start()
     time.sleep(1)
@@ -249,11 +253,11 @@ def main() -> int:
         phases.release_everything()
         if "release" in PHASES:
             results["release"] = phases.release_phase(stack.port, token, nodes["h100"], PENDING)
-            print("release:", results["release"], flush=True)
+            print(time.strftime('%H:%M:%S'), "release:", results["release"], flush=True)
             phases.release_everything()
         if "drain" in PHASES:
             results["drain"] = phases.drain_phase(stack, token, slots, DRAIN)
-            print("drain:", results["drain"], flush=True)
+            print(time.strftime('%H:%M:%S'), "drain:", results["drain"], flush=True)
     finally:
         if driver is not None:
             driver.stop()
