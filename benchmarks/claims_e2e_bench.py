@@ -25,28 +25,25 @@ Everything runs on this one machine, so clients, web server, worker and PostgreS
 """
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._live import Client, Stack, bench_database, pct, release_all  # noqa: E402
+from benchmarks._live import recreate_database as _recreate  # noqa: E402
+from benchmarks._live import wait_all_decided as wait_all_allocated  # noqa: E402
+
 BASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/draservice")
 if not BASE_URL.startswith("postgres"):
     sys.exit("claims_e2e_bench needs PostgreSQL: set DATABASE_URL=postgresql://...")
-BENCH_DB = urlparse(BASE_URL).path.lstrip("/") + "_claims_bench"
-DB_URL = BASE_URL.rsplit("/", 1)[0] + "/" + BENCH_DB
+BENCH_DB, DB_URL = bench_database(BASE_URL, "claims_bench")
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
 
 NODES = int(os.environ.get("BENCH_NODES", "500"))
@@ -66,12 +63,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
 
 
 def recreate_database() -> None:
-    import psycopg
-
-    admin = BASE_URL.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    _recreate(BASE_URL, BENCH_DB)
 
 
 def setup_fleet() -> str:
@@ -104,110 +96,9 @@ def setup_fleet() -> str:
     return secret
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Stack:
-    def __init__(self):
-        self.port = free_port()
-        self.procs: list[subprocess.Popen] = []
-        self.logdir = ROOT / "bench-results"
-        self.logdir.mkdir(exist_ok=True)
-
-    def start(self) -> None:
-        import redis
-
-        redis.Redis.from_url(BROKER).flushdb()
-        env = dict(os.environ)
-        py = sys.executable
-        self._spawn([py, "manage.py", "serve", "--port", str(self.port), "--workers", str(WEB_WORKERS),
-                     "--threads", str(WEB_THREADS)], env, "web")
-        self._spawn([py, "-m", "celery", "-A", "draservice", "worker", "--pool", "prefork", "-c",
-                     str(CELERY_CONCURRENCY), "--without-gossip", "--without-mingle", "--without-heartbeat",
-                     "--loglevel", "WARNING"], env, "worker")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/readyz")
-                if conn.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("the web server did not come up; see bench-results/web.log")
-            time.sleep(0.2)
-        time.sleep(2)  # the worker's first connection to Redis
-
-    def _spawn(self, cmd, env, name):
-        log = (self.logdir / f"{name}.log").open("w")
-        self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True))
-
-    def stop(self) -> None:
-        for p in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-
-
-class Client:
-    """One keep-alive HTTP connection (one per thread)."""
-
-    def __init__(self, port: int, token: str):
-        self.port, self.token = port, token
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-    def call(self, method: str, path: str, body=None) -> tuple[int, dict]:
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body)
-            headers["Content-Type"] = "application/json"
-        for attempt in range(2):
-            try:
-                self.conn.request(method, path, body=data, headers=headers)
-                resp = self.conn.getresponse()
-                raw = resp.read()
-                return resp.status, (json.loads(raw) if raw else {})
-            except (http.client.HTTPException, OSError):
-                self.conn.close()
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-
 def claim(name: str) -> dict:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
-
-
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
-def wait_all_allocated(namespace: str, n: int, timeout: float = 300) -> None:
-    from claims.models import ResourceClaim
-
-    deadline = time.monotonic() + timeout
-    while True:
-        done = ResourceClaim.objects.filter(namespace__name=namespace).exclude(phase="Pending").count()
-        if done >= n:
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{namespace}: only {done}/{n} claims decided after {timeout}s")
-        time.sleep(0.05)
 
 
 def server_stats(namespace: str, started_wall) -> dict:
@@ -222,23 +113,6 @@ def server_stats(namespace: str, started_wall) -> dict:
     return {"claims": len(rows), "allocated": len(allocated), "seconds": round(span, 2),
             "claims_per_s": round(len(allocated) / span, 1), "p50_ms": round(pct(lat, 50), 1),
             "p99_ms": round(pct(lat, 99), 1), "max_ms": round(max(lat), 1)}
-
-
-def release_all(namespace: str) -> None:
-    """Free the devices between phases (one transaction per chunk, through the claims service)."""
-    from django.db import transaction
-    from django.utils import timezone
-
-    from claims.models import ResourceClaim
-    from claims.services.claims import _release_locked
-
-    while True:
-        with transaction.atomic():
-            chunk = list(ResourceClaim.objects.select_for_update().select_related("namespace")
-                         .filter(namespace__name=namespace, phase__in=["Pending", "Allocated"])[:1000])
-            if not chunk:
-                return
-            _release_locked(chunk, "Released", "benchmark phase done", timezone.now())
 
 
 def warm_up(port: int, token: str) -> None:
@@ -373,7 +247,7 @@ def phase_steady(port: int, token: str) -> dict:
 def main() -> None:
     recreate_database()
     token = setup_fleet()
-    stack = Stack()
+    stack = Stack(BROKER, web_workers=WEB_WORKERS, web_threads=WEB_THREADS, concurrency=CELERY_CONCURRENCY)
     stack.start()
     results = {"nodes": NODES, "cpus": os.cpu_count(), "web_workers": WEB_WORKERS,
                "celery_concurrency": CELERY_CONCURRENCY, "load_average_before": os.getloadavg()}

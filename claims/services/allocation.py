@@ -344,6 +344,11 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
     stale = commit.changed_claims([c for g in groups for c in g.claims])
     ResourceClaim.objects.filter(id__in=sorted(leased)).update(taken_until=None)
     live = [(g, o) for g, o in zip(groups, outcomes, strict=True) if not any(c.id in stale for c in g.claims)]
+    for g, o in zip(groups, outcomes, strict=True):
+        # Decided for claims released or edited meanwhile, so not written: give the devices back to the cached
+        # engine, which would otherwise count them in use until it is rebuilt (found by benchmarks/soak_bench).
+        if o is not None and o is not DEFERRED and o.allocated and any(c.id in stale for c in g.claims):
+            engine.release(o.devices)
     result.lost_race += sum(len(g.claims) for g, _ in zip(groups, outcomes, strict=True)
                             if any(c.id in stale for c in g.claims))
     wins = [(g, o) for g, o in live if o is not None and o is not DEFERRED and o.allocated]

@@ -96,6 +96,34 @@ def test_no_claim_row_is_locked_while_the_engine_decides(admin_client, small_fle
     assert allocation.allocate_round().allocated == 1
 
 
+def test_devices_decided_for_a_claim_released_mid_round_are_free_for_the_next(admin_client, small_fleet,
+                                                                             monkeypatch):
+    """Of two 8-GPU nodes one is held; the round's cached engine gives the other to a claim released while the
+    engine ran. The round does not write it, and the next 8-GPU claim must still find that node free (its
+    devices stayed "in use" in the cached engine before)."""
+    from claims.services import claims as claim_services
+    from dra.engine.engine import Engine
+
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("hold", count=8), format="json").status_code == 201
+    run_rounds()
+    assert status(admin_client, "hold")["phase"] == "Allocated"
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("gone", count=8), format="json").status_code == 201
+    real = Engine.allocate
+
+    def allocate(self, group, **kw):
+        outcome = real(self, group, **kw)
+        claim_services.release_claim(ResourceClaim.objects.get(name="gone").id)
+        return outcome
+
+    monkeypatch.setattr(Engine, "allocate", allocate)
+    r = allocation.allocate_round()
+    assert r.allocated == 0 and r.lost_race == 1
+    monkeypatch.setattr(Engine, "allocate", real)
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("next", count=8), format="json").status_code == 201
+    run_rounds()
+    assert status(admin_client, "next")["phase"] == "Allocated", status(admin_client, "next")
+
+
 def _test_wrapper_only() -> bool:
     # pytest-django wraps each test in one atomic block (and our savepoints nest inside it): only deeper
     # blocks are the code's own.

@@ -1,0 +1,217 @@
+"""The soak benchmark's database reads and its two separate phases (one release with thousands pending; draining
+pre-submitted claims with one and two worker processes). Django is set up by soak_bench.py before any call."""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from benchmarks._live import Client, pct, release_all
+from benchmarks._soak import CLAIMS, SHAPES, TEAMS, Trace, claim
+
+SLOTS_TOTAL = [1]  # the fleet's 1-device slots, set once the fleet is loaded (for fullness %)
+
+
+class Heartbeats(threading.Thread):
+    """What each cluster's agent does between pushes: a heartbeat every ``every`` seconds. Without it the
+    clusters go stale after STALE_CLUSTER_SECONDS (5 minutes) and their devices are no longer offered."""
+
+    def __init__(self, every: float = 30.0):
+        super().__init__(daemon=True)
+        self.every, self.halt = every, threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection
+
+        from inventory.models import Cluster
+        from inventory.services.clusters import record_heartbeat
+
+        while not self.halt.wait(self.every):
+            for cluster in Cluster.objects.all():
+                record_heartbeat(cluster, agent_version="soak-bench")
+        connection.close()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+
+
+def post_batches(port: int, token: str, ns: str, bodies: list[dict], threads: int = 4, batch: int = 100) -> None:
+    """POST ``bodies`` through the batch endpoint; ``threads=1`` keeps their order (ids follow submission)."""
+    local: dict = {}
+
+    def send(items: list[dict]) -> None:
+        client = local.setdefault(threading.get_ident(), Client(port, token))
+        status, body = client.call("POST", CLAIMS.format(ns=ns) + "/batch", {"items": items})
+        if status != 201:
+            raise SystemExit(f"batch POST to {ns}: {status} {str(body)[:300]}")
+
+    chunks = [bodies[i:i + batch] for i in range(0, len(bodies), batch)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for f in [pool.submit(send, c) for c in chunks]:
+            f.result()
+
+
+def undecided() -> int:
+    """Pending claims no round has tried since the fleet last changed (taken ones included, unlike the
+    service's ``eligible_pending``: a claim a round is deciding right now is not decided yet)."""
+    from django.db.models import Q
+
+    from claims.models import ResourceClaim
+    from claims.services import allocation
+
+    version = allocation.fleet_version()
+    return (ResourceClaim.objects.filter(phase="Pending")
+            .filter(Q(attempted_version__isnull=True) | Q(attempted_version__lt=version)).count())
+
+
+def wait_quiet(timeout: float = 600) -> None:
+    """Until every pending claim has been tried at the current fleet version (three reads in a row)."""
+    deadline, quiet = time.monotonic() + timeout, 0
+    while quiet < 3:
+        quiet = quiet + 1 if undecided() == 0 else 0
+        if time.monotonic() > deadline:
+            raise SystemExit(f"claims still undecided after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def warm_up(port: int, token: str) -> None:
+    """One claim per shape: the worker builds its fleet snapshot and engine (once per process) before the soak."""
+    post_batches(port, token, "warmup", [claim(f"w-{s.name}", s, None) for s in SHAPES])
+    wait_quiet(timeout=300)
+    release_all("warmup")
+
+
+def release_everything() -> None:
+    release_all()
+    wait_quiet()
+
+
+def trace_rows() -> list[tuple[float, float | None, float | None]]:
+    """(created, allocated or None, released or None) in unix seconds of every trace claim."""
+    from claims.models import ResourceClaim
+
+    rows = ResourceClaim.objects.filter(namespace__name__in=[f"team-{i}" for i in range(TEAMS)])
+    return [(c.timestamp(), a.timestamp() if a else None, r.timestamp() if r else None)
+            for c, a, r in rows.values_list("created_at", "allocated_at", "released_at")]
+
+
+def latencies(claims, lo: float, hi: float, now: float) -> tuple[list[float], int]:
+    """Submit->allocated in ms of the claims submitted in [lo, hi), and how many were never placed. A claim
+    never placed counts with what it waited (until released, or until now): a lower bound, so that a backlog
+    raises the percentiles instead of vanishing from them."""
+    lat, unplaced = [], 0
+    for c, a, r in claims:
+        if lo <= c < hi:
+            if a is None:
+                unplaced += 1
+            lat.append(((a if a is not None else r if r is not None else now) - c) * 1000)
+    return lat, unplaced
+
+
+def round_rows(since: float) -> list[tuple[float, float, int]]:
+    """(finished, seconds, taken) of the allocation rounds logged since ``since`` (unix seconds)."""
+    from datetime import UTC, datetime
+
+    from claims.models import AllocationRound
+
+    rows = AllocationRound.objects.filter(finished_at__gte=datetime.fromtimestamp(since, UTC))
+    return [(f.timestamp(), s, t) for f, s, t in rows.values_list("finished_at", "seconds", "taken")]
+
+
+def window_stats(claims, lo: float, hi: float) -> dict:
+    """Claims submitted in [lo, hi): latency submit->allocated; placements in [lo, hi) per second."""
+    lat, unplaced = latencies(claims, lo, hi, time.time())
+    placed = sum(1 for _, a, _ in claims if a is not None and lo <= a < hi)
+    return {"submitted": len(lat), "never_placed": unplaced, "placed_per_s": round(placed / (hi - lo), 1),
+            "p50_ms": round(pct(lat, 50), 1), "p99_ms": round(pct(lat, 99), 1),
+            "max_ms": round(max(lat, default=float("nan")), 1)}
+
+
+def release_phase(port: int, token: str, h100_nodes: int, pending: int) -> dict:
+    """The H100 cluster full; ``pending - 1`` 2-GPU claims (distinct selector texts, so no two share a
+    decision) and, last, one 1-GPU claim wait. One GPU is released: only the last claim fits the hole. Worker
+    time = the rounds (``AllocationRound.seconds``) that ran between the release and its placement."""
+    from datetime import UTC, datetime
+
+    from django.utils import timezone
+
+    from claims.models import AllocationRound, ResourceClaim
+
+    h100 = SHAPES[0]
+    gpus = h100_nodes * h100.slots_per_node
+    post_batches(port, token, "fill", [claim(f"f-{i}", h100, None) for i in range(gpus)])
+    wait_quiet(timeout=900)
+    full = ResourceClaim.objects.filter(namespace__name="fill", phase="Allocated").count()
+    bodies = [claim(f"b-{i}", h100, 20_000 + i, count=2) for i in range(pending - 1)]
+    bodies.append(claim("fit", h100, 20_000 + pending, count=1))
+    t = time.monotonic()
+    post_batches(port, token, "pending", bodies, threads=1)
+    wait_quiet(timeout=1800)
+    first_pass_s = time.monotonic() - t
+    waiting = ResourceClaim.objects.filter(namespace__name="pending", phase="Pending").count()
+    time.sleep(1)
+    released_at = timezone.now()
+    status, _ = Client(port, token).call("POST", CLAIMS.format(ns="fill") + "/f-0/release", {})
+    deadline = time.monotonic() + 600
+    while True:
+        fit = ResourceClaim.objects.filter(namespace__name="pending", name="fit").values("phase", "allocated_at")[0]
+        if fit["phase"] != "Pending" or time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+    wait_quiet(timeout=1800)
+    out = {"pending": waiting, "h100_gpus": gpus, "filled": full, "release_status": status,
+           "fit_phase": fit["phase"], "first_pass_s": round(first_pass_s, 1)}
+    if fit["allocated_at"] is None:
+        return {**out, "worker_ms": float("inf"), "rounds": 0, "wall_ms": float("inf")}
+    allocated_at = fit["allocated_at"]
+    rounds = [(f, s, t) for f, s, t in AllocationRound.objects.filter(finished_at__gte=released_at)
+              .values_list("finished_at", "seconds", "taken")
+              if f.timestamp() - s <= allocated_at.timestamp()]
+    after = AllocationRound.objects.filter(finished_at__gte=released_at).count()
+    return {**out, "worker_ms": round(1000 * sum(s for _, s, _ in rounds), 1), "rounds": len(rounds),
+            "claims_taken": sum(t for _, _, t in rounds), "rounds_after_release": after,
+            "wall_ms": round((allocated_at - released_at).total_seconds() * 1000, 1),
+            "released_at": datetime.fromtimestamp(released_at.timestamp(), UTC).isoformat()}
+
+
+def drain_once(stack, port: int, token: str, slots: dict[str, int], n: int, processes: int) -> dict:
+    """Worker stopped; ``n`` claims submitted (shapes by their slots, distinct texts); broker emptied; a worker
+    of ``processes`` processes started and kicked once. Rate = claims / (first -> last allocation)."""
+    import redis
+
+    from claims import dispatch
+    from claims.models import ResourceClaim
+
+    ns = f"drain-{processes}"
+    stack.stop_one("beat")
+    stack.stop_one("worker")
+    trace = Trace(slots=slots, texts=10**6, live=n + 4, horizon=1.0)
+    bodies = []
+    for i in range(n):
+        shape, text = trace.pick(0.0)
+        bodies.append(claim(f"d-{i}", shape, 30_000 + text))
+    post_batches(port, token, ns, bodies)
+    redis.Redis.from_url(stack.broker).flushdb()  # the kicks the web queued meanwhile: one kick below, same for both
+    stack.start_worker(processes)
+    started = time.monotonic()
+    dispatch.request_allocation()
+    wait_quiet(timeout=3600)
+    wall = time.monotonic() - started
+    rows = list(ResourceClaim.objects.filter(namespace__name=ns, allocated_at__isnull=False)
+                .values_list("allocated_at", flat=True))
+    first, last = min(rows), max(rows)
+    span = (last - first).total_seconds()
+    release_all(ns)
+    return {"processes": processes, "allocated": len(rows), "seconds": round(span, 1),
+            "claims_per_s": round(len(rows) / span, 1) if span else float("nan"),
+            "wall_from_kick_s": round(wall, 1)}
+
+
+def drain_phase(stack, token: str, slots: dict[str, int], n: int) -> dict:
+    n = min(n, int(0.75 * sum(slots.values())))  # room for all of them: the drain measures placing, not refusing
+    one = drain_once(stack, stack.port, token, slots, n, 1)
+    print(time.strftime("%H:%M:%S"), "drain, 1 process:", one, flush=True)
+    two = drain_once(stack, stack.port, token, slots, n, 2)
+    stack.start_beat()
+    return {"claims": n, "one": one, "two": two, "speedup": round(two["claims_per_s"] / one["claims_per_s"], 2)}
