@@ -119,7 +119,10 @@ def test_scrapes_sum_the_workers_request_counters(server):
 
 def test_gunicorn_conf_sets_up_and_cleans_the_multiprocess_directory(monkeypatch, tmp_path):
     conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    # on_starting sets the variable in os.environ itself: record the original state first, so that the test
+    # leaves no variable behind (a later live service would inherit a directory that is gone, and crash).
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "recorded")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     conf["on_starting"](None)
     made = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     assert made.is_dir() and not list(made.iterdir())
