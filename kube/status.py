@@ -40,6 +40,12 @@ def status_response(code: int, message: str, reason: str | None = None, details:
     return JsonResponse(status_body(code, message, reason, details), status=code)
 
 
+def conflict(qualified: str, name: str) -> KubeError:
+    """A write from a stale resourceVersion (or a stale If-Match), in the API server's words."""
+    return KubeError(409, f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
+                          "please apply your changes to the latest version and try again", "Conflict", {"name": name})
+
+
 def not_found(qualified: str, name: str, kind: str) -> KubeError:
     return KubeError(404, f'{qualified} "{name}" not found', details={"name": name, "kind": kind})
 
@@ -67,9 +73,9 @@ def translate(exc: Exception, qualified: str = "", kind: str = "", name: str = "
         code = int(exc.status_code)
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if code == 412:  # our If-Match: Kubernetes says Conflict for a stale resourceVersion
-            message = (f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
-                       "please apply your changes to the latest version and try again")
-            return KubeError(409, message, "Conflict", details)
+            error = conflict(qualified, name)
+            error.details = details
+            return error
         if code == 409 and "already exists" in message:
             return KubeError(409, f'{qualified} "{name}" already exists', "AlreadyExists", details)
         headers = {"Retry-After": str(getattr(exc, "wait", "") or "")} if code == 429 else {}

@@ -22,7 +22,7 @@ from kube import poolstatus, versions
 from kube.models import ResourcePoolStatusRequest
 from kube.registry import CLUSTER_LABEL, Resource, by_plural
 from kube.selectors import filter_labels, parse_fields
-from kube.status import KubeError, not_found
+from kube.status import KubeError, conflict, not_found
 from queues.models import Queue
 from queues.services import queues as queue_services
 from queues.services import status as queue_status
@@ -100,14 +100,17 @@ def _with_version(obj: dict, api_version: str, change_seq: int | None) -> dict:
     return obj
 
 
-def check_precondition(obj, body: dict) -> str:
-    """The body's ``metadata.resourceVersion`` (a change seq here) against the object's; the ETag to hand the
-    service, which re-checks it under its row lock (a change in between is a 409 too)."""
+def check_version(resource: Resource, body: dict, current, name: str) -> None:
+    """The body's ``metadata.resourceVersion``, when it names one, against the object's current one."""
     wanted = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("resourceVersion")
-    if wanted not in (None, "") and str(wanted) != str(obj.change_seq):
-        raise KubeError(409, f'Operation cannot be fulfilled on {obj._meta.verbose_name_plural} "{obj.name}": the '
-                             "object has been modified; please apply your changes to the latest version and try "
-                             "again", "Conflict", {"name": obj.name})
+    if wanted not in (None, "") and str(wanted) != str(current):
+        raise conflict(resource.qualified, name)
+
+
+def check_precondition(resource: Resource, obj, body: dict) -> str:
+    """The body's resourceVersion (a change seq here) against the object's; the ETag to hand the service,
+    which re-checks it under its row lock (a change in between is a 409 too)."""
+    check_version(resource, body, obj.change_seq, obj.name)
     return obj.etag
 
 
@@ -140,7 +143,7 @@ class ClaimStore(Store):
         return self.get(namespace, claim.name)
 
     def replace(self, view, obj, body):
-        etag = check_precondition(obj, body)
+        etag = check_precondition(self.resource, obj, body)
         body = _strip_version(body)
         annotations = dict((body.get("metadata") or {}).get("annotations") or {})
         release = str(annotations.pop(RELEASE, "")).lower() == "true"
@@ -183,7 +186,7 @@ class TemplateStore(Store):
         return self.get(namespace, template.name)
 
     def replace(self, view, obj, body):
-        etag = check_precondition(obj, body)
+        etag = check_precondition(self.resource, obj, body)
         template = claim_services.update_template(obj.pk, _strip_version(body), if_match=etag)
         return self.get(template.namespace.name, template.name)
 
@@ -302,11 +305,7 @@ class DeviceClassStore(ClusterObjectStore):
         if obj.cluster_id:
             raise KubeError(403, f'deviceclasses.resource.k8s.io "{self.fleet_name(obj)}" belongs to cluster '
                                  f'"{obj.cluster.name}": its agent writes it', "Forbidden")
-        wanted = (body.get("metadata") or {}).get("resourceVersion")
-        if wanted not in (None, "") and str(wanted) != str(obj.resource_version):
-            raise KubeError(409, f'Operation cannot be fulfilled on deviceclasses.resource.k8s.io "{obj.name}": '
-                                 "the object has been modified; please apply your changes to the latest version "
-                                 "and try again", "Conflict")
+        check_version(self.resource, body, obj.resource_version, obj.name)
         row, _ = fleet_objects.replace_fleet_object(DeviceClass, obj.name, _as_v1(_strip_version(body)), None)
         return row
 
@@ -464,11 +463,7 @@ class QueueStore(Store):
         return queue_services.create_queue(body)
 
     def replace(self, view, obj, body):
-        wanted = (body.get("metadata") or {}).get("resourceVersion")
-        if wanted not in (None, "") and str(wanted) != str(obj.resource_version):
-            raise KubeError(409, f'Operation cannot be fulfilled on queues.draservice.io "{obj.name}": the object '
-                                 "has been modified; please apply your changes to the latest version and try again",
-                            "Conflict")
+        check_version(self.resource, body, obj.resource_version, obj.name)
         return queue_services.replace_queue(obj.name, _strip_version(body), None)[0]
 
     def delete(self, view, obj) -> None:

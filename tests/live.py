@@ -2,6 +2,8 @@
 PostgreSQL database of its own: schemathesis, keep-alive, kubectl and the Kubernetes client."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -45,3 +47,15 @@ def wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
         except OSError:
             time.sleep(0.3)
     raise RuntimeError(f"the service did not answer {url} within {seconds} s")
+
+
+def stop_service(proc: subprocess.Popen | None) -> None:
+    """Stop a service started in its own session (gunicorn's arbiter and its workers): TERM, then KILL."""
+    if proc is None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

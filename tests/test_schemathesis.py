@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.live import admin_sql, database_url, free_port, wait_for
+from tests.live import admin_sql, database_url, free_port, stop_service, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -90,13 +89,7 @@ def live_service(tmp_path_factory):
         wait_for(f"{base}/livez", proc)
         yield base, facts, log
     finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGTERM)  # gunicorn's arbiter and its worker
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_service(proc)
         admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

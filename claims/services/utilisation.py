@@ -12,19 +12,7 @@ from django.utils import timezone
 
 from claims.models import DeviceAllocation, UtilisationSnapshot
 from claims.services import fleet
-
-PRODUCT_ATTRIBUTES = ("productName", "model", "type")
-
-
-def _product(device: dict) -> str:
-    attrs = device.get("attributes") or {}
-    for name in PRODUCT_ATTRIBUTES:
-        value = attrs.get(name)
-        if isinstance(value, dict):
-            for kind in ("string", "version", "int", "bool"):
-                if kind in value:
-                    return str(value[kind])[:253]
-    return ""
+from dra.k8s.inventory import product_name
 
 
 def record_snapshot() -> int:
@@ -36,7 +24,7 @@ def record_snapshot() -> int:
             spec = s.get("spec") or {}
             driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
             for device in spec.get("devices") or ():
-                product = _product(device)
+                product = product_name(device)
                 product_of[(cluster.name, driver, pool, device.get("name", ""))] = product
                 totals[(cluster.name, driver, product)] += 1
     used: Counter = Counter()

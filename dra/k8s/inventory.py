@@ -125,3 +125,20 @@ def _buckets(body: dict, errors: Errors) -> dict[str, list[tuple[str, Any]]]:
         else:
             buckets[key] = [(f"{key}[{i}]", item) for i, item in enumerate(value or [])]
     return buckets
+
+
+# The attributes that name a device's product, in the order drivers publish them (NVIDIA productName, AMD
+# model, Intel type): the usage ledger and the utilisation snapshots group by the same name.
+PRODUCT_ATTRIBUTES = ("productName", "model", "type")
+
+
+def product_name(device: dict | None) -> str:
+    """A v1 device's product (its first product attribute's value), or ""."""
+    attrs = (device or {}).get("attributes") or {}
+    for name in PRODUCT_ATTRIBUTES:
+        value = attrs.get(name)
+        if isinstance(value, dict):
+            for kind in ("string", "version", "int", "bool"):
+                if kind in value:
+                    return str(value[kind])[:253]
+    return ""

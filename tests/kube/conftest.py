@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.live import admin_sql, database_url, free_port, wait_for
+from tests.live import admin_sql, database_url, free_port, stop_service, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
@@ -61,13 +60,7 @@ def kube_service(tmp_path_factory):
                                                           "--kubeconfig", base))
         yield service
     finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_service(proc)
         admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

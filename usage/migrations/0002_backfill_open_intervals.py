@@ -6,7 +6,8 @@ from collections import defaultdict
 
 from django.db import migrations
 
-from usage.services.ledger import product_of, to_decimal, weight_of
+from dra.k8s.inventory import product_name
+from usage.services.ledger import to_decimal, weight_of
 
 
 def backfill(apps, schema_editor):
@@ -36,7 +37,7 @@ def backfill(apps, schema_editor):
         out.append(UsageInterval(
             claim_id=r.claim_id, claim_uid=r.claim.uid, claim_name=r.claim.name, namespace=r.claim.namespace.name,
             cluster=r.cluster, node=r.claim.node or (d or {}).get("node_name") or "", driver=r.driver, pool=r.pool,
-            device=r.device, share_id=r.share_id, product=product_of(raw), sharing=sharing,
+            device=r.device, share_id=r.share_id, product=product_name(raw), sharing=sharing,
             weight=to_decimal(weight), started_at=r.claim.allocated_at or r.created_at))
     UsageInterval.objects.bulk_create(out, batch_size=1000)
 

@@ -24,12 +24,12 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 
 from dra.engine.quantity import QuantityError, parse_quantity
+from dra.k8s.inventory import product_name
 from draservice.bulk import copy_rows
 from usage.models import Sharing, UsageInterval
 
 # The same rule as the utilisation snapshots (claims.services.utilisation): productName for GPUs, else model
 # or type. Repeated here because the ledger may not import the claims services (they import it).
-PRODUCT_ATTRIBUTES = ("productName", "model", "type")
 # What a partition's or share's weight is measured in when the device says: the parent's memory.
 MEMORY = "memory"
 WEIGHT_PLACES = Decimal("1e-12")
@@ -62,7 +62,7 @@ def open_intervals(held: list[Held], snapshot, now) -> int:
                 "claim_id": h.claim.id, "claim_uid": h.claim.uid, "claim_name": h.claim.name,
                 "namespace": h.claim.namespace.name, "queue": h.queue or "", "cluster": h.cluster,
                 "node": h.node or slice_node, "driver": res["driver"], "pool": res["pool"], "device": res["device"],
-                "share_id": share_id, "product": product_of(device), "sharing": str(sharing),
+                "share_id": share_id, "product": product_name(device), "sharing": str(sharing),
                 "weight": to_decimal(weight), "started_at": now, "ended_at": None})
     # COPY on PostgreSQL (no model instances: a round's thousand rows in one round trip, under the commit's
     # locks); bulk_create elsewhere.
@@ -132,15 +132,7 @@ def to_decimal(value: Fraction) -> Decimal:
     return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(WEIGHT_PLACES)
 
 
-def product_of(device: dict | None) -> str:
-    attrs = (device or {}).get("attributes") or {}
-    for name in PRODUCT_ATTRIBUTES:
-        value = attrs.get(name)
-        if isinstance(value, dict):
-            for kind in ("string", "version", "int", "bool"):
-                if kind in value:
-                    return str(value[kind])[:253]
-    return ""
+
 
 
 # ------------------------------------------------------------------------------------------ snapshot index
