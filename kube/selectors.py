@@ -11,6 +11,7 @@ from django.db.models.functions import Cast
 
 from kube.status import KubeError
 
+MAX_REQUIREMENTS = 64  # one selector's terms: each is a condition in the list's SQL
 _SET = re.compile(r"^\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(notin|in)\s*\(([^)]*)\))?\s*$")
 _EQ = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)\s*([A-Za-z0-9_.:-]*)\s*$")
 
@@ -32,7 +33,10 @@ def _split(selector: str) -> list[str]:
 def parse_labels(selector: str) -> list[tuple[str, str, list[str]]]:
     """[(key, op, values)] with op one of =, !=, in, notin, exists, !exists; a 400 for what does not parse."""
     out = []
-    for part in _split(selector):
+    parts = _split(selector)
+    if len(parts) > MAX_REQUIREMENTS:
+        raise KubeError(400, f"a selector may have at most {MAX_REQUIREMENTS} requirements, not {len(parts)}")
+    for part in parts:
         m = _EQ.match(part)
         if m:
             out.append((m.group(1), "!=" if m.group(2) == "!=" else "=", [m.group(3)]))
@@ -77,7 +81,10 @@ def parse_fields(selector: str | None, allowed: tuple[str, ...]) -> dict[str, tu
     """``metadata.name=x,metadata.namespace!=y`` -> {field: (op, value)}; fields not in ``allowed`` are a 400,
     as upstream answers ``field label not supported``."""
     out: dict[str, tuple[str, str]] = {}
-    for part in _split(selector or ""):
+    parts = _split(selector or "")
+    if len(parts) > MAX_REQUIREMENTS:
+        raise KubeError(400, f"a selector may have at most {MAX_REQUIREMENTS} requirements, not {len(parts)}")
+    for part in parts:
         m = _EQ.match(part)
         if not m:
             raise KubeError(400, f"invalid field selector: {part.strip()!r}")

@@ -290,3 +290,10 @@ def test_djangos_own_errors_under_the_door_are_status_objects(client):
     for answer, code in ((api_handler404(request), 404), (api_handler500(request), 500)):
         body = json.loads(answer.content)
         assert answer.status_code == code and body["kind"] == "Status" and body["code"] == code
+
+
+def test_a_selector_is_bounded(admin):
+    huge = ",".join(f"k{i}=v" for i in range(65))
+    refused = admin.get(CLAIMS, {"labelSelector": huge})
+    assert refused.status_code == 400 and "at most 64 requirements" in refused.json()["message"]
+    assert admin.get(CLAIMS, {"labelSelector": ",".join(f"k{i}=v" for i in range(64))}).status_code == 200
