@@ -121,3 +121,33 @@ def load_race_fleet() -> None:
 
 def whole_gpus_held() -> int:
     return DeviceAllocation.objects.filter(driver="gpu.nvidia.com").exclude(device__contains="-mig-").count()
+
+
+def free_whole_gpus_by_node() -> dict[str, int]:
+    """Whole H100 GPUs no allocation row holds, counted per node."""
+    held = set(DeviceAllocation.objects.values_list("cluster", "pool", "device"))
+    free: dict[str, int] = defaultdict(int)
+    for cluster, pool, name, node in (Device.objects.filter(driver="gpu.nvidia.com")
+                                      .exclude(name__contains="-mig-")
+                                      .values_list("cluster__name", "pool_name", "name", "node_name")):
+        if (cluster, pool, name) not in held:
+            free[node] += 1
+    return dict(free)
+
+
+def nodes_held_for_queue_heads() -> set[str]:
+    """Nodes that pending claims were kept off because a queue's head waits for them (HeldForQueueHead)."""
+    rows = ResourceClaim.objects.filter(phase=Phase.PENDING, reason="HeldForQueueHead").values_list(
+        "diagnostics", flat=True)
+    return {((d or {}).get("diagnostics") or {}).get("node") for d in rows} - {None}
+
+
+def assert_no_idle_gpu_unexplained() -> None:
+    """Demand far exceeds supply, so after settling every whole GPU is held -- except on a node held for the
+    head of a queue (queues.services.reservation): a 2-GPU head that does not fit anywhere keeps the node with
+    the most free GPUs for itself, and the 1-GPU claims behind it are kept off that node (HeldForQueueHead) so
+    that freed GPUs accumulate there. Such a node holds one free GPU at most (with two the head would fit)."""
+    free = free_whole_gpus_by_node()
+    held_nodes = nodes_held_for_queue_heads()
+    unexplained = {node: n for node, n in free.items() if node not in held_nodes or n > 1}
+    assert not unexplained, f"GPUs free while claims wait: {unexplained}; nodes held for heads: {held_nodes}"
