@@ -342,8 +342,11 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
     now = timezone.now()
     # Claims released, deleted or edited while the engine ran are left as they are now (and decided afresh).
     stale = commit.changed_claims([c for g in groups for c in g.claims])
-    ResourceClaim.objects.filter(id__in=sorted(leased)).update(taken_until=None)
     live = [(g, o) for g, o in zip(groups, outcomes, strict=True) if not any(c.id in stale for c in g.claims)]
+    # Every claim of a live group is saved below with its outcome (``commit.record`` clears taken_until in the
+    # same UPDATE); only the others are handed back here. Clearing all of them first wrote every row twice.
+    recorded = {c.id for g, _ in live for c in g.claims}
+    ResourceClaim.objects.filter(id__in=sorted(leased - recorded)).update(taken_until=None)
     for g, o in zip(groups, outcomes, strict=True):
         # Decided for claims released or edited meanwhile, so not written: give the devices back to the cached
         # engine, which would otherwise count them in use until it is rebuilt (found by benchmarks/soak_bench).
