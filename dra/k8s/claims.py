@@ -11,7 +11,6 @@ Nothing here mutates its input.
 """
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -30,6 +29,7 @@ from dra.k8s.fields import (
     is_dns_subdomain,
     is_label_name_part,
     is_label_value,
+    json_copy,
     required,
     too_long,
     too_many,
@@ -81,7 +81,7 @@ def convert_claim_to_v1(obj: dict) -> dict:
     if obj.get("kind", "ResourceClaim") != "ResourceClaim":
         raise ClaimConversionError([("kind", f'Unsupported value: "{obj.get("kind")}": supported values: '
                                              '"ResourceClaim"')])
-    out = copy.deepcopy(obj)
+    out = json_copy(obj)
     out["apiVersion"] = f"{GROUP}/v1"
     out["kind"] = "ResourceClaim"
     if version == "v1beta1":
@@ -114,7 +114,7 @@ def v1beta1_request_to_v1(request: Any) -> Any:
 
 def default_claim(claim: dict) -> dict:
     """A copy with API server defaults: ``allocationMode: ExactCount``, ``count: 1``, toleration ``Equal``."""
-    out = copy.deepcopy(claim)
+    out = json_copy(claim)
     # Defaulting runs before validation: it skips what has the wrong shape and leaves validation to say so.
     spec = out.get("spec")
     devices = spec.get("devices") if isinstance(spec, dict) else None
