@@ -20,7 +20,7 @@ to wait for, beyond rolled-back ones, which ``seal()`` passes in the same way by
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -152,21 +152,116 @@ class Cursor:
     def read(self, resources: set[str], namespace: str | None = None) -> list[Change]:
         """The next changes of these resources (in this namespace, when given) in seq order, advancing the
         cursor over every seq it has settled (including other resources' and rolled-back ones)."""
-        xmin, xmax = _snapshot()
+        xmin, _ = _snapshot()
+        # Decided BEFORE the read: a writer that ended before this point is visible to it, one that ends
+        # between the read and a later check would not be, and its change would be skipped.
+        passed = self.gap_horizon is not None and _horizon_passed_here(xmin, self.gap_horizon)
         rows = list(Change.objects.filter(seq__gt=self.seq).order_by("seq")[:READ_LIMIT])
         out: list[Change] = []
         for row in rows:
-            if row.seq != self.seq + 1 and not self._gap_settled(row.seq, xmin, xmax):
+            # A gap (on SQLite, one writer at a time, always a rollback) stops the read until it is settled.
+            gap = row.seq != self.seq + 1 and not (passed and row.seq <= self.gap_end)
+            if gap and connection.vendor == "postgresql":
+                if self.gap_horizon is None or row.seq > self.gap_end:
+                    self.gap_horizon, self.gap_end = _horizon_after(), row.seq
                 break
             self.seq, self.gap_horizon = row.seq, None
             if row.resource in resources and (namespace is None or row.namespace == namespace):
                 out.append(row)
         return out
 
-    def _gap_settled(self, next_seq: int, xmin: int, xmax: int) -> bool:
-        if connection.vendor != "postgresql":
-            return True  # one writer at a time: a gap is a rollback
-        if self.gap_horizon is None or self.gap_end != next_seq:
-            self.gap_horizon, self.gap_end = xmax, next_seq
-            return False
-        return horizon_passed(xmin, self.gap_horizon)
+
+def _horizon_passed_here(xmin: int, horizon: int) -> bool:
+    return connection.vendor != "postgresql" or horizon_passed(xmin, horizon)
+
+
+def _horizon_after() -> int:
+    """The horizon for a gap just seen below a visible seq ``n``: the next transaction id as of now, AFTER the
+    read that saw ``n`` (a holder of a lower seq may have started after a snapshot taken before that read)."""
+    return _snapshot()[1]
+
+
+FOLLOW_PAGES = 20  # pages of READ_LIMIT changes one ``Follower.read`` reads at most
+FOLLOW_MISSING = 200  # at most this many missing seqs are asked for by number; more: the range is re-read
+
+
+@dataclass
+class Follower:
+    """Keeps a process-local copy of one resource's rows current from the log (the worker's devices in use).
+
+    Unlike a ``Cursor``, it delivers every change as soon as it is committed, also one beyond a gap (out of
+    seq order), so the copy is as current as a fresh read of the table: waiting at a gap would hide a
+    release committed after it and leave a claim "unsatisfiable" that the fresh read would have allocated.
+    ``seq`` still advances only over settled seqs (the same gap rule), and ``seen`` remembers what was
+    delivered above it, so every change is delivered exactly once; the copy must apply them per row (rows
+    are only inserted and deleted, ids are never reused), in the order given.
+    """
+
+    resource: str
+    seq: int
+    seen: set[int] = field(default_factory=set)  # seqs above ``seq`` already read (any resource)
+    gap_horizon: int | None = None
+    gap_below: int = 0  # once the horizon has passed, every seq below this is settled
+    truncated: bool = False  # the last read stopped at FOLLOW_PAGES: more changes are waiting
+
+    def read(self) -> list[tuple[int, int, str]]:
+        """(seq, row_id, type) of this resource's changes not delivered yet, in seq order. Raises ``Expired``
+        when changes it has not read were compacted away: read the table afresh and start a new follower."""
+        xmin, compacted = _snapshot_xmin_and_compaction()
+        if self.seq < compacted:
+            raise Expired(self.seq, compacted + 1)
+        passed = self.gap_horizon is not None and _horizon_passed_here(xmin, self.gap_horizon)
+        top = max(self.seen, default=self.seq)
+        out: list[tuple[int, int, str]] = []
+        base = Change.objects.order_by("seq").values_list("seq", "resource", "row_id", "type")
+        missing = top - self.seq - len(self.seen)
+        if missing > 0:  # seqs below ``top`` not seen yet: in flight when last read, or rolled back
+            wanted = range(self.seq + 1, top)
+            qs = (base.filter(seq__in=[s for s in wanted if s not in self.seen]) if missing <= FOLLOW_MISSING
+                  else base.filter(seq__gt=self.seq, seq__lt=top))
+            self._take(list(qs), out)
+        after, self.truncated = top, False
+        for _ in range(FOLLOW_PAGES):
+            page = list(base.filter(seq__gt=after)[:READ_LIMIT])
+            self._take(page, out)
+            if len(page) < READ_LIMIT:
+                break
+            after = page[-1][0]
+        else:
+            self.truncated = True
+        out.sort()
+        self._advance(passed)
+        return out
+
+    def _take(self, rows: list[tuple], out: list[tuple[int, int, str]]) -> None:
+        for seq, resource, row_id, kind in rows:
+            if seq > self.seq and seq not in self.seen:
+                self.seen.add(seq)
+                if resource == self.resource:
+                    out.append((seq, row_id, kind))
+
+    def _advance(self, passed: bool) -> None:
+        if passed:  # every seq below gap_below is settled: the missing ones will never appear
+            self.seq = max(self.seq, self.gap_below - 1)
+            self.seen = {s for s in self.seen if s > self.seq}
+            self.gap_horizon = None
+        while self.seq + 1 in self.seen:
+            self.seq += 1
+            self.seen.discard(self.seq)
+        if not self.seen:
+            self.gap_horizon = None
+        elif connection.vendor != "postgresql":
+            self.seq, self.seen = max(self.seen), set()  # one writer at a time: a gap is a rollback
+        elif self.gap_horizon is None:
+            self.gap_horizon, self.gap_below = _horizon_after(), max(self.seen)
+
+
+def _snapshot_xmin_and_compaction() -> tuple[int, int]:
+    """(xmin of a fresh snapshot, how far the log is compacted), in one statement on PostgreSQL."""
+    if connection.vendor != "postgresql":
+        return 0, _state().compacted_through
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
+                       f"(SELECT compacted_through FROM {ChangeLogState._meta.db_table} WHERE id = 1)")
+        xmin, compacted = cursor.fetchone()
+    return int(xmin), int(compacted or 0)
