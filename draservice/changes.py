@@ -195,50 +195,79 @@ class Follower:
     ``seq`` still advances only over settled seqs (the same gap rule), and ``seen`` remembers what was
     delivered above it, so every change is delivered exactly once; the copy must apply them per row (rows
     are only inserted and deleted, ids are never reused), in the order given.
+
+    ``table`` and ``columns``: an ADDED change comes with those columns of its row, read in the same
+    statement (None when the row is gone again: its DELETED change follows). In the steady state (no gap
+    pending) a read is that one statement.
     """
 
     resource: str
     seq: int
+    table: str = ""
+    columns: tuple[str, ...] = ()
     seen: set[int] = field(default_factory=set)  # seqs above ``seq`` already read (any resource)
     gap_horizon: int | None = None
     gap_below: int = 0  # once the horizon has passed, every seq below this is settled
     truncated: bool = False  # the last read stopped at FOLLOW_PAGES: more changes are waiting
 
-    def read(self) -> list[tuple[int, int, str]]:
-        """(seq, row_id, type) of this resource's changes not delivered yet, in seq order. Raises ``Expired``
-        when changes it has not read were compacted away: read the table afresh and start a new follower."""
-        xmin, compacted = _snapshot_xmin_and_compaction()
-        if self.seq < compacted:
-            raise Expired(self.seq, compacted + 1)
-        passed = self.gap_horizon is not None and _horizon_passed_here(xmin, self.gap_horizon)
+    def read(self) -> list[tuple[int, int, str, tuple | None]]:
+        """(seq, row_id, type, the row's columns) of this resource's changes not delivered yet, in seq order.
+        Raises ``Expired`` when changes it has not read were compacted away: read the table afresh and start
+        a new follower."""
+        passed = False
+        if self.gap_horizon is not None:
+            # Decided BEFORE the read (see ``Cursor.read``).
+            passed = _horizon_passed_here(_snapshot()[0], self.gap_horizon)
         top = max(self.seen, default=self.seq)
-        out: list[tuple[int, int, str]] = []
-        base = Change.objects.order_by("seq").values_list("seq", "resource", "row_id", "type")
+        out: list[tuple[int, int, str, tuple | None]] = []
         missing = top - self.seq - len(self.seen)
         if missing > 0:  # seqs below ``top`` not seen yet: in flight when last read, or rolled back
-            wanted = range(self.seq + 1, top)
-            qs = (base.filter(seq__in=[s for s in wanted if s not in self.seen]) if missing <= FOLLOW_MISSING
-                  else base.filter(seq__gt=self.seq, seq__lt=top))
-            self._take(list(qs), out)
+            wanted = [s for s in range(self.seq + 1, top) if s not in self.seen]
+            if missing <= FOLLOW_MISSING:
+                marks = ", ".join(["%s"] * len(wanted))
+                self._take(self._query(f"c.seq IN ({marks})", wanted)[0], out)
+            else:
+                self._take(self._query("c.seq > %s AND c.seq < %s", [self.seq, top], limit=None)[0], out)
         after, self.truncated = top, False
-        for _ in range(FOLLOW_PAGES):
-            page = list(base.filter(seq__gt=after)[:READ_LIMIT])
+        for page_no in range(FOLLOW_PAGES):
+            page, compacted = self._query("c.seq > %s", [after])
+            if page_no == 0 and self.seq < compacted:
+                raise Expired(self.seq, compacted + 1)
             self._take(page, out)
             if len(page) < READ_LIMIT:
                 break
             after = page[-1][0]
         else:
             self.truncated = True
-        out.sort()
+        out.sort(key=lambda entry: entry[0])
         self._advance(passed)
         return out
 
-    def _take(self, rows: list[tuple], out: list[tuple[int, int, str]]) -> None:
-        for seq, resource, row_id, kind in rows:
+    def _query(self, where: str, params: list, limit: int | None = READ_LIMIT) -> tuple[list[tuple], int]:
+        """Changes matching ``where`` in seq order, each with its row's columns, and how far the log was
+        compacted as of the same statement (so a change missing from the answer was compacted, if at all,
+        by then)."""
+        state = ChangeLogState._meta.db_table
+        cols = "".join(f", t.{c}" for c in self.columns)
+        join = (f"LEFT JOIN {self.table} t ON c.resource = %s AND c.type = 'ADDED' AND t.id = c.row_id"
+                if self.table else "")
+        sql = (f"SELECT c.seq, c.resource, c.row_id, c.type, "
+               f"(SELECT compacted_through FROM {state} WHERE id = 1){cols} "
+               f"FROM {Change._meta.db_table} c {join} WHERE {where} ORDER BY c.seq"
+               + (f" LIMIT {int(limit)}" if limit else ""))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, ([self.resource] if self.table else []) + list(params))
+            rows = cursor.fetchall()
+        compacted = rows[0][4] if rows else _state().compacted_through
+        return rows, int(compacted or 0)
+
+    def _take(self, rows: list[tuple], out: list) -> None:
+        for seq, resource, row_id, kind, _, *columns in rows:
             if seq > self.seq and seq not in self.seen:
                 self.seen.add(seq)
                 if resource == self.resource:
-                    out.append((seq, row_id, kind))
+                    row = tuple(columns) if self.table and kind == "ADDED" and columns[0] is not None else None
+                    out.append((seq, row_id, kind, row))
 
     def _advance(self, passed: bool) -> None:
         if passed:  # every seq below gap_below is settled: the missing ones will never appear
@@ -254,14 +283,3 @@ class Follower:
             self.seq, self.seen = max(self.seen), set()  # one writer at a time: a gap is a rollback
         elif self.gap_horizon is None:
             self.gap_horizon, self.gap_below = _horizon_after(), max(self.seen)
-
-
-def _snapshot_xmin_and_compaction() -> tuple[int, int]:
-    """(xmin of a fresh snapshot, how far the log is compacted), in one statement on PostgreSQL."""
-    if connection.vendor != "postgresql":
-        return 0, _state().compacted_through
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, "
-                       f"(SELECT compacted_through FROM {ChangeLogState._meta.db_table} WHERE id = 1)")
-        xmin, compacted = cursor.fetchone()
-    return int(xmin), int(compacted or 0)

@@ -8,6 +8,7 @@ snapshot is never older than its key claims; the write step re-checks the versio
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import deque
@@ -185,37 +186,43 @@ class _RowCache:
         new = ids - self.rows.keys()
         self.rows.update(_fetch(new, scan=len(new) > 500))  # many new: one scan beats a huge IN
         self.rows_read = len(ids) + len(new)
-        self.follower, self.stale = changes.Follower(ALLOCATIONS, position), False
+        self.follower = changes.Follower(ALLOCATIONS, position, DeviceAllocation._meta.db_table, ROW_FIELDS)
+        self.stale = False
         self.generation += 1
         self.full_generation = self.generation
         self.journal.clear()
 
-    def _apply(self, entries: list[tuple[int, int, str]]) -> None:
+    def _apply(self, entries: list[tuple[int, int, str, tuple | None]]) -> None:
         self.rows_read = len(entries)
         if not entries:
             return
-        wanted = {row_id for _, row_id, kind in entries if kind == "ADDED" and row_id not in self.rows}
-        fetched = _fetch(wanted) if wanted else {}
-        self.rows_read += len(fetched)
-        for _, row_id, kind in entries:
+        for _, row_id, kind, row in entries:
             if kind != "ADDED":
                 self.rows.pop(row_id, None)
-            elif row_id in fetched:  # not there: deleted since, and its DELETED entry is in the log too
-                self.rows[row_id] = fetched[row_id]
+            elif row is not None:  # None: deleted since, and its DELETED entry is in the log too
+                self.rows[row_id] = _allocated(row)
         self.generation += 1
-        self.journal.append((self.generation, frozenset(row_id for _, row_id, _ in entries)))
+        self.journal.append((self.generation, frozenset(entry[1] for entry in entries)))
 
 
-ROW_FIELDS = ("id", "cluster", "driver", "pool", "device", "share_id", "consumed_capacity", "admin_access")
+ROW_FIELDS = ("cluster", "driver", "pool", "device", "share_id", "consumed_capacity", "admin_access")
 
 
-def _fetch(ids: set[int], scan: bool = False) -> dict[int, object]:
+def _allocated(row: tuple) -> AllocatedDevice:
+    """A row's ``ROW_FIELDS`` as the engine's ``AllocatedDevice`` (raw SQL: JSON as text, SQLite booleans
+    as integers)."""
+    cluster, driver, pool, device, share_id, consumed, admin = row
+    if isinstance(consumed, str):
+        consumed = json.loads(consumed)
+    return AllocatedDevice(cluster, driver, pool, device, share_id or None, consumed or None, bool(admin))
+
+
+def _fetch(ids: set[int], scan: bool = False) -> dict[int, AllocatedDevice]:
     """These allocation rows as the engine's ``AllocatedDevice``. Plain fetches, not .iterator(): server-side
     cursors cost extra round trips, and this runs every round."""
-    qs = DeviceAllocation.objects.values_list(*ROW_FIELDS)
+    qs = DeviceAllocation.objects.values_list("id", *ROW_FIELDS)
     qs = qs if scan else qs.filter(id__in=ids)
-    return {row_id: AllocatedDevice(cluster, driver, pool, device, share_id or None, consumed or None, admin)
-            for row_id, cluster, driver, pool, device, share_id, consumed, admin in qs if row_id in ids}
+    return {row[0]: _allocated(row[1:]) for row in qs if row[0] in ids}
 
 
 _rows = _RowCache()
