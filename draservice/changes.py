@@ -30,6 +30,11 @@ from django.utils import timezone
 from draservice.models import Change, ChangeLogState
 
 READ_LIMIT = 1000  # changes read per poll: a watch's memory and query size stay bounded
+# Resources logged only for process-local copies kept by ``Follower`` (no watch serves them): allocation rows,
+# inserted and deleted by every round. They are kept ROW_CHANGES_RETENTION_SECONDS, not the watches' hour, so
+# the log stays a few minutes of allocation churn; a follower further behind reads its table afresh.
+ROW_RESOURCES = ("deviceallocations",)
+ROW_CHANGES_RETENTION_SECONDS = 300
 
 
 class Expired(Exception):
@@ -116,21 +121,32 @@ def _last_seq() -> int:
     return int(last or 0)
 
 
-def compact(retention: timedelta | None = None, batch: int = 10_000) -> int:
-    """Delete changes older than the retention window (``CHANGES_RETENTION_SECONDS``); a watch from before
-    what is left gets 410 Gone. Returns how many rows went."""
+def compact(retention: timedelta | None = None, batch: int = 10_000, rows_retention: timedelta | None = None) -> int:
+    """Delete changes older than the retention window (``CHANGES_RETENTION_SECONDS``; a watch from before
+    what is left gets 410 Gone), and those of ``ROW_RESOURCES`` older than their shorter one. Returns how
+    many rows went."""
     retention = retention or timedelta(seconds=settings.CHANGES_RETENTION_SECONDS)
-    cutoff = timezone.now() - retention
+    rows_retention = rows_retention or timedelta(
+        seconds=getattr(settings, "ROW_CHANGES_RETENTION_SECONDS", ROW_CHANGES_RETENTION_SECONDS))
+    now = timezone.now()
+    return (_compact(Change.objects.all(), now - retention, batch, "compacted_through")
+            + _compact(Change.objects.filter(resource__in=ROW_RESOURCES), now - min(rows_retention, retention),
+                       batch, "rows_compacted_through"))
+
+
+def _compact(qs, cutoff, batch: int, mark: str) -> int:
+    """Delete the changes of ``qs`` settled and older than ``cutoff`` (in seq order, ``batch`` at a time), moving the
+    watermark ``mark`` of ChangeLogState to the last seq deleted."""
     removed = 0
     while True:
         with transaction.atomic():
-            last = (Change.objects.filter(at__lt=cutoff, seq__lte=_state().settled).order_by("-seq")
+            last = (qs.filter(at__lt=cutoff, seq__lte=_state().settled).order_by("-seq")
                     .values_list("seq", flat=True).first())
             if last is None:
                 return removed
-            ids = list(Change.objects.filter(seq__lte=last).order_by("seq").values_list("seq", flat=True)[:batch])
+            ids = list(qs.filter(seq__lte=last).order_by("seq").values_list("seq", flat=True)[:batch])
             removed += Change.objects.filter(seq__in=ids).delete()[0]
-            ChangeLogState.objects.filter(id=1, compacted_through__lt=ids[-1]).update(compacted_through=ids[-1])
+            ChangeLogState.objects.filter(id=1, **{f"{mark}__lt": ids[-1]}).update(**{mark: ids[-1]})
         if len(ids) < batch:
             return removed
 
@@ -158,9 +174,13 @@ class Cursor:
         passed = self.gap_horizon is not None and _horizon_passed_here(xmin, self.gap_horizon)
         rows = list(Change.objects.filter(seq__gt=self.seq).order_by("seq")[:READ_LIMIT])
         out: list[Change] = []
+        floor: int | None = None  # every seq at or below it is settled (compacted allocation entries)
         for row in rows:
             # A gap (on SQLite, one writer at a time, always a rollback) stops the read until it is settled.
             gap = row.seq != self.seq + 1 and not (passed and row.seq <= self.gap_end)
+            if gap:
+                floor = _state().rows_compacted_through if floor is None else floor
+                gap = row.seq - 1 > floor
             if gap and connection.vendor == "postgresql":
                 if self.gap_horizon is None or row.seq > self.gap_end:
                     self.gap_horizon, self.gap_end = _horizon_after(), row.seq
@@ -248,17 +268,22 @@ class Follower:
         compacted as of the same statement (so a change missing from the answer was compacted, if at all,
         by then)."""
         state = ChangeLogState._meta.db_table
+        bigger = "greatest" if connection.vendor == "postgresql" else "max"
         cols = "".join(f", t.{c}" for c in self.columns)
         join = (f"LEFT JOIN {self.table} t ON c.resource = %s AND c.type = 'ADDED' AND t.id = c.row_id"
                 if self.table else "")
         sql = (f"SELECT c.seq, c.resource, c.row_id, c.type, "
-               f"(SELECT compacted_through FROM {state} WHERE id = 1){cols} "
+               f"(SELECT {bigger}(compacted_through, rows_compacted_through) FROM {state} WHERE id = 1){cols} "
                f"FROM {Change._meta.db_table} c {join} WHERE {where} ORDER BY c.seq"
                + (f" LIMIT {int(limit)}" if limit else ""))
         with connection.cursor() as cursor:
             cursor.execute(sql, ([self.resource] if self.table else []) + list(params))
             rows = cursor.fetchall()
-        compacted = rows[0][4] if rows else _state().compacted_through
+        if rows:
+            compacted = rows[0][4]
+        else:
+            state_row = _state()
+            compacted = max(state_row.compacted_through, state_row.rows_compacted_through)
         return rows, int(compacted or 0)
 
     def _take(self, rows: list[tuple], out: list) -> None:

@@ -141,6 +141,8 @@ def test_a_row_committed_below_a_later_one_is_not_missed_and_the_table_is_not_re
 
 
 def test_compacted_past_the_follower_falls_back_to_one_full_read(claim_id):
+    """Allocation entries are kept a shorter while than the watches' changes: compacted past a follower,
+    it reads the table afresh; a watch passes over the compacted seqs without waiting on them as gaps."""
     cache = fleet._RowCache()
     writers = Writers(claim_id)
     try:
@@ -148,17 +150,23 @@ def test_compacted_past_the_follower_falls_back_to_one_full_read(claim_id):
         writers.step(0, "commit", 0)
         assert cache.read() == fresh()
         behind = cache.follower.seq
+        watch = changes.Cursor(behind)
         writers.step(0, "delete", 0)
         writers.step(0, "insert", 1)
         writers.step(0, "commit", 0)
+        claim_services.create_claims(NS, [fleet_helpers.gpu_claim("later")])
         changes.seal()
         changes.seal()
         Change.objects.update(at=Change.objects.order_by("seq").first().at - timedelta(hours=2))
-        assert changes.compact(timedelta(hours=1)) > 0  # the delete and the insert are gone from the log
+        removed = changes.compact(timedelta(hours=3), rows_retention=timedelta(hours=1))
+        assert removed >= 3 and not Change.objects.filter(resource=fleet.ALLOCATIONS).exists()
+        changes.check_not_expired(behind)  # the watches' window is untouched
         with pytest.raises(changes.Expired):
             changes.Follower(fleet.ALLOCATIONS, behind).read()
         assert cache.read() == fresh() and len(fresh()) == 4
         assert cache.follower.seq > behind
+        got = watch.read({"resourceclaims"})  # at once: the compacted seqs are not gaps to wait on
+        assert "later" in {c.name for c in got}
     finally:
         writers.close()
 
