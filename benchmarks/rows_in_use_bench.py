@@ -81,7 +81,9 @@ def old_read(cache: dict) -> tuple[dict, int]:
     return dict(cache), len(ids) + len(new)
 
 
-def rounds(mode: str) -> tuple[list[float], list[int]]:
+def rounds(modes: tuple[str, ...]) -> dict[str, tuple[list[float], list[int]]]:
+    """Each round inserts one claim's rows, then brings each mode's in-use state up to date, the modes in
+    turn (alternating which goes first), so both are measured under the same load."""
     from django.db import connection
 
     from claims.models import ResourceClaim
@@ -94,24 +96,26 @@ def rounds(mode: str) -> tuple[list[float], list[int]]:
         snapshot = FleetSnapshot(clusters=[], device_classes=[])
 
     claim_id = ResourceClaim.objects.values_list("id", flat=True).first()
-    engines, cache, view = EngineCache(), {}, View()
-    times, reads = [], []
-    tag = f"{mode}-{time.time_ns()}-"
+    engines = {m: EngineCache() for m in modes}
+    cache: dict = {}
+    out: dict[str, tuple[list[float], list[int]]] = {m: ([], []) for m in modes}
+    tag = f"r{time.time_ns()}-"
     for i in range(-3, ROUNDS):  # three warm-up rounds (the first is a full read in both modes)
         with connection.cursor() as cursor:
             cursor.execute(INSERT, [claim_id, tag, i * CLAIM_ROWS, i * CLAIM_ROWS + CLAIM_ROWS - 1])
-        started = time.perf_counter()
-        if mode == "before":
-            rows, read = old_read(cache)
-        else:
-            rows = fleet.rows_in_use()
-            read = fleet.rows_read_last()
-        engines.engine_for(view, rows)
-        if i >= 0:
-            times.append(time.perf_counter() - started)
-            reads.append(read)
-    assert len(engines.rows) == len(rows)  # sanity: the engine counts every row in use
-    return times, reads
+        for mode in (modes if i % 2 else modes[::-1]):
+            started = time.perf_counter()
+            if mode == "before":
+                rows, read = old_read(cache)
+            else:
+                rows = fleet.rows_in_use()
+                read = fleet.rows_read_last()
+            engines[mode].engine_for(View(), rows)
+            if i >= 0:
+                out[mode][0].append(time.perf_counter() - started)
+                out[mode][1].append(read)
+            assert len(engines[mode].rows) == len(rows)  # sanity: the engine counts every row in use
+    return out
 
 
 def report(mode: str, times: list[float], reads: list[int]) -> float:
@@ -169,8 +173,8 @@ def main() -> None:
     django.setup()
     medians = {}
     reads_after = [0.0]
-    for m in (("before", "after") if mode in ("both", "setup") else (mode,)):
-        times, reads = rounds(m)
+    modes = ("before", "after") if mode in ("both", "setup") else (mode,)
+    for m, (times, reads) in rounds(modes).items():
         medians[m] = report(m, times, reads)
         if m == "after":
             reads_after[0] = statistics.median(reads)
