@@ -88,3 +88,45 @@ def _sqlite_triggers(table: str, resource: str, namespaced: bool) -> list[str]:
         f"CREATE TRIGGER {table}_change_del AFTER DELETE ON {table} BEGIN "
         f"{values('OLD', 'DELETED', tombstone)} END",
     ]
+
+
+# Rows that are only inserted and deleted, never updated, and have no name of their own (DeviceAllocation):
+# a lean entry (resource, row id, ADDED or DELETED) is all a follower needs, and it reads the row itself.
+# PostgreSQL: statement-level triggers over the statement's transition table, so a round's bulk insert of
+# hundreds of rows runs one INSERT ... SELECT instead of one plpgsql call per row. The transaction id is
+# taken before the seqs (the gap rule); it was assigned by the statement's own write anyway.
+PG_ROWS_FUNCTION = r"""
+CREATE OR REPLACE FUNCTION draservice_record_row_changes() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  tx bigint := pg_current_xact_id()::text::bigint;
+BEGIN
+  INSERT INTO draservice_change (seq, txid, resource, namespace, name, uid, row_id, type, at)
+  SELECT nextval(pg_get_serial_sequence('draservice_change', 'seq')), tx, TG_ARGV[0], '', '', '', id,
+         CASE TG_OP WHEN 'INSERT' THEN 'ADDED' ELSE 'DELETED' END, clock_timestamp()
+  FROM changed_rows;
+  RETURN NULL;
+END $$;
+"""
+
+
+def install_rows(schema_editor, table: str, resource: str) -> None:
+    """Log inserts and deletes of ``table`` (which has no ``change_seq``: its rows never change)."""
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(PG_ROWS_FUNCTION)
+        for suffix, event, transition in (("ins", "INSERT", "NEW"), ("del", "DELETE", "OLD")):
+            schema_editor.execute(f"CREATE TRIGGER {table}_change_{suffix} AFTER {event} ON {table} "
+                                  f"REFERENCING {transition} TABLE AS changed_rows FOR EACH STATEMENT "
+                                  f"EXECUTE FUNCTION draservice_record_row_changes('{resource}')")
+    elif schema_editor.connection.vendor == "sqlite":
+        for suffix, event, row, kind in (("ins", "INSERT", "NEW", "ADDED"), ("del", "DELETE", "OLD", "DELETED")):
+            schema_editor.execute(
+                f"CREATE TRIGGER {table}_change_{suffix} AFTER {event} ON {table} BEGIN "
+                f"INSERT INTO draservice_change (txid, resource, namespace, name, uid, row_id, type, tombstone, at) "
+                f"VALUES (0, '{resource}', '', '', '', {row}.id, '{kind}', NULL, "
+                f"strftime('%Y-%m-%d %H:%M:%f', 'now')); END")
+
+
+def uninstall_rows(schema_editor, table: str) -> None:
+    for suffix in ("ins", "del"):
+        on = f" ON {table}" if schema_editor.connection.vendor == "postgresql" else ""
+        schema_editor.execute(f"DROP TRIGGER IF EXISTS {table}_change_{suffix}{on}")

@@ -20,7 +20,7 @@ to wait for, beyond rolled-back ones, which ``seal()`` passes in the same way by
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -30,6 +30,11 @@ from django.utils import timezone
 from draservice.models import Change, ChangeLogState
 
 READ_LIMIT = 1000  # changes read per poll: a watch's memory and query size stay bounded
+# Resources logged only for process-local copies kept by ``Follower`` (no watch serves them): allocation rows,
+# inserted and deleted by every round. They are kept ROW_CHANGES_RETENTION_SECONDS, not the watches' hour, so
+# the log stays a few minutes of allocation churn; a follower further behind reads its table afresh.
+ROW_RESOURCES = ("deviceallocations",)
+ROW_CHANGES_RETENTION_SECONDS = 300
 
 
 class Expired(Exception):
@@ -116,21 +121,32 @@ def _last_seq() -> int:
     return int(last or 0)
 
 
-def compact(retention: timedelta | None = None, batch: int = 10_000) -> int:
-    """Delete changes older than the retention window (``CHANGES_RETENTION_SECONDS``); a watch from before
-    what is left gets 410 Gone. Returns how many rows went."""
+def compact(retention: timedelta | None = None, batch: int = 10_000, rows_retention: timedelta | None = None) -> int:
+    """Delete changes older than the retention window (``CHANGES_RETENTION_SECONDS``; a watch from before
+    what is left gets 410 Gone), and those of ``ROW_RESOURCES`` older than their shorter one. Returns how
+    many rows went."""
     retention = retention or timedelta(seconds=settings.CHANGES_RETENTION_SECONDS)
-    cutoff = timezone.now() - retention
+    rows_retention = rows_retention or timedelta(
+        seconds=getattr(settings, "ROW_CHANGES_RETENTION_SECONDS", ROW_CHANGES_RETENTION_SECONDS))
+    now = timezone.now()
+    return (_compact(Change.objects.all(), now - retention, batch, "compacted_through")
+            + _compact(Change.objects.filter(resource__in=ROW_RESOURCES), now - min(rows_retention, retention),
+                       batch, "rows_compacted_through"))
+
+
+def _compact(qs, cutoff, batch: int, mark: str) -> int:
+    """Delete the changes of ``qs`` settled and older than ``cutoff`` (in seq order, ``batch`` at a time), moving the
+    watermark ``mark`` of ChangeLogState to the last seq deleted."""
     removed = 0
     while True:
         with transaction.atomic():
-            last = (Change.objects.filter(at__lt=cutoff, seq__lte=_state().settled).order_by("-seq")
+            last = (qs.filter(at__lt=cutoff, seq__lte=_state().settled).order_by("-seq")
                     .values_list("seq", flat=True).first())
             if last is None:
                 return removed
-            ids = list(Change.objects.filter(seq__lte=last).order_by("seq").values_list("seq", flat=True)[:batch])
+            ids = list(qs.filter(seq__lte=last).order_by("seq").values_list("seq", flat=True)[:batch])
             removed += Change.objects.filter(seq__in=ids).delete()[0]
-            ChangeLogState.objects.filter(id=1, compacted_through__lt=ids[-1]).update(compacted_through=ids[-1])
+            ChangeLogState.objects.filter(id=1, **{f"{mark}__lt": ids[-1]}).update(**{mark: ids[-1]})
         if len(ids) < batch:
             return removed
 
@@ -152,21 +168,143 @@ class Cursor:
     def read(self, resources: set[str], namespace: str | None = None) -> list[Change]:
         """The next changes of these resources (in this namespace, when given) in seq order, advancing the
         cursor over every seq it has settled (including other resources' and rolled-back ones)."""
-        xmin, xmax = _snapshot()
+        xmin, _ = _snapshot()
+        # Decided BEFORE the read: a writer that ended before this point is visible to it, one that ends
+        # between the read and a later check would not be, and its change would be skipped.
+        passed = self.gap_horizon is not None and _horizon_passed_here(xmin, self.gap_horizon)
         rows = list(Change.objects.filter(seq__gt=self.seq).order_by("seq")[:READ_LIMIT])
         out: list[Change] = []
+        floor: int | None = None  # every seq at or below it is settled (compacted allocation entries)
         for row in rows:
-            if row.seq != self.seq + 1 and not self._gap_settled(row.seq, xmin, xmax):
+            # A gap (on SQLite, one writer at a time, always a rollback) stops the read until it is settled.
+            gap = row.seq != self.seq + 1 and not (passed and row.seq <= self.gap_end)
+            if gap:
+                floor = _state().rows_compacted_through if floor is None else floor
+                gap = row.seq - 1 > floor
+            if gap and connection.vendor == "postgresql":
+                if self.gap_horizon is None or row.seq > self.gap_end:
+                    self.gap_horizon, self.gap_end = _horizon_after(), row.seq
                 break
             self.seq, self.gap_horizon = row.seq, None
             if row.resource in resources and (namespace is None or row.namespace == namespace):
                 out.append(row)
         return out
 
-    def _gap_settled(self, next_seq: int, xmin: int, xmax: int) -> bool:
-        if connection.vendor != "postgresql":
-            return True  # one writer at a time: a gap is a rollback
-        if self.gap_horizon is None or self.gap_end != next_seq:
-            self.gap_horizon, self.gap_end = xmax, next_seq
-            return False
-        return horizon_passed(xmin, self.gap_horizon)
+
+def _horizon_passed_here(xmin: int, horizon: int) -> bool:
+    return connection.vendor != "postgresql" or horizon_passed(xmin, horizon)
+
+
+def _horizon_after() -> int:
+    """The horizon for a gap just seen below a visible seq ``n``: the next transaction id as of now, AFTER the
+    read that saw ``n`` (a holder of a lower seq may have started after a snapshot taken before that read)."""
+    return _snapshot()[1]
+
+
+FOLLOW_PAGES = 20  # pages of READ_LIMIT changes one ``Follower.read`` reads at most
+FOLLOW_MISSING = 200  # at most this many missing seqs are asked for by number; more: the range is re-read
+
+
+@dataclass
+class Follower:
+    """Keeps a process-local copy of one resource's rows current from the log (the worker's devices in use).
+
+    Unlike a ``Cursor``, it delivers every change as soon as it is committed, also one beyond a gap (out of
+    seq order), so the copy is as current as a fresh read of the table: waiting at a gap would hide a
+    release committed after it and leave a claim "unsatisfiable" that the fresh read would have allocated.
+    ``seq`` still advances only over settled seqs (the same gap rule), and ``seen`` remembers what was
+    delivered above it, so every change is delivered exactly once; the copy must apply them per row (rows
+    are only inserted and deleted, ids are never reused), in the order given.
+
+    ``table`` and ``columns``: an ADDED change comes with those columns of its row, read in the same
+    statement (None when the row is gone again: its DELETED change follows). In the steady state (no gap
+    pending) a read is that one statement.
+    """
+
+    resource: str
+    seq: int
+    table: str = ""
+    columns: tuple[str, ...] = ()
+    seen: set[int] = field(default_factory=set)  # seqs above ``seq`` already read (any resource)
+    gap_horizon: int | None = None
+    gap_below: int = 0  # once the horizon has passed, every seq below this is settled
+    truncated: bool = False  # the last read stopped at FOLLOW_PAGES: more changes are waiting
+
+    def read(self) -> list[tuple[int, int, str, tuple | None]]:
+        """(seq, row_id, type, the row's columns) of this resource's changes not delivered yet, in seq order.
+        Raises ``Expired`` when changes it has not read were compacted away: read the table afresh and start
+        a new follower."""
+        passed = False
+        if self.gap_horizon is not None:
+            # Decided BEFORE the read (see ``Cursor.read``).
+            passed = _horizon_passed_here(_snapshot()[0], self.gap_horizon)
+        top = max(self.seen, default=self.seq)
+        out: list[tuple[int, int, str, tuple | None]] = []
+        missing = top - self.seq - len(self.seen)
+        if missing > 0:  # seqs below ``top`` not seen yet: in flight when last read, or rolled back
+            wanted = [s for s in range(self.seq + 1, top) if s not in self.seen]
+            if missing <= FOLLOW_MISSING:
+                marks = ", ".join(["%s"] * len(wanted))
+                self._take(self._query(f"c.seq IN ({marks})", wanted)[0], out)
+            else:
+                self._take(self._query("c.seq > %s AND c.seq < %s", [self.seq, top], limit=None)[0], out)
+        after, self.truncated = top, False
+        for page_no in range(FOLLOW_PAGES):
+            page, compacted = self._query("c.seq > %s", [after])
+            if page_no == 0 and self.seq < compacted:
+                raise Expired(self.seq, compacted + 1)
+            self._take(page, out)
+            if len(page) < READ_LIMIT:
+                break
+            after = page[-1][0]
+        else:
+            self.truncated = True
+        out.sort(key=lambda entry: entry[0])
+        self._advance(passed)
+        return out
+
+    def _query(self, where: str, params: list, limit: int | None = READ_LIMIT) -> tuple[list[tuple], int]:
+        """Changes matching ``where`` in seq order, each with its row's columns, and how far the log was
+        compacted as of the same statement (so a change missing from the answer was compacted, if at all,
+        by then)."""
+        state = ChangeLogState._meta.db_table
+        bigger = "greatest" if connection.vendor == "postgresql" else "max"
+        cols = "".join(f", t.{c}" for c in self.columns)
+        join = (f"LEFT JOIN {self.table} t ON c.resource = %s AND c.type = 'ADDED' AND t.id = c.row_id"
+                if self.table else "")
+        sql = (f"SELECT c.seq, c.resource, c.row_id, c.type, "
+               f"(SELECT {bigger}(compacted_through, rows_compacted_through) FROM {state} WHERE id = 1){cols} "
+               f"FROM {Change._meta.db_table} c {join} WHERE {where} ORDER BY c.seq"
+               + (f" LIMIT {int(limit)}" if limit else ""))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, ([self.resource] if self.table else []) + list(params))
+            rows = cursor.fetchall()
+        if rows:
+            compacted = rows[0][4]
+        else:
+            state_row = _state()
+            compacted = max(state_row.compacted_through, state_row.rows_compacted_through)
+        return rows, int(compacted or 0)
+
+    def _take(self, rows: list[tuple], out: list) -> None:
+        for seq, resource, row_id, kind, _, *columns in rows:
+            if seq > self.seq and seq not in self.seen:
+                self.seen.add(seq)
+                if resource == self.resource:
+                    row = tuple(columns) if self.table and kind == "ADDED" and columns[0] is not None else None
+                    out.append((seq, row_id, kind, row))
+
+    def _advance(self, passed: bool) -> None:
+        if passed:  # every seq below gap_below is settled: the missing ones will never appear
+            self.seq = max(self.seq, self.gap_below - 1)
+            self.seen = {s for s in self.seen if s > self.seq}
+            self.gap_horizon = None
+        while self.seq + 1 in self.seen:
+            self.seq += 1
+            self.seen.discard(self.seq)
+        if not self.seen:
+            self.gap_horizon = None
+        elif connection.vendor != "postgresql":
+            self.seq, self.seen = max(self.seen), set()  # one writer at a time: a gap is a rollback
+        elif self.gap_horizon is None:
+            self.gap_horizon, self.gap_below = _horizon_after(), max(self.seen)

@@ -30,5 +30,7 @@ class ChangeLogState(models.Model):
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     settled = models.BigIntegerField(default=0)  # every seq <= settled is committed or will never be
     compacted_through = models.BigIntegerField(default=0)  # rows with seq <= this may be gone
+    # Entries of ``changes.ROW_RESOURCES`` (kept a shorter while) with seq <= this may be gone. Always <= settled.
+    rows_compacted_through = models.BigIntegerField(default=0)
     pending_seq = models.BigIntegerField(default=0)  # the sequence's value when the horizon was taken
     pending_horizon = models.BigIntegerField(default=0)  # the next transaction id at that moment

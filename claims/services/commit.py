@@ -119,7 +119,7 @@ def verify(units: list[Unit], view, rows_seen) -> set[int]:
     all_devices = set().union(*(d for d, _ in touched))
     all_pools = set().union(*(p for _, p in touched))
     locking.lock(all_devices, all_pools)
-    new_devices, new_pools = locking.new_rows({d[:3] for d in all_devices} | all_pools, set(rows_seen))
+    new_devices, new_pools = locking.new_rows({d[:3] for d in all_devices} | all_pools, rows_seen)
     lost = set()
     for i, (unit, (devices, pools)) in enumerate(zip(units, touched, strict=True)):
         if {p.cluster for p in unit.placements} & changed or devices & new_devices or pools & new_pools:

@@ -2,12 +2,16 @@
 
 Building an ``Engine`` (device models, CEL selector memos) costs far more than a round, so it is kept and its
 in-use state is brought up to date from the allocation rows at the start of every round: rows that
-disappeared are released, rows that appeared (other workers, other allocators) are committed. The claims
-round, the gang worker and (later) queue admission all ask this cache, so a process holds one engine, not
-one per allocator. ``rows`` is what the engine currently counts, by row id.
+disappeared are released, rows that appeared (other workers, other allocators) are committed. The rows come
+from ``fleet.rows_in_use``, which follows the change log; when it can say which rows a read touched, only
+those are compared (a round costs what changed, not the size of the fleet), else the whole set is. The
+claims round, the gang worker and (later) queue admission all ask this cache, so a process holds one engine,
+not one per allocator. ``rows`` is what the engine currently counts, by row id: the rows read plus the
+round's own writes (``note_written``), which the log brings back later and which are then not counted twice.
 """
 from __future__ import annotations
 
+from claims.services import fleet
 from dra.engine import AllocatedDevice, Engine, memory
 from dra.gang import GangPlacer
 
@@ -24,8 +28,11 @@ class EngineCache:
         self.engine: Engine | None = None
         self.placer: GangPlacer | None = None
         self.rows: dict[int, AllocatedDevice] = {}
+        self.synced: tuple[object, int] | None = None  # (row source, generation) ``rows`` was last brought to
         # Set when an engine call raised half-way: its in-use state may be inconsistent; rebuild next round.
         self.poisoned = False
+        if self.long_lived:  # what the engine counted is in doubt: so is the worker's copy of the rows
+            fleet.reset_rows()
 
     def engine_for(self, view, rows: dict[int, AllocatedDevice]) -> Engine:
         if self.engine is None or self.key != view.key or self.poisoned:
@@ -36,15 +43,25 @@ class EngineCache:
             self.engine, self.key = Engine(view.snapshot, list(rows.values())), view.key
             if self.long_lived:
                 memory.freeze_long_lived()
+            self.rows = dict(rows)
         else:
-            gone = [self.rows[i] for i in self.rows.keys() - rows.keys()]
-            new = [rows[i] for i in rows.keys() - self.rows.keys()]
+            touched = self._touched(rows)
+            ids = self.rows.keys() | rows.keys() if touched is None else touched
+            gone = [self.rows.pop(i) for i in ids if i in self.rows and i not in rows]
+            new = {i: rows[i] for i in ids if i in rows and i not in self.rows}
             if gone:
                 self.engine.release(gone)
             if new:
-                self.engine.commit(new)
-        self.rows = dict(rows)
+                self.engine.commit(list(new.values()))
+                self.rows.update(new)
+        self.synced = (rows.source, rows.generation) if isinstance(rows, fleet.InUse) else None
         return self.engine
+
+    def _touched(self, rows) -> set[int] | None:
+        """The row ids that may differ between ``rows`` and what the engine counts, when known."""
+        if self.synced is None or not isinstance(rows, fleet.InUse) or rows.source is not self.synced[0]:
+            return None
+        return rows.touched(self.synced[1])
 
     def placer_for(self, view, rows: dict[int, AllocatedDevice]) -> GangPlacer:
         """A gang placer over the same engine (it commits the placements it returns into that engine)."""

@@ -8,14 +8,18 @@ snapshot is never older than its key claims; the write step re-checks the versio
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from django.db import connection
 from django.utils import timezone
 
 from claims.models import DeviceAllocation
+from dra.engine import AllocatedDevice
+from draservice import changes
 from inventory.snapshot import build_fleet_snapshot
 
 # A backstop: even with an unchanged fingerprint, rebuild now and then (e.g. a class edited in place by
@@ -76,6 +80,7 @@ def current_view() -> FleetView:
     if cached is not None and cached.key == key and time.monotonic() - cached.built_at < SNAPSHOT_MAX_AGE_SECONDS:
         return cached
     snapshot = build_fleet_snapshot()
+    _rows.reset()  # a new view (inventory change, or the periodic backstop): the rows are read afresh too
     view = FleetView(key=key, snapshot=snapshot, cluster_versions=versions, cluster_labels=labels,
                      counter_pools=_counter_pools(snapshot), built_at=time.monotonic())
     with _cache_lock:
@@ -101,35 +106,139 @@ def _counter_pools(snapshot) -> set[tuple[str, str, str]]:
     return out
 
 
+class InUse(dict):
+    """The allocation rows in use, by id, as of one read of the change log; ``generation`` names that read,
+    so the engine cache can ask which rows changed since the read it last applied (``touched``)."""
+
+    generation: int = 0
+    source: _RowCache | None = None
+
+    def touched(self, since: int) -> set[int] | None:
+        return self.source.touched(since, self.generation) if self.source is not None else None
+
+
+ALLOCATIONS = "deviceallocations"  # the change log's resource for DeviceAllocation rows
+JOURNAL = 64  # reads whose touched row ids are kept for the engine caches that have not caught up yet
+
+
 class _RowCache:
-    """The allocation rows this process has read, by id. Rows never change once written (they are only
-    inserted and deleted), so a round reads the ids and fetches only the rows it has not seen."""
+    """The allocation rows, by id, kept current from the change log (``draservice.changes.Follower``).
+
+    A round reads only the changes since the last one: rows added are fetched by id, rows deleted dropped.
+    The whole table is read (ids, then the rows not held yet) only on the first read, when the log was
+    compacted past us (``Expired``), after ``reset()`` (an engine cache that may disagree with the database)
+    and whenever a new fleet view is built (an inventory change, and every ``SNAPSHOT_MAX_AGE_SECONDS``: the
+    safety rebuild). Thread-safe: web threads (simulate, explain) share a process's cache.
+    """
 
     def __init__(self):
         self.rows: dict[int, object] = {}
+        self.lock = threading.Lock()
+        self.follower: changes.Follower | None = None
+        self.stale = True  # read the whole table next time
+        self.generation = 0
+        self.full_generation = 0  # no deltas reach back across a full read
+        self.journal: deque[tuple[int, frozenset[int]]] = deque(maxlen=JOURNAL)
+        self.rows_read = 0  # database rows the last read fetched (log entries and allocation rows): a benchmark figure
 
-    def read(self) -> dict[int, object]:
-        from dra.engine import AllocatedDevice
+    def reset(self) -> None:
+        with self.lock:
+            self.stale = True
 
-        # Plain fetches, not .iterator(): server-side cursors cost extra round trips, and this runs every round.
+    def read(self) -> InUse:
+        with self.lock:
+            if self.stale or self.follower is None:
+                self._full_read()
+            else:
+                try:
+                    entries = self.follower.read()
+                except changes.Expired:
+                    self._full_read()
+                else:
+                    if self.follower.truncated:
+                        self._full_read()  # a backlog larger than a read: the table is cheaper
+                    else:
+                        self._apply(entries)
+            out = InUse(self.rows)
+            out.generation, out.source = self.generation, self
+            return out
+
+    def touched(self, since: int, upto: int) -> set[int] | None:
+        """Row ids added or deleted by the reads after ``since`` up to ``upto``; None when not known (a full
+        read in between, or too old): diff the whole set then."""
+        with self.lock:
+            if since < self.full_generation or since > upto:
+                return None
+            entries = [ids for g, ids in self.journal if since < g <= upto]
+            if len(entries) != upto - since:
+                return None
+            return set().union(*entries)
+
+    def _full_read(self) -> None:
+        # The position first: every change at or below it is visible to the reads below, and the changes
+        # after it are replayed, harmlessly, onto rows that may already show them (per row, in seq order).
+        position = changes.settled()
+        if self.follower is not None and self.follower.seq > position:
+            position = self.follower.seq
         ids = set(DeviceAllocation.objects.values_list("id", flat=True))
         for gone in self.rows.keys() - ids:
             del self.rows[gone]
         new = ids - self.rows.keys()
-        if new:
-            fields = ("id", "cluster", "driver", "pool", "device", "share_id", "consumed_capacity", "admin_access")
-            qs = DeviceAllocation.objects.values_list(*fields)
-            qs = qs.filter(id__in=new) if len(new) <= 500 else qs  # many new: one scan beats a huge IN
-            for row_id, cluster, driver, pool, device, share_id, consumed, admin in qs:
-                if row_id in new:
-                    self.rows[row_id] = AllocatedDevice(cluster, driver, pool, device, share_id or None,
-                                                        consumed or None, admin)
-        return dict(self.rows)
+        self.rows.update(_fetch(new, scan=len(new) > 500))  # many new: one scan beats a huge IN
+        self.rows_read = len(ids) + len(new)
+        self.follower = changes.Follower(ALLOCATIONS, position, DeviceAllocation._meta.db_table, ROW_FIELDS)
+        self.stale = False
+        self.generation += 1
+        self.full_generation = self.generation
+        self.journal.clear()
+
+    def _apply(self, entries: list[tuple[int, int, str, tuple | None]]) -> None:
+        self.rows_read = len(entries)
+        if not entries:
+            return
+        for _, row_id, kind, row in entries:
+            if kind != "ADDED":
+                self.rows.pop(row_id, None)
+            elif row is not None:  # None: deleted since, and its DELETED entry is in the log too
+                self.rows[row_id] = _allocated(row)
+        self.generation += 1
+        self.journal.append((self.generation, frozenset(entry[1] for entry in entries)))
+
+
+ROW_FIELDS = ("cluster", "driver", "pool", "device", "share_id", "consumed_capacity", "admin_access")
+
+
+def _allocated(row: tuple) -> AllocatedDevice:
+    """A row's ``ROW_FIELDS`` as the engine's ``AllocatedDevice`` (raw SQL: JSON as text, SQLite booleans
+    as integers)."""
+    cluster, driver, pool, device, share_id, consumed, admin = row
+    if isinstance(consumed, str):
+        consumed = json.loads(consumed)
+    return AllocatedDevice(cluster, driver, pool, device, share_id or None, consumed or None, bool(admin))
+
+
+def _fetch(ids: set[int], scan: bool = False) -> dict[int, AllocatedDevice]:
+    """These allocation rows as the engine's ``AllocatedDevice``. Plain fetches, not .iterator(): server-side
+    cursors cost extra round trips, and this runs every round."""
+    qs = DeviceAllocation.objects.values_list("id", *ROW_FIELDS)
+    qs = qs if scan else qs.filter(id__in=ids)
+    return {row[0]: _allocated(row[1:]) for row in qs if row[0] in ids}
 
 
 _rows = _RowCache()
 
 
-def rows_in_use() -> dict[int, object]:
-    """Every allocation row as the engine's ``AllocatedDevice``, by row id (read at the start of a round)."""
+def rows_in_use() -> InUse:
+    """Every allocation row as the engine's ``AllocatedDevice``, by row id (read at the start of a round).
+    A copy: the caller may keep it while later reads move on."""
     return _rows.read()
+
+
+def reset_rows() -> None:
+    """Read the whole table at the next ``rows_in_use`` (the caller's view of it may be wrong)."""
+    _rows.reset()
+
+
+def rows_read_last() -> int:
+    """Database rows the last ``rows_in_use`` read (benchmarks)."""
+    return _rows.rows_read
