@@ -87,22 +87,20 @@ class SelectorState:
         start = self.log_start.setdefault(name, 0)
         end = start + len(log)
         known = self.index_of.get(sel.key)
-        k = known.get(name) if known is not None else None
-        ki = self.indexes.get(k) if k is not None else None
-        if ki is None:
-            # First use in this cluster, or its index was evicted: find what it chooses (cheap with a partition)
-            # and whether another set's index already counts exactly those devices.
+        k: tuple = known.get(name, ()) if known is not None else ()  # () names no index
+        ki = self.indexes.get(k)
+        if ki is None or ki.position < start:
+            # First use in this cluster, its index was evicted, or it fell behind the kept log (a rebuild is
+            # cheaper than the replay would have been). Find what the set chooses (cheap with a partition) and
+            # whether another set's current index already counts exactly those devices.
+            behind = ki is not None
+            self.rebuilt_indexes += behind
             k, members = self._choice(sel, cluster)
             self.index_of.setdefault(sel.key, {})[name] = k
             ki = self.indexes.get(k)
-            if ki is not None:
-                self.shared_indexes += 1
-            else:
+            if ki is None or ki.position < start:
                 return self._new_index(k, cluster, members(), end)
-        if ki.position < start:
-            # It fell behind the kept log: a rebuild is cheaper than the replay would have been.
-            self.rebuilt_indexes += 1
-            return self._new_index(k, cluster, self._choice(sel, cluster)[1](), end)
+            self.shared_indexes += not behind
         self.indexes.move_to_end(k)
         if ki.position < end:
             ki.catch_up(log[ki.position - start:])
