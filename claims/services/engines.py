@@ -35,7 +35,7 @@ class EngineCache:
             self.engine = self.placer = None
             self.engine, self.key = Engine(view.snapshot, list(rows.values())), view.key
             if self.long_lived:
-                memory.freeze_long_lived()
+                memory.freeze_long_lived(self.engine)
         else:
             gone = [self.rows[i] for i in self.rows.keys() - rows.keys()]
             new = [rows[i] for i in rows.keys() - self.rows.keys()]

@@ -4,6 +4,7 @@ devices match (or fail) as when every device is evaluated, the same claims get t
 still stops an expensive selector, and the per-selector state stays bounded."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -13,7 +14,7 @@ import pytest
 from benchmarks.engine_bench import claim as bench_claim
 from benchmarks.engine_bench import exact, gpu_fleet
 from dra.cel import CELCompileError, CostBudgetExhausted, CostMeter, SelectorCache, metered
-from dra.engine import ClaimGroup, ClusterInventory, Engine, FleetSnapshot, partition, selector_state
+from dra.engine import ClaimGroup, ClusterInventory, Engine, FleetSnapshot, memory, partition, selector_state
 from dra.engine.selectors import NO_MATCH, SelectorFailure, SelectorSet
 
 from .builders import claim, cluster, device, engine, group, request
@@ -148,3 +149,24 @@ def test_the_cost_budget_still_stops_an_expensive_selector(devices):
     with metered(meter):
         assert not alike.allocate(group(claim("cheap", [request("r", selectors=[EXPENSIVE])]))).allocated
     assert meter.evaluations <= 2
+
+
+def test_a_frozen_engine_has_its_cel_views_frozen_too(monkeypatch):
+    """The worker freezes its engine out of the collector's sight; the CEL views that the first selector builds
+    for every device must be frozen with it, or each full collection rescans ~10 objects per device."""
+    monkeypatch.setattr(memory, "_tuned", True)  # leave this process's collector thresholds alone
+    e = Engine(gpu_fleet(250, 8))  # 2,000 devices
+    memory.freeze_long_lived(e)
+    try:
+        gc.collect()
+        before = len(gc.get_objects())
+        sel = [f'device.attributes["gpu.example.com"].numa == 1 && {COMMIT.format(1)}']
+        out = e.allocate(ClaimGroup(key="g", claims=[bench_claim("g", [exact("gpu", "gpu", 1, sel)])]))
+        e.release(out.devices)
+        gc.collect()
+        grown = len(gc.get_objects()) - before
+    finally:
+        memory.release_frozen()
+    # The text's own objects (its compiled program, plan, selector set), not some per device: built after the
+    # freeze, the CEL views were over 10,000 objects here.
+    assert grown < len(e.devices) / 2
