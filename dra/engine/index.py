@@ -1,4 +1,7 @@
-"""Incremental per-selector indexes: for one selector set in one cluster, the free matching devices per node.
+"""Incremental per-selector indexes: for one choice of devices in one cluster, the free matching devices per node.
+
+One choice: what a selector set selects there. Selector sets that select the same devices (texts differing
+only in a commit id) share one index (``partition``).
 
 They answer "which nodes could possibly hold this request, best first" without a fleet rescan per claim. The
 counts are upper bounds (a free device may still be blocked by counters, capacity, taints or constraints), so

@@ -5,6 +5,8 @@ ids, product names and versions in them). Everything kept per selector is theref
 cap, and what the cap evicts is rebuilt on demand from the snapshot (results are identical; only time is
 spent). Allocation cost does not depend on how many selectors are kept either: availability changes go to a
 per-cluster change log that each ``KeyIndex`` replays when it is next used (``index.KeyIndex.catch_up``).
+A new selector text is evaluated once per group of alike devices (``partition``), and shares the key index of
+any set that selects the same devices.
 """
 from __future__ import annotations
 
