@@ -14,7 +14,8 @@ the bounded caches are full (less than 5 % growth over the last two phases). The
 1,024 selector sets, 512 key indexes and 2,048 compiled programs (~40 KB each): ~200 MB on this fleet.
 
 Then "first use of a new text", as the soak meets it: the soak's four clusters of the demo fleet's real shapes
-(H100, A100 MIG, L4, MI300X; --soak-devices in all, 10,000 each by default), 80 % full with plain claims, then
+(H100, A100 MIG, L4, MI300X; --soak-devices in all, 10,000 each by default), 80 % full with plain claims and
+under the worker's collector policy (``dra.engine.memory``), then
 --first-texts 1-device claims each with a text of its own in the soak's style (``_soak.selector_text``: the
 shape's selector and a commit id in an always-true clause), each allocated and released. Goal: median and p99
 per claim <= 5 ms (it was ~150 ms of worker CPU: a full pass over a cluster's devices per new text).
@@ -37,7 +38,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from benchmarks._soak import SHAPES  # noqa: E402
 from benchmarks._soak import claim as soak_claim  # noqa: E402
 from benchmarks.engine_bench import claim, exact, gpu_fleet  # noqa: E402
-from dra.engine import ClaimGroup, ClusterInventory, Engine, FleetSnapshot  # noqa: E402
+from dra.engine import ClaimGroup, ClusterInventory, Engine, FleetSnapshot, memory  # noqa: E402
 from inventory import demo  # noqa: E402  (pure: the demo fleet's real slices, no Django)
 
 
@@ -102,7 +103,7 @@ def first_use(devices: int, texts: int, fill: float = 0.8) -> tuple[list[tuple[f
             seq += 1
             if not engine.allocate(soak_group(seq, shape, None)).allocated:
                 break
-    gc.collect()
+    memory.freeze_long_lived(engine)  # the worker's collector policy (claims/services/engines.py)
     took = []
     for i in range(texts):
         shape = SHAPES[i % len(SHAPES)]
