@@ -42,7 +42,7 @@ class EngineCache:
             self.engine = self.placer = None
             self.engine, self.key = Engine(view.snapshot, list(rows.values())), view.key
             if self.long_lived:
-                memory.freeze_long_lived()
+                memory.freeze_long_lived(self.engine)
             self.rows = dict(rows)
         else:
             touched = self._touched(rows)

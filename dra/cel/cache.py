@@ -242,6 +242,42 @@ class SelectorCache:
             self._index_skips += skips
         return out
 
+    def footprint_key(self, expressions: Iterable[str]) -> tuple[int, ...]:
+        """Equal keys: ``group_by_projection`` groups any devices alike for these expressions."""
+        return tuple(sorted({self._entry(expression).fp_id for expression in expressions}))
+
+    def group_by_projection(self, expressions: Iterable[str], devices: list[CELDevice],
+                            max_groups: int) -> list[list[int]] | None:
+        """Positions of ``devices`` in groups whose members are indistinguishable to every one of
+        ``expressions``: equal driver, equal usability and equal projection onto each footprint, so
+        one member's results (memoised, or raised as errors) are every member's. None when there
+        would be more than ``max_groups`` groups (the footprints read per-device values such as a
+        uuid, or cannot be determined): then grouping saves nothing. Evaluates nothing and charges
+        no meter. A fleet of identical GPUs is one group, whatever commit id the text carries."""
+        fps: dict[int, Footprint | None] = {}
+        for expression in expressions:
+            entry = self._entry(expression)
+            fps[entry.fp_id] = entry.fp
+        footprints = list(fps.items())
+        groups: dict[tuple, list[int]] = {}
+        for pos, device in enumerate(devices):
+            view = device._view or device.view()
+            projections = view.projections
+            key: list = [device.driver, view.error is None]
+            for fp_id, fp in footprints:
+                proj = projections.get(fp_id)
+                if proj is None:
+                    proj = projections[fp_id] = _intern(projection(fp, view, device))
+                key.append(proj)
+            members = groups.get(tuple(key))
+            if members is None:
+                if len(groups) >= max_groups:
+                    return None
+                groups[tuple(key)] = [pos]
+            else:
+                members.append(pos)
+        return list(groups.values())
+
     def clear(self) -> None:
         with self._lock:
             self._current = {}

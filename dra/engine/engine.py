@@ -20,7 +20,7 @@ from .quantity import Amount, Q, QuantityError, format_quantity
 from .results import build_allocation, share_id
 from .search import Budget, NodeError, NodeSearch, SearchBudgetExceeded
 from .selector_state import MAX_KEY_INDEXES, MAX_SELECTOR_SETS, SelectorState
-from .selectors import NO_MATCH, SelectorSet
+from .selectors import NO_MATCH, SelectorSet, cel_device_of
 from .types import (
     AllocatedDevice,
     AllocationError,
@@ -90,6 +90,11 @@ class Engine:
             self.avail[d.idx] = self._available(d)
         for rec in allocated:
             self._apply_record(rec, +1)
+
+    def build_cel_views(self) -> None:
+        """Build every device's CEL view now rather than on first use (see ``memory.freeze_long_lived``)."""
+        for d in self.devices:
+            cel_device_of(d).view()
 
     # ------------------------------------------------------------------------------------------ state
     def is_free(self, d: Device) -> bool:

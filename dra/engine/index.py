@@ -1,4 +1,7 @@
-"""Incremental per-selector indexes: for one selector set in one cluster, the free matching devices per node.
+"""Incremental per-selector indexes: for one choice of devices in one cluster, the free matching devices per node.
+
+One choice: what a selector set selects there. Selector sets that select the same devices (texts differing
+only in a commit id) share one index (``partition``).
 
 They answer "which nodes could possibly hold this request, best first" without a fleet rescan per claim. The
 counts are upper bounds (a free device may still be blocked by counters, capacity, taints or constraints), so
@@ -12,18 +15,19 @@ and an index nobody uses costs nothing until the engine evicts it.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 
 from .model import REACH_NODE, ClusterModel, Device
 from .policy import node_score
-from .selectors import NO_MATCH, SelectorSet
 
 
 class KeyIndex:
-    """Free devices matching one ``SelectorSet`` in one cluster: per node (node-local) and network-attached."""
+    """Free devices matching one choice of devices in one cluster: per node (node-local) and network-attached.
 
-    def __init__(self, engine, sel: SelectorSet, cluster: ClusterModel, position: int = 0):
+    ``members`` are the usable devices that the selector set (or sets: see ``partition``) does not rule out."""
+
+    def __init__(self, engine, cluster: ClusterModel, members: Iterable[Device], position: int = 0):
         self.engine = engine
-        self.sel = sel
         self.cluster = cluster
         self.position = position  # the cluster change-log position this index reflects
         self.base = cluster.devices[0].idx if cluster.devices else 0
@@ -34,20 +38,18 @@ class KeyIndex:
         self.buckets: dict[tuple, list[str]] = {}
         self._sorted_scores: list[tuple] | None = None
         self.multi = False  # any member can be shared: one device may serve several requests
-        binding_ok = engine.features.device_binding_and_status
-        for d in cluster.devices:
-            if not d.pool_ref.usable or (d.binding_conditions and not binding_ok):
+        avail, member, base = engine.avail, self.member, self.base
+        local_free = self.local_free
+        for d in members:
+            member[d.idx - base] = 1
+            if d.allow_multiple:
+                self.multi = True
+            if not avail[d.idx]:
                 continue
-            if sel.evaluate(d) is NO_MATCH:
-                continue
-            self.member[d.idx - self.base] = 1
-            self.multi = self.multi or d.allow_multiple
-            free = engine.avail[d.idx]
             if d.reach == REACH_NODE:
                 assert d.node_name is not None  # a node-local device names its node
-                if free:
-                    self.local_free[d.node_name] = self.local_free.get(d.node_name, 0) + 1
-            elif free:
+                local_free[d.node_name] = local_free.get(d.node_name, 0) + 1
+            else:
                 self.net_free += 1
         for node in cluster.node_order:
             self._place(node)

@@ -5,20 +5,27 @@ ids, product names and versions in them). Everything kept per selector is theref
 cap, and what the cap evicts is rebuilt on demand from the snapshot (results are identical; only time is
 spent). Allocation cost does not depend on how many selectors are kept either: availability changes go to a
 per-cluster change log that each ``KeyIndex`` replays when it is next used (``index.KeyIndex.catch_up``).
+A new selector text is evaluated once per group of alike devices (``partition``), and shares the key index of
+any set that selects the same devices.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
+from . import partition
 from .index import KeyIndex
 from .model import ClusterModel, Device, Node
-from .selectors import SelectorSet
+from .partition import Partition
+from .selectors import NO_MATCH, SelectorSet
 
 # Defaults; an Engine may be built with others. A selector set costs one byte per device of the fleet plus a
 # bounded memo by device content; a key index a few dict entries per node of its cluster.
 MAX_SELECTOR_SETS = 1024
 MAX_KEY_INDEXES = 512
 MAX_NODE_CANDIDATE_LISTS = 50_000
+# Partitions (one per cluster and distinct footprints of selector sets, see partition.py): a list entry per usable
+# device of the cluster, ~80 KB per 10,000 devices. Distinct footprints are few (texts differ in literals).
+MAX_PARTITIONS = 128
 
 
 class SelectorState:
@@ -27,7 +34,11 @@ class SelectorState:
         self.max_selector_sets = max(1, max_selector_sets)
         self.max_key_indexes = max(1, max_key_indexes)
         self.sets: OrderedDict[tuple, SelectorSet] = OrderedDict()
-        self.indexes: OrderedDict[tuple, KeyIndex] = OrderedDict()  # (selector key, cluster) -> index
+        # (choice, cluster) -> index. The choice is ("set", selector key) for a set evaluated per device, or
+        # ("groups", partition serial, chosen groups): then every set choosing those groups shares the index.
+        self.indexes: OrderedDict[tuple, KeyIndex] = OrderedDict()
+        self.index_of: dict[tuple, dict[str, tuple]] = {}  # selector key -> cluster -> its index's key
+        self.partitions: OrderedDict[tuple, Partition | None] = OrderedDict()  # (cluster, footprints) -> groups
         self.node_cands: dict[tuple, dict[tuple[str, str], list[Device]]] = {}  # selector key -> node -> devices
         self.node_cand_lists = 0
         # Per cluster: availability changes not yet seen by every index of the cluster, and the absolute log
@@ -37,6 +48,7 @@ class SelectorState:
         self.evicted_sets = 0
         self.evicted_indexes = 0
         self.rebuilt_indexes = 0
+        self.shared_indexes = 0  # a new selector set found the index of its choice already built
 
     # ------------------------------------------------------------------------------------------ selector sets
     def selector_set(self, key: tuple, make) -> SelectorSet:
@@ -59,9 +71,12 @@ class SelectorState:
     def _evict_sets(self) -> None:
         while len(self.sets) > self.max_selector_sets:
             key, sel = self.sets.popitem(last=False)
+            # Its own indexes go with it; shared ones stay for the other sets choosing the same devices (the
+            # index LRU bounds them).
             for cluster in self.engine.clusters:
-                if self.indexes.pop((key, cluster), None) is not None:
+                if self.indexes.pop((("set", key), cluster), None) is not None:
                     self._index_gone(cluster)
+            self.index_of.pop(key, None)
             self.node_cand_lists -= len(self.node_cands.pop(key, {}))
             sel.forget()
             self.evicted_sets += 1
@@ -73,22 +88,52 @@ class SelectorState:
         log = self.log.setdefault(name, [])
         start = self.log_start.setdefault(name, 0)
         end = start + len(log)
-        k = (sel.key, name)
+        known = self.index_of.get(sel.key)
+        k: tuple = known.get(name, ()) if known is not None else ()  # () names no index
         ki = self.indexes.get(k)
-        if ki is not None and ki.position < start:
-            ki = None  # it fell behind the kept log: a rebuild is cheaper than the replay would have been
-            self.rebuilt_indexes += 1
-        if ki is None:
-            ki = KeyIndex(self.engine, sel, cluster, end)
-            self.indexes[k] = ki
-            self.indexes.move_to_end(k)
-            self._evict_indexes(keep=k)
-            return ki
+        if ki is None or ki.position < start:
+            # First use in this cluster, its index was evicted, or it fell behind the kept log (a rebuild is
+            # cheaper than the replay would have been). Find what the set chooses (cheap with a partition) and
+            # whether another set's current index already counts exactly those devices.
+            behind = ki is not None
+            self.rebuilt_indexes += behind
+            k, members = self._choice(sel, cluster)
+            self.index_of.setdefault(sel.key, {})[name] = k
+            ki = self.indexes.get(k)
+            if ki is None or ki.position < start:
+                return self._new_index(k, cluster, members(), end)
+            self.shared_indexes += not behind
         self.indexes.move_to_end(k)
         if ki.position < end:
             ki.catch_up(log[ki.position - start:])
             ki.position = end
         return ki
+
+    def _new_index(self, k: tuple, cluster: ClusterModel, members: list[Device], end: int) -> KeyIndex:
+        ki = self.indexes[k] = KeyIndex(self.engine, cluster, members, end)
+        self.indexes.move_to_end(k)
+        self._evict_indexes(keep=k)
+        return ki
+
+    def _choice(self, sel: SelectorSet, cluster: ClusterModel):
+        """(index key, devices of the index) for ``sel`` in ``cluster``; the devices are listed on demand."""
+        part = self._partition(sel, cluster)
+        if part is None:
+            def members() -> list[Device]:
+                return [d for d in partition.usable_devices(self.engine, cluster) if sel.evaluate(d) is not NO_MATCH]
+            return (("set", sel.key), cluster.name), members
+        chosen = part.chosen(sel)
+        return (("groups", part.serial, chosen), cluster.name), lambda: part.members(chosen)
+
+    def _partition(self, sel: SelectorSet, cluster: ClusterModel) -> Partition | None:
+        pk = (cluster.name, self.engine.cel_cache.footprint_key(sel.class_exprs + sel.request_exprs))
+        if pk in self.partitions:
+            self.partitions.move_to_end(pk)
+            return self.partitions[pk]
+        part = self.partitions[pk] = partition.build(self.engine, sel, cluster)
+        if len(self.partitions) > MAX_PARTITIONS:
+            self.partitions.popitem(last=False)
+        return part
 
     def _evict_indexes(self, keep: tuple) -> None:
         while len(self.indexes) > self.max_key_indexes:
@@ -136,4 +181,5 @@ class SelectorState:
     def stats(self) -> dict:
         return {"selector_sets": len(self.sets), "key_indexes": len(self.indexes),
                 "evicted": self.evicted_sets, "evicted_indexes": self.evicted_indexes,
-                "rebuilt_indexes": self.rebuilt_indexes, "logged": sum(len(v) for v in self.log.values())}
+                "rebuilt_indexes": self.rebuilt_indexes, "shared_indexes": self.shared_indexes,
+                "partitions": len(self.partitions), "logged": sum(len(v) for v in self.log.values())}
