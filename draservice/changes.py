@@ -5,9 +5,10 @@ are handed out in write order, not commit order, so a reader can see seq 12 comm
 flight (or was rolled back and will never appear). Serializing writers would fix the order but cost every
 claim write a turn at one lock; instead readers stop at a gap and decide it with transaction ids:
 
-* when a reader first sees a gap below seq ``n`` it notes ``horizon`` = the next transaction id to be
-  assigned (``pg_snapshot_xmax``). Whoever holds a seq below ``n`` took its transaction id before its seq
-  (the trigger does so on purpose), hence before ``n`` was committed, hence below ``horizon``;
+* when a reader first sees a gap below seq ``n`` it notes ``horizon`` = one past every transaction id
+  assigned so far (``_horizon_after``: not the snapshot's xmax alone). Whoever holds a seq below ``n``
+  took its transaction id before its seq (the trigger does so on purpose), hence before ``n`` was committed,
+  hence below ``horizon``;
 * once ``pg_snapshot_xmin`` (the oldest transaction still running) reaches ``horizon``, every such writer
   has ended: the seqs still missing were rolled back and are skipped for good.
 
@@ -67,6 +68,7 @@ def horizon_passed(xmin: int, horizon: int) -> bool:
     if xmin >= horizon:
         return True
     with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # inside a transaction the first read would stick
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                        "AND backend_xid IS NOT NULL AND age(backend_xid) > age((%s %% 4294967296)::text::xid)",
                        [horizon])
@@ -97,7 +99,8 @@ def settled() -> int:
 def seal() -> int:
     """Advance the settled watermark past seqs that will never appear (rolled back), by the horizon rule.
     Cheap: two small statements. Returns the watermark."""
-    xmin, xmax = _snapshot()
+    xmin, _ = _snapshot()
+    horizon = _horizon_after()
     with transaction.atomic():
         state = ChangeLogState.objects.select_for_update().get_or_create(id=1)[0]
         done = state.pending_seq and (connection.vendor != "postgresql"
@@ -105,7 +108,7 @@ def seal() -> int:
         if done and state.pending_seq > state.settled:
             state.settled = state.pending_seq
         state.pending_seq = _last_seq()
-        state.pending_horizon = xmax
+        state.pending_horizon = horizon
         state.save()
     return settled()
 
@@ -195,10 +198,29 @@ def _horizon_passed_here(xmin: int, horizon: int) -> bool:
     return connection.vendor != "postgresql" or horizon_passed(xmin, horizon)
 
 
+# One past every transaction id assigned so far. A snapshot's xmax is one past the latest COMPLETED id
+# (PostgreSQL 13+), so a transaction still running can hold an id at or above it: the ids of this database's
+# running backends are taken into account too, widened from 32 to 64 bits around xmax.
+NEXT_XID_SQL = """
+WITH s AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x)
+SELECT greatest(s.x, coalesce(max(s.x + ((((a.backend_xid::text::bigint - s.x) % 4294967296) + 6442450944)
+                                         % 4294967296) - 2147483648) + 1, 0))
+FROM s LEFT JOIN pg_stat_activity a ON a.datname = current_database() AND a.backend_xid IS NOT NULL
+GROUP BY s.x
+"""
+
+
 def _horizon_after() -> int:
-    """The horizon for a gap just seen below a visible seq ``n``: the next transaction id as of now, AFTER the
-    read that saw ``n`` (a holder of a lower seq may have started after a snapshot taken before that read)."""
-    return _snapshot()[1]
+    """The horizon for a gap just seen below a visible seq ``n``: one past every transaction id assigned as
+    of now, AFTER the read that saw ``n`` (a holder of a lower seq may have started after a snapshot taken
+    before that read). Found by the property test of the worker's rows: using the snapshot's xmax alone, a
+    writer still running with id == xmax was taken for ended and its seq for rolled back."""
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # the backends as of now, not as first read in this txn
+        cursor.execute(NEXT_XID_SQL)
+        return int(cursor.fetchone()[0])
 
 
 FOLLOW_PAGES = 20  # pages of READ_LIMIT changes one ``Follower.read`` reads at most

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
@@ -101,6 +101,9 @@ STEPS = st.lists(st.tuples(st.integers(0, WRITERS - 1), st.sampled_from(["insert
 
 @hsettings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
+# Found by this test: writer 2's transaction id equalled the snapshot's xmax (one past the latest completed
+# id), so a horizon taken from xmax alone declared its seq rolled back while it was still running.
+@example(steps=[(0, "insert", 0), (0, "insert", 0), (0, "insert", 0), (2, "insert", 0), (0, "insert", 0)])
 def test_incremental_rows_equal_a_fresh_read_after_every_step(claim_id, steps):
     cache = fleet._RowCache()
     cache.read()
