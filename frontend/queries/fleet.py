@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from draservice.models import Change, ChangeLogState
+from frontend.queries.claim_tally import ClaimTally
 from frontend.queries.fleet_tally import FleetTally, StateKey
 from frontend.queries.sql import T_ALLOC, T_CLUSTER, T_RESERVATION, T_TAINTRULE, fetch_dicts
 from frontend.queries.units import STATE_SQL, units_sql
@@ -120,8 +121,8 @@ class FleetState:
     sequences and are never reused, so (count, max id, sum of ids) changes with any insert or delete,
     including a late-committed row below the max. Every cluster's ``inventory_version`` moves with each push
     and node write (devices, pools, taints on devices, nodes), DeviceTaintRules' ``resource_version`` with each
-    write. Claims (phases, the oldest pending) move the change log: its highest seq, or, for a change
-    committed after a higher seq was already seen, its settled watermark (advanced by the beat's seal)."""
+    write. Claims (phases, the oldest pending) move the change log (``claim_tally``: its highest seq, settled
+    seq and compaction point)."""
 
     allocations: tuple
     reservations: tuple
@@ -144,10 +145,11 @@ def fleet_state() -> FleetState:
         (SELECT COUNT(*) FROM {T_TAINTRULE}) AS rules_n,
         (SELECT COALESCE(MAX(id), 0) FROM {T_TAINTRULE}) AS rules_max,
         (SELECT COALESCE(MAX(seq), 0) FROM {T_CHANGE}) AS changes,
-        (SELECT COALESCE(MAX(settled), 0) FROM {T_CHANGELOG}) AS settled""", [])[0]
+        (SELECT COALESCE(MAX(settled), 0) FROM {T_CHANGELOG}) AS settled,
+        (SELECT COALESCE(MAX(compacted_through), 0) FROM {T_CHANGELOG}) AS compacted""", [])[0]
     v = list(row.values())
     return FleetState(allocations=tuple(v[0:3]), reservations=tuple(v[3:6]), inventory=tuple(v[6:12]),
-                      claims=tuple(v[12:14]))
+                      claims=tuple(v[12:15]))
 
 
 def fleet_state_key() -> tuple:
@@ -172,35 +174,16 @@ def _tally_rows(group_by: str, where: str = "", params: list | None = None) -> l
                        analytic=True)
 
 
-# Phase counts and the oldest pending claim, remembered per claims state (``FleetState.claims``): counting
-# phases reads every claim row.
-_claim_summary: dict[tuple, dict] = {}
+# Claims per phase and the oldest pending claim, maintained from the change log (``claim_tally``).
+_claims = ClaimTally()
 
 
 def claim_summary(state: FleetState | None = None) -> dict:
-    state = state or fleet_state()
-    summary = _claim_summary.get(state.claims)
-    if summary is None:
-        summary = {"pending": pending_summary(), "phases": claim_phase_counts()}
-        _claim_summary.clear()
-        _claim_summary[state.claims] = summary
-    return summary
-
-
-def pending_summary() -> dict:
-    agg = ResourceClaim.objects.filter(phase=Phase.PENDING).aggregate(count=Count("id"), oldest=Min("created_at"))
-    oldest = None
-    if agg["count"]:
-        oldest = (ResourceClaim.objects.filter(phase=Phase.PENDING).select_related("namespace")
-                  .order_by("created_at", "id").first())
-    return {"count": agg["count"], "oldest_at": agg["oldest"], "oldest": oldest}
-
-
-def claim_phase_counts() -> dict[str, int]:
-    counts = {p.value: 0 for p in Phase}
-    for row in ResourceClaim.objects.values("phase").annotate(n=Count("id")):
-        counts[row["phase"]] = row["n"]
-    return counts
+    counts, oldest_id = _claims.summary((state or fleet_state()).claims)
+    oldest = (ResourceClaim.objects.select_related("namespace").filter(pk=oldest_id).first()
+              if oldest_id is not None else None)
+    pending = {"count": counts[Phase.PENDING], "oldest_at": oldest.created_at if oldest else None, "oldest": oldest}
+    return {"pending": pending, "phases": counts}
 
 
 def fleet_overview(now: datetime | None = None) -> dict:

@@ -124,3 +124,38 @@ def test_the_overview_page_shows_the_database_after_changes(client, demo, people
     assert resp.context["pending"]["count"] == pending.count()
     assert resp.context["pending"]["oldest"] == pending.order_by("created_at", "id").first()
     assert f'data-testid="kpi-allocated">{totals.allocated}<'.encode() in resp.content
+
+
+def test_claim_counts_follow_the_change_log_including_a_late_commit(demo):
+    """Phase counts come from the change log: a change whose seq is below one already seen (it committed
+    later) is still counted, because the watermark stops at the gap."""
+    from django.db.models import F
+    from django.utils import timezone
+
+    from draservice.models import Change
+
+    def phases():
+        return fleet_q.claim_summary()["phases"]
+
+    def truth():
+        return {p.value: ResourceClaim.objects.filter(phase=p).count() for p in Phase}
+
+    assert phases() == truth()
+    create_claims("team-x", [claim("one", [request("gpu", GPU, 1, [H100])])])
+    assert phases() == truth()
+
+    pending = list(ResourceClaim.objects.filter(phase=Phase.PENDING).order_by("id"))
+    early, late = pending[0], pending[1]
+    with connection.cursor() as cursor:  # a seq taken by a writer that has not committed yet
+        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'seq'))", [Change._meta.db_table])
+        in_flight = cursor.fetchone()[0]
+    # A later writer commits first (the trigger logs it above the gap) ...
+    ResourceClaim.objects.filter(pk=early.pk).update(phase=Phase.FAILED, resource_version=F("resource_version") + 1)
+    assert phases() == truth()
+    # ... then the first one: its row and its log entry appear below a seq the tally has already read.
+    ResourceClaim.objects.filter(pk=late.pk).update(phase=Phase.FAILED)  # same resource_version: no trigger
+    Change.objects.create(seq=in_flight, resource="resourceclaims", namespace=late.namespace.name, name=late.name,
+                          uid=str(late.uid), row_id=late.pk, type="MODIFIED", at=timezone.now())
+    summary = fleet_q.claim_summary()
+    assert summary["phases"] == truth()
+    assert summary["pending"]["count"] == truth()[Phase.PENDING] == len(pending) - 2
