@@ -2,7 +2,7 @@
 """Dashboard benchmark: server time of the main pages on a 40,000-device fleet (5,000 nodes x 8 GPUs).
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/draservice .venv/bin/python benchmarks/dashboard_bench.py
-    [--nodes 5000] [--claims 20000] [--runs 10] [--churn-seconds 20] [--keep | --reuse]
+    [--nodes 5000] [--claims 20000] [--runs 10] [--churn-seconds 20] [--keep | --reuse] [--overview-only]
 
 Builds the fleet with the inventory generator (``inventory.demo.synthetic_cluster``, pushed through the sync
 service), then fills about half of it with single-GPU claims, some 8-GPU claims, claims shared by several
@@ -40,6 +40,7 @@ def main():
     parser.add_argument("--churn-seconds", type=float, default=20, help="polling while allocations change")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database afterwards")
     parser.add_argument("--reuse", action="store_true", help="measure on a database a --keep run left")
+    parser.add_argument("--overview-only", action="store_true", help="skip the other pages")
     args = parser.parse_args()
 
     import django
@@ -269,7 +270,7 @@ def run(args):
         ("fragmentation", "/fragmentation/"),
     ]
     print(f"\n  {'page':<36} {'median':>9} {'p95':>9} {'min':>9} {'queries':>8} {'KB':>7}")
-    for label, url in pages:
+    for label, url in pages[:1] if args.overview_only else pages:
         times, queries, size = timed_get(client, url, args.runs)
         print(f"  {label:<36} {statistics.median(times):7.1f}ms {p95(times):7.1f}ms {min(times):7.1f}ms {queries:8d} "
               f"{size / 1024:7.1f}", flush=True)
