@@ -5,29 +5,36 @@ fleet. Every write that changes a claim bumps its ``resource_version``, which pu
 (``draservice.models.Change``, written by a trigger: no write path can forget it). So the tally reads the
 whole claim table once per process, then only the claims the log names since its watermark.
 
-The tally's watermark is a seq at or below which every change is reflected. Seqs are handed out in write
-order, not commit order, so the watermark advances only along seqs that follow each other (or to the log's
-settled seq, which the beat's ``seal`` moves past rolled-back ones: ``draservice.changes``); changes above a
-gap are read again on the next refresh until the watermark passes them. So a change that commits late is
-never missed, and reading a claim twice is harmless (its current phase is what is counted). A watermark the
-log no longer reaches back to (compacted), or too many changes at once, costs one full read instead.
+The tally remembers the highest seq it has read, and the seqs below it it has not seen: seqs are handed out
+in write order, not commit order, so a gap is a change still in flight (or one rolled back). Each refresh
+reads the log above the highest seq and looks the missing seqs up by seq, until they appear or the log's
+settled seq (``draservice.changes``, moved past rolled-back seqs by the beat's ``seal``) passes them. So a
+change that commits late is never missed, and reading a claim twice is harmless (its current phase is what is
+counted). A log compacted past the tally, or too many changes or gaps at once, costs one full read instead.
 Rows removed without the trigger (TRUNCATE: a test database's flush) are not seen until the process restarts.
 """
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime
 
 from claims.models import Phase, ResourceClaim
 from draservice.models import Change
 
 RESOURCE = "resourceclaims"
-MAX_CHANGES = 5000  # beyond this many log rows since the watermark, one full read is cheaper
+MAX_CHANGES = 5000  # beyond this many log rows since the last read, one full read is cheaper
+MAX_MISSING = 1000  # seqs not seen yet (in flight, or rolled back and not sealed): beyond, one full read
+# A full read now and then whatever the log says: a safety net that costs one read per process per interval,
+# however often the overview is polled.
+FULL_READ_SECONDS = 600
 
 
 class ClaimTally:
     def __init__(self) -> None:
-        self.mark: int | None = None  # every change at or below it is reflected
+        self.seen: int | None = None  # every change at or below it is reflected, but those in ``missing``
+        self.missing: set[int] = set()
+        self.read_at = 0.0
         self.phases: dict[int, str] = {}
         self.pending: dict[int, datetime] = {}  # id -> created_at of the pending claims
         self.counts: dict[str, int] = {p.value: 0 for p in Phase}
@@ -39,29 +46,35 @@ class ClaimTally:
         the highest seq is reflected already."""
         last_seq, settled, compacted = log
         with self.lock:
-            if self.mark is None or self.mark < compacted:
-                self._read_all(settled)
-            elif self.mark < last_seq:
-                self._follow(settled)
+            if self.seen is None or self.seen < compacted or time.monotonic() - self.read_at > FULL_READ_SECONDS:
+                self._read_all(last_seq, settled)
+            else:
+                self.missing = {seq for seq in self.missing if seq > settled}
+                if self.seen < last_seq or self.missing:
+                    self._follow(settled)
             oldest = min(self.pending.items(), key=lambda kv: (kv[1], kv[0]))[0] if self.pending else None
             return dict(self.counts), oldest
 
     def _follow(self, settled: int) -> None:
-        assert self.mark is not None
-        rows = list(Change.objects.filter(seq__gt=self.mark).order_by("seq")
+        assert self.seen is not None
+        rows = list(Change.objects.filter(seq__gt=self.seen).order_by("seq")
                     .values_list("seq", "resource", "row_id")[:MAX_CHANGES + 1])
         if len(rows) > MAX_CHANGES:
-            self._read_all(settled)
+            self._read_all(rows[-1][0], settled)
             return
-        # The new watermark: past everything the beat's seal settled (rolled-back seqs included), then along
-        # the seqs read here while they follow each other. A gap is a change still in flight (or rolled back
-        # and not yet sealed): everything above it is read again next time.
-        mark = max(self.mark, settled)
+        # Seqs skipped between those read are changes still in flight (or rolled back): looked up by seq
+        # until they appear or the log's settled seq passes them.
+        previous = self.seen
         for seq, _, _ in rows:
-            if seq == mark + 1:
-                mark = seq
-            elif seq > mark:
-                break
+            self.missing.update(s for s in range(previous + 1, seq) if s > settled)
+            previous = seq
+        if len(self.missing) > MAX_MISSING:
+            self._read_all(previous, settled)
+            return
+        if self.missing:
+            late = list(Change.objects.filter(seq__in=self.missing).values_list("seq", "resource", "row_id"))
+            self.missing.difference_update(seq for seq, _, _ in late)
+            rows += late
         ids = {row_id for _, resource, row_id in rows if resource == RESOURCE}
         found = set()
         for claim_id, phase, created_at in ResourceClaim.objects.filter(id__in=ids).values_list(
@@ -70,16 +83,21 @@ class ClaimTally:
             self._set(claim_id, phase, created_at)
         for claim_id in ids - found:  # deleted
             self._set(claim_id, None, None)
-        self.mark = mark
+        self.seen = max(previous, self.seen)
 
-    def _read_all(self, settled: int) -> None:
-        # Every change at or below ``settled`` is committed, so visible to the read below.
+    def _read_all(self, last_seq: int, settled: int) -> None:
+        # Seqs up to the highest one not in the log yet are in flight (or rolled back): remembered as missing,
+        # within the last MAX_MISSING seqs; a writer that holds its seq while more changes than that commit
+        # after it is caught by the next full read (FULL_READ_SECONDS).
+        floor = max(settled, last_seq - MAX_MISSING)
+        present = set(Change.objects.filter(seq__gt=floor, seq__lte=last_seq).values_list("seq", flat=True))
         self.phases, self.pending = {}, {}
         self.counts = {p.value: 0 for p in Phase}
         for claim_id, phase, created_at in ResourceClaim.objects.order_by().values_list("id", "phase", "created_at") \
                 .iterator(chunk_size=5000):
             self._set(claim_id, phase, created_at)
-        self.mark = settled
+        self.seen, self.missing = last_seq, set(range(floor + 1, last_seq + 1)) - present
+        self.read_at = time.monotonic()
 
     def _set(self, claim_id: int, phase: str | None, created_at: datetime | None) -> None:
         old = self.phases.pop(claim_id, None)

@@ -159,3 +159,28 @@ def test_claim_counts_follow_the_change_log_including_a_late_commit(demo):
     summary = fleet_q.claim_summary()
     assert summary["phases"] == truth()
     assert summary["pending"]["count"] == truth()[Phase.PENDING] == len(pending) - 2
+
+
+def test_a_rolled_back_seq_costs_a_lookup_not_a_full_read(demo, monkeypatch):
+    """A seq that never appears (its writer rolled back; no beat seals it here) is looked up by seq on each
+    refresh: the changes after it are read once, not again and again until a full read of every claim."""
+    from django.db.models import F
+
+    from draservice.models import Change
+    from frontend.queries import claim_tally
+
+    monkeypatch.setattr(claim_tally, "MAX_CHANGES", 5)
+    fleet_q.claim_summary()
+    with connection.cursor() as cursor:  # rolled back: this seq never lands in the log
+        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'seq'))", [Change._meta.db_table])
+    claims = list(ResourceClaim.objects.order_by("id")[:8])
+    for i in range(4):  # 2 changes a refresh: 8 in all after the gap, more than MAX_CHANGES
+        for c in claims[2 * i:2 * i + 2]:
+            ResourceClaim.objects.filter(pk=c.pk).update(phase=Phase.FAILED,
+                                                         resource_version=F("resource_version") + 1)
+        with CaptureQueriesContext(connection) as ctx:
+            summary = fleet_q.claim_summary()
+        assert summary["phases"] == {p.value: ResourceClaim.objects.filter(phase=p).count() for p in Phase}
+        whole = [q["sql"] for q in ctx.captured_queries
+                 if 'FROM "claims_resourceclaim"' in q["sql"] and "WHERE" not in q["sql"]]
+        assert not whole, f"refresh {i}: every claim read again"
