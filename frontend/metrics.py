@@ -6,10 +6,11 @@ whole device, or one partitioned GPU with all its partitions) in the exclusive s
 claim holds; everything on a stale cluster that no claim holds and no taint blocks counts as stale). So
 ``allocated + tainted + stale + invalid + free == total`` for every (cluster, driver, product).
 
-Bounded cost: the unit aggregate scans every device, so it is remembered per fleet state
-(``fleet_state_key()``, a few cheap aggregates, shared with the dashboard's overview) and the families are
-rebuilt only when that key, a cluster's staleness or a cluster's name changes. Staleness is time-dependent
-(a silent cluster turns stale without any write), so it is part of the key rather than of the cached rows.
+Bounded cost: the unit aggregate is the dashboard overview's, maintained per change (``fleet_tally``: one
+device scan per inventory version, then only the allocation rows that changed), and the families are rebuilt
+only when the fleet state key (``fleet_state_key()``), a cluster's staleness or a cluster's name changes.
+Staleness is time-dependent (a silent cluster turns stale without any write), so it is part of the key rather
+than of the cached rows.
 """
 from __future__ import annotations
 

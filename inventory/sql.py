@@ -52,6 +52,13 @@ def fetch_dicts(sql: str, params: list | tuple = (), *, analytic: bool = False) 
     into minutes; for the same reason it sorts 40,000 wide rows to group them where hashing is cheaper. JIT goes off
     too: switching nested loops off inflates plan costs past the JIT thresholds, and compiling the plan with
     LLVM would then take seconds for a query that runs in a tenth of one."""
+    columns, rows = fetch_rows(sql, params, analytic=analytic)
+    return [dict(zip(columns, row, strict=False)) for row in rows]
+
+
+def fetch_rows(sql: str, params: list | tuple = (), *, analytic: bool = False) -> tuple[list[str], list[tuple]]:
+    """``fetch_dicts`` as column names and plain rows: for tens of thousands of rows read in a loop, where
+    building a dict per row would cost more than the query."""
     with transaction.atomic(), connection.cursor() as cursor:
         if analytic and is_postgres():
             cursor.execute("SET LOCAL enable_nestloop = off")
@@ -59,5 +66,4 @@ def fetch_dicts(sql: str, params: list | tuple = (), *, analytic: bool = False) 
             cursor.execute("SET LOCAL enable_sort = off")  # still sorts where ORDER BY needs it
             cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(sql, params)
-        columns = [c[0] for c in cursor.description]
-        return [dict(zip(columns, row, strict=False)) for row in cursor.fetchall()]
+        return [c[0] for c in cursor.description], cursor.fetchall()

@@ -1,16 +1,23 @@
-"""Fleet overview and per-cluster summaries: a handful of GROUP BY queries, whatever the fleet's size."""
+"""Fleet overview and per-cluster summaries: a handful of GROUP BY queries, whatever the fleet's size; the
+overview's are remembered or maintained per fleet state, so polling it costs one key query."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
+from draservice.models import Change, ChangeLogState
+from frontend.queries.claim_tally import ClaimTally
+from frontend.queries.fleet_tally import FleetTally, StateKey
 from frontend.queries.sql import T_ALLOC, T_CLUSTER, T_RESERVATION, T_TAINTRULE, fetch_dicts
 from frontend.queries.units import STATE_SQL, units_sql
-from inventory.models import Cluster, Device
+from inventory.models import Cluster, Device, Node
+
+T_CHANGE = Change._meta.db_table
+T_CHANGELOG = ChangeLogState._meta.db_table
 
 
 @dataclass
@@ -67,66 +74,98 @@ class Group:
     extra: dict = field(default_factory=dict)
 
 
-_published: dict[tuple, dict[int, int]] = {}
+# Remembered per inventory version (``FleetState.inventory``): what only a push, a node write or a cluster
+# registration changes. The clusters' own rows (heartbeats, staleness) are read on every request.
+_per_inventory: dict[tuple, dict[str, dict[int, int]]] = {}
 
 
-def published_devices() -> dict[int, int]:
-    """Devices per cluster id as the API's ``deviceCount`` counts them: rows in the ResourceSlices. Remembered
-    per fleet state like the overview's aggregate (an inventory push moves the key), so polling does not
-    count the device table again."""
-    key = fleet_state_key()
-    counts = _published.get(key)
+def _inventory_counts(state: FleetState) -> dict[str, dict[int, int]]:
+    counts = _per_inventory.get(state.inventory)
     if counts is None:
-        counts = dict(Device.objects.order_by().values("cluster_id").annotate(n=Count("id"))
-                      .values_list("cluster_id", "n"))
-        _published.clear()
-        _published[key] = counts
+        counts = {
+            "devices": dict(Device.objects.order_by().values("cluster_id").annotate(n=Count("id"))
+                            .values_list("cluster_id", "n")),
+            "nodes": dict(Node.objects.order_by().values("cluster_id").annotate(n=Count("id"))
+                          .values_list("cluster_id", "n")),
+        }
+        _per_inventory.clear()
+        _per_inventory[state.inventory] = counts
     return counts
 
 
-def cluster_freshness(now: datetime | None = None, *, published: bool = False) -> list[Cluster]:
+def published_devices(state: FleetState | None = None) -> dict[int, int]:
+    """Devices per cluster id as the API's ``deviceCount`` counts them: rows in the ResourceSlices. Remembered
+    per inventory version, so polling does not count the device table again."""
+    return _inventory_counts(state or fleet_state())["devices"]
+
+
+def cluster_freshness(now: datetime | None = None, *, published: bool = False,
+                      state: FleetState | None = None) -> list[Cluster]:
     """All clusters with ``stale_now``, ``last_seen`` and ``node_count`` set (and ``devices_published``)."""
     now = now or timezone.now()
-    clusters = list(Cluster.objects.annotate(node_count=Count("nodes")).order_by("name"))
-    counts = published_devices() if published else {}
+    counts = _inventory_counts(state or fleet_state())
+    clusters = list(Cluster.objects.order_by("name"))
     for c in clusters:
         c.stale_now = c.is_stale(now)
         c.last_seen = c.last_seen_at
-        c.devices_published = counts.get(c.id, 0)
+        c.node_count = counts["nodes"].get(c.id, 0)
+        c.devices_published = counts["devices"].get(c.id, 0) if published else 0
     return clusters
 
 
-# The overview's unit aggregate, remembered per fleet state (``fleet_state_key``): a dashboard polled every
-# few seconds by many people costs one cheap key query per poll, not a scan of every device.
-_overview_rows: dict[tuple, list[dict]] = {}
+@dataclass(frozen=True)
+class FleetState:
+    """A few cheap aggregates that move whenever what the overview counts moves.
+
+    Allocation and reservation rows are inserted and deleted, never updated in place; their ids come from
+    sequences and are never reused, so (count, max id, sum of ids) changes with any insert or delete,
+    including a late-committed row below the max. Every cluster's ``inventory_version`` moves with each push
+    and node write (devices, pools, taints on devices, nodes), DeviceTaintRules' ``resource_version`` with each
+    write. Claims (phases, the oldest pending) move the change log (``claim_tally``: its highest seq, settled
+    seq and compaction point)."""
+
+    allocations: tuple
+    reservations: tuple
+    inventory: tuple
+    claims: tuple
+
+    def tally_key(self) -> StateKey:
+        return StateKey(self.allocations, self.reservations, self.inventory)
 
 
-def fleet_state_key() -> tuple:
-    """Changes whenever anything the unit aggregate reads changes: allocation and reservation rows (inserted
-    and deleted, never updated in place), every cluster's inventory (its ``inventory_version`` moves with each
-    push: devices, pools, taints on devices) and the DeviceTaintRules (``resource_version`` moves with each
-    write). Ids come from sequences and are never reused, so a row deleted and another added changes the key
-    too. A few cheap aggregates instead of the device scan."""
+def fleet_state() -> FleetState:
     row = fetch_dicts(f"""SELECT
         (SELECT COALESCE(MAX(id), 0) FROM {T_ALLOC}) AS alloc_max, (SELECT COUNT(*) FROM {T_ALLOC}) AS alloc_n,
+        (SELECT COALESCE(SUM(id), 0) FROM {T_ALLOC}) AS alloc_sum,
         (SELECT COALESCE(MAX(id), 0) FROM {T_RESERVATION}) AS res_max,
-        (SELECT COUNT(*) FROM {T_RESERVATION}) AS res_n,
+        (SELECT COUNT(*) FROM {T_RESERVATION}) AS res_n, (SELECT COALESCE(SUM(id), 0) FROM {T_RESERVATION}) AS res_sum,
         (SELECT COALESCE(SUM(inventory_version), 0) FROM {T_CLUSTER}) AS inv,
         (SELECT COUNT(*) FROM {T_CLUSTER}) AS clusters, (SELECT COALESCE(MAX(id), 0) FROM {T_CLUSTER}) AS cl_max,
         (SELECT COALESCE(SUM(resource_version), 0) FROM {T_TAINTRULE}) AS rules_rv,
         (SELECT COUNT(*) FROM {T_TAINTRULE}) AS rules_n,
-        (SELECT COALESCE(MAX(id), 0) FROM {T_TAINTRULE}) AS rules_max""", [])[0]
-    return tuple(row.values())
+        (SELECT COALESCE(MAX(id), 0) FROM {T_TAINTRULE}) AS rules_max,
+        (SELECT COALESCE(MAX(seq), 0) FROM {T_CHANGE}) AS changes,
+        (SELECT COALESCE(MAX(settled), 0) FROM {T_CHANGELOG}) AS settled,
+        (SELECT COALESCE(MAX(compacted_through), 0) FROM {T_CHANGELOG}) AS compacted""", [])[0]
+    v = list(row.values())
+    return FleetState(allocations=tuple(v[0:3]), reservations=tuple(v[3:6]), inventory=tuple(v[6:12]),
+                      claims=tuple(v[12:15]))
 
 
-def overview_rows() -> list[dict]:
-    key = fleet_state_key()
-    rows = _overview_rows.get(key)
-    if rows is None:
-        rows = _tally_rows("u.cluster_id, u.driver, u.product")
-        _overview_rows.clear()
-        _overview_rows[key] = rows
-    return rows
+def fleet_state_key() -> tuple:
+    """Changes whenever anything the unit aggregate reads changes (see ``FleetState``)."""
+    state = fleet_state()
+    return (state.allocations, state.reservations, state.inventory)
+
+
+# The overview's unit aggregate, maintained per change (``fleet_tally``): a dashboard polled every few seconds
+# by many people costs one cheap key query per poll, and an allocation costs the rows it touched, not a scan
+# of every device.
+_tally = FleetTally()
+
+
+def overview_rows(state: FleetState | None = None) -> list[dict]:
+    return _tally.rows((state or fleet_state()).tally_key())
 
 
 def _tally_rows(group_by: str, where: str = "", params: list | None = None) -> list[dict]:
@@ -135,27 +174,25 @@ def _tally_rows(group_by: str, where: str = "", params: list | None = None) -> l
                        analytic=True)
 
 
-def pending_summary() -> dict:
-    agg = ResourceClaim.objects.filter(phase=Phase.PENDING).aggregate(count=Count("id"), oldest=Min("created_at"))
-    oldest = None
-    if agg["count"]:
-        oldest = (ResourceClaim.objects.filter(phase=Phase.PENDING).select_related("namespace")
-                  .order_by("created_at", "id").first())
-    return {"count": agg["count"], "oldest_at": agg["oldest"], "oldest": oldest}
+# Claims per phase and the oldest pending claim, maintained from the change log (``claim_tally``).
+_claims = ClaimTally()
 
 
-def claim_phase_counts() -> dict[str, int]:
-    counts = {p.value: 0 for p in Phase}
-    for row in ResourceClaim.objects.values("phase").annotate(n=Count("id")):
-        counts[row["phase"]] = row["n"]
-    return counts
+def claim_summary(state: FleetState | None = None) -> dict:
+    counts, oldest_id = _claims.summary((state or fleet_state()).claims)
+    oldest = (ResourceClaim.objects.select_related("namespace").filter(pk=oldest_id).first()
+              if oldest_id is not None else None)
+    pending = {"count": counts[Phase.PENDING], "oldest_at": oldest.created_at if oldest else None, "oldest": oldest}
+    return {"pending": pending, "phases": counts}
 
 
 def fleet_overview(now: datetime | None = None) -> dict:
-    """Everything the overview page shows, from one unit aggregate plus a few small queries."""
-    clusters = cluster_freshness(now, published=True)
+    """Everything the overview page shows: one state key query, the clusters' rows, and aggregates remembered
+    per state (``FleetState``)."""
+    state = fleet_state()
+    clusters = cluster_freshness(now, published=True, state=state)
     stale_ids = {c.id for c in clusters if c.stale_now}
-    rows = overview_rows()
+    rows = overview_rows(state)
 
     totals = Tally()
     by_cluster = {c.id: Group(c.name, c.name, extra={"cluster": c}) for c in clusters}
@@ -181,8 +218,7 @@ def fleet_overview(now: datetime | None = None) -> dict:
         "stale_clusters": [c for c in clusters if c.stale_now],
         "devices_published": sum(c.devices_published for c in clusters),
         "clusters": clusters,
-        "pending": pending_summary(),
-        "phases": claim_phase_counts(),
+        **claim_summary(state),
     }
 
 

@@ -11,6 +11,7 @@ from claims.models import DeviceAllocation, Namespace, Reservation, ResourceClai
 from inventory.models import Cluster, Device, DeviceTaintRule, Node, Pool, ResourceSlice
 from inventory.sql import (  # noqa: F401  re-exported for the dashboard's queries
     fetch_dicts,
+    fetch_rows,
     is_postgres,
     json_array_nonempty,
     json_text,

@@ -89,6 +89,29 @@ def _fence() -> str:
     return "OFFSET 0" if is_postgres() else "LIMIT -1 OFFSET 0"
 
 
+def device_rows_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = True) -> tuple[str, list]:
+    """SQL and parameters for one row per device of the current pool generations, with its unit's key.
+
+    Columns: cluster_id, cluster, node_name, driver, pool_name, name, product, tainted (0/1), invalid (0/1,
+    pool invalid), partitioned (0/1), unit (pool/device or pool/counter-set). ``where`` as in ``units_sql``.
+    The JSON work happens here, once per device; ``units_sql`` groups these rows, and the overview's
+    maintained tally (``frontend.queries.fleet_tally``) reads them once per inventory version.
+    """
+    part = partition_expr("d")
+    tainted, taint_params = tainted_sql("d", with_rules)
+    unit = f"d.pool_name || '/' || COALESCE(CASE WHEN {part} THEN {counter_set_expr('d')} END, d.name)"
+    sql = f"""SELECT d.cluster_id AS cluster_id, c.name AS cluster, d.node_name AS node_name, d.driver AS driver,
+                     d.pool_name AS pool_name, d.name AS name, {product_expr('d')} AS product, {tainted} AS tainted,
+                     CASE WHEN p.state = 'invalid' THEN 1 ELSE 0 END AS invalid,
+                     CASE WHEN {part} THEN 1 ELSE 0 END AS partitioned, {unit} AS unit
+              FROM {T_DEVICE} d
+              JOIN {T_CLUSTER} c ON c.id = d.cluster_id
+              JOIN {T_POOL} p ON p.cluster_id = d.cluster_id AND p.driver = d.driver AND p.name = d.pool_name
+                             AND p.generation = d.pool_generation
+              {('WHERE ' + where) if where else ''}"""
+    return sql, taint_params + list(params)
+
+
 def units_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = True) -> tuple[str, list]:
     """SQL and parameters for one row per unit (current pool generation only).
 
@@ -102,9 +125,7 @@ def units_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = 
     aggregate, grouped by unit. A whole device is a group of one; a partitioned GPU's group is every device
     consuming its counter set.
     """
-    part = partition_expr("d")
-    tainted, taint_params = tainted_sql("d", with_rules)
-    unit = f"d.pool_name || '/' || COALESCE(CASE WHEN {part} THEN {counter_set_expr('d')} END, d.name)"
+    devices, device_params = device_rows_sql(where, params, with_rules=with_rules)
     sql = f"""{_alloc_cte()}
         SELECT w.cluster_id AS cluster_id, w.cluster AS cluster, w.node_name AS node_name, w.driver AS driver,
                w.product AS product, w.unit AS unit, w.partitioned AS partitioned, COUNT(*) AS devices,
@@ -112,19 +133,11 @@ def units_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = 
                CASE WHEN COUNT(a.device) = 0 THEN 0 WHEN MIN(a.min_claim) <> MAX(a.max_claim) THEN 2 ELSE 1 END
                    AS claims,
                COALESCE(MAX(a.consumers), 0) AS consumers, COUNT(a.device) AS used_devices
-        FROM (SELECT d.cluster_id AS cluster_id, c.name AS cluster, d.node_name AS node_name, d.driver AS driver,
-                     d.pool_name AS pool_name, d.name AS name, {product_expr('d')} AS product, {tainted} AS tainted,
-                     CASE WHEN p.state = 'invalid' THEN 1 ELSE 0 END AS invalid,
-                     CASE WHEN {part} THEN 1 ELSE 0 END AS partitioned, {unit} AS unit
-              FROM {T_DEVICE} d
-              JOIN {T_CLUSTER} c ON c.id = d.cluster_id
-              JOIN {T_POOL} p ON p.cluster_id = d.cluster_id AND p.driver = d.driver AND p.name = d.pool_name
-                             AND p.generation = d.pool_generation
-              {('WHERE ' + where) if where else ''} {_fence()}) w
+        FROM ({devices} {_fence()}) w
         LEFT JOIN a ON a.cluster = w.cluster AND a.driver = w.driver AND a.pool = w.pool_name AND a.device = w.name
         GROUP BY w.cluster_id, w.cluster, w.node_name, w.driver, w.product, w.unit, w.partitioned
     """
-    return sql, taint_params + list(params)
+    return sql, device_params
 
 
 # Mutually exclusive states of a unit, in the order the bars stack them.

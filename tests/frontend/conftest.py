@@ -11,6 +11,19 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 PASSWORD = "correct horse battery staple"
 
 
+@pytest.fixture(autouse=True)
+def fresh_overview_tallies(monkeypatch):
+    """The overview's tallies live per process and follow the database's own records of change (row ids, the
+    change log). A test database flushed between tests (TRUNCATE, no triggers) is a change no production
+    database makes: each test starts with tallies that have seen nothing."""
+    from frontend.queries import fleet
+    from frontend.queries.claim_tally import ClaimTally
+    from frontend.queries.fleet_tally import FleetTally
+
+    monkeypatch.setattr(fleet, "_claims", ClaimTally())
+    monkeypatch.setattr(fleet, "_tally", FleetTally())
+
+
 @pytest.fixture
 def page(browser):
     # A laptop screen: the layout must work at this size.
