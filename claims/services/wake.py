@@ -42,9 +42,11 @@ def cluster_key(cluster: str) -> str:
     return f"cluster:{cluster}"
 
 
-def wants(outcome) -> tuple[tuple[str, int], ...]:
+def wants(outcome, holds_node: bool = False) -> tuple[tuple[str, int], ...]:
     """(key, devices short) a failed group waits for, from the engine's explanation; ``ANY_RELEASE`` when
-    it does not tell; empty when no device anywhere matches a request (only an inventory change can help)."""
+    it does not tell; empty when no device anywhere matches a request (only an inventory change can help).
+    ``holds_node``: a queue's head that holds a node (queues.services.reservation); the hold lasts only for
+    rounds that decide the head, so any release where it could go wakes it, however many devices it lacks."""
     if outcome is None or getattr(outcome, "reason", None) != "unsatisfiable":
         return ANY_RELEASE
     requests = (outcome.diagnostics or {}).get("requests") or []
@@ -56,7 +58,7 @@ def wants(outcome) -> tuple[tuple[str, int], ...]:
         if "clusters_matching" not in r or any(dropped.get(s) for s in VOLATILE):
             return ANY_RELEASE
         count = r.get("count")
-        short = 1 if count is None else max(1, count - int(r.get("available") or 0))
+        short = 1 if count is None or holds_node else max(1, count - int(r.get("available") or 0))
         # firstAvailable alternatives ("req/sub") of one request: any of them may be the one that fits.
         rows = per_request.setdefault((r.get("claim"), str(r.get("request", "")).split("/")[0]), [])
         rows.extend((cluster_key(c), short) for c in r["clusters_matching"])

@@ -163,12 +163,13 @@ def test_a_release_the_decision_may_not_have_seen_makes_the_claim_retry_at_once(
 
 def test_wake_rows_follow_the_claim(admin_client):
     load_fleet({"c1": [("h100", 1)]})
-    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)], gpu_claim("w", count=3))
+    # "head" fails first: the queue's head, which holds no node for one device, so "w" waits by its count.
+    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)], gpu_claim("head"), gpu_claim("w", count=3))
     run_rounds()
     rows = list(PendingWake.objects.filter(claim=claim("w")).values_list("key_id", "wake_at"))
     base = WakeKey.objects.get(key=wake.cluster_key("c1")).freed if rows else None
     assert rows == [(wake.cluster_key("c1"), base + 3)]  # three GPUs short, in the one cluster with H100s
-    for i in range(3):
+    for i in range(4):
         release(f"f-{i}")
     run_rounds()
     assert claim("w").phase == Phase.ALLOCATED and not PendingWake.objects.filter(claim=claim("w")).exists()
