@@ -314,9 +314,14 @@ class PendingWake(models.Model):
     claim = models.ForeignKey(ResourceClaim, on_delete=models.CASCADE, related_name="+")
     key = models.ForeignKey(WakeKey, on_delete=models.CASCADE, related_name="+", db_column="key")
     wake_at = models.BigIntegerField()
+    short = models.IntegerField(default=1)  # the devices it lacks (wake_at is the counter then plus this)
+    # A queue's head that holds a node waits for any release (wake_at = counter + 1) while it is the oldest
+    # such head of its queue; younger ones fall back to ``short`` (queues.services.reservation).
+    head_of = models.CharField(max_length=253, blank=True, default="")
 
     class Meta:
-        indexes = [models.Index(fields=["key", "wake_at"], name="claims_wake_key_at")]
+        indexes = [models.Index(fields=["key", "wake_at"], name="claims_wake_key_at"),
+                   models.Index(fields=["head_of", "claim"], condition=~Q(head_of=""), name="claims_wake_head")]
 
 
 class UtilisationSnapshot(models.Model):

@@ -29,7 +29,7 @@ class Group:
     blocked: str | None = None  # a reason code: the group cannot be allocated as it stands
     blocked_message: str = ""
     # Set by a round screen that held a node for this group (its queue's head): see claims.services.wake.
-    holds_node: bool = False
+    holds_node: str = ""  # the queue whose head this group is
 
     @property
     def key(self) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 
 from django.db import connection
-from django.db.models import F
+from django.db.models import F, Subquery
 
 from claims.models import FleetState, PendingWake, Phase, WakeKey
 
@@ -42,11 +42,9 @@ def cluster_key(cluster: str) -> str:
     return f"cluster:{cluster}"
 
 
-def wants(outcome, holds_node: bool = False) -> tuple[tuple[str, int], ...]:
+def wants(outcome) -> tuple[tuple[str, int], ...]:
     """(key, devices short) a failed group waits for, from the engine's explanation; ``ANY_RELEASE`` when
-    it does not tell; empty when no device anywhere matches a request (only an inventory change can help).
-    ``holds_node``: a queue's head that holds a node (queues.services.reservation); the hold lasts only for
-    rounds that decide the head, so any release where it could go wakes it, however many devices it lacks."""
+    it does not tell; empty when no device anywhere matches a request (only an inventory change can help)."""
     if outcome is None or getattr(outcome, "reason", None) != "unsatisfiable":
         return ANY_RELEASE
     requests = (outcome.diagnostics or {}).get("requests") or []
@@ -58,7 +56,7 @@ def wants(outcome, holds_node: bool = False) -> tuple[tuple[str, int], ...]:
         if "clusters_matching" not in r or any(dropped.get(s) for s in VOLATILE):
             return ANY_RELEASE
         count = r.get("count")
-        short = 1 if count is None or holds_node else max(1, count - int(r.get("available") or 0))
+        short = 1 if count is None else max(1, count - int(r.get("available") or 0))
         # firstAvailable alternatives ("req/sub") of one request: any of them may be the one that fits.
         rows = per_request.setdefault((r.get("claim"), str(r.get("request", "")).split("/")[0]), [])
         rows.extend((cluster_key(c), short) for c in r["clusters_matching"])
@@ -69,10 +67,16 @@ def wants(outcome, holds_node: bool = False) -> tuple[tuple[str, int], ...]:
     return tuple(dict.fromkeys(hardest))
 
 
-def mark(claims, version, keys) -> None:
-    """Note on ``claims`` (in memory) what they wait for; written by ``store`` with the claims."""
+def mark(claims, version, keys, head_of: str = "") -> None:
+    """Note on ``claims`` (in memory) what they wait for; written by ``store`` with the claims.
+
+    ``head_of``: the group is its queue's head and held a node this round (queues.services.reservation).
+    The hold lasts only for rounds that decide the head, so the head is woken by any release where it could
+    go, however many devices it lacks -- the oldest such head of a queue only: a round that did not take the
+    older head made a younger claim its head, which waits by its count again."""
     for claim in claims:
         claim._wake_keys = () if version is None else tuple(keys if keys is not None else ANY_RELEASE)
+        claim._wake_head = head_of
 
 
 def store(claims) -> None:
@@ -97,8 +101,14 @@ def store(claims) -> None:
         if any(counters[k][1] > c.attempted_version for k, _ in wanted):
             c.attempted_version = None  # released after this claim was read: maybe not seen, decide again
             continue
-        rows.extend(PendingWake(claim_id=c.id, key_id=k, wake_at=counters[k][0] + short) for k, short in wanted)
+        head = getattr(c, "_wake_head", "")
+        rows.extend(PendingWake(claim_id=c.id, key_id=k, wake_at=counters[k][0] + (1 if head else short),
+                                short=short, head_of=head) for k, short in wanted)
     PendingWake.objects.bulk_create(rows)
+    for queue in sorted({r.head_of for r in rows if r.head_of}):
+        oldest = PendingWake.objects.filter(head_of=queue).order_by("claim_id").values("claim_id")[:1]
+        PendingWake.objects.filter(head_of=queue, claim_id__gt=Subquery(oldest)).update(
+            wake_at=F("wake_at") - 1 + F("short"), head_of="")
 
 
 def forget(claim_ids) -> None:

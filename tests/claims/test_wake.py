@@ -174,3 +174,19 @@ def test_wake_rows_follow_the_claim(admin_client):
     run_rounds()
     assert claim("w").phase == Phase.ALLOCATED and not PendingWake.objects.filter(claim=claim("w")).exists()
     assert DeviceAllocation.objects.filter(claim=claim("w")).count() == 3
+
+
+def test_only_the_oldest_head_of_a_queue_waits_for_any_release(admin_client):
+    load_fleet({"c1": [("h100", 2)]})
+    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(16)])
+    run_rounds()
+    submit(admin_client, gpu_claim("older", count=3), gpu_claim("younger", count=3))
+    # One claim a round: each is its round's first failure, so each becomes the queue's head and holds a node.
+    assert allocation.allocate_round(batch_size=1).taken == 1
+    assert allocation.allocate_round(batch_size=1).taken == 1
+    heads = dict(PendingWake.objects.values_list("claim__name", "head_of"))
+    assert heads["older"] != "" and heads["younger"] == ""  # the younger one waits by its count again
+    release("f-0")  # one GPU: only the head is decided again (and keeps its node held)
+    assert eligible() == {"older"}
+    run_rounds()
+    assert claim("older").attempts == 2 and claim("younger").attempts == 1
