@@ -55,14 +55,9 @@ def post_batches(port: int, token: str, ns: str, bodies: list[dict], threads: in
 def undecided() -> int:
     """Pending claims no round has tried since the fleet last changed (taken ones included, unlike the
     service's ``eligible_pending``: a claim a round is deciding right now is not decided yet)."""
-    from django.db.models import Q
-
-    from claims.models import ResourceClaim
     from claims.services import allocation
 
-    version = allocation.fleet_version()
-    return (ResourceClaim.objects.filter(phase="Pending")
-            .filter(Q(attempted_version__isnull=True) | Q(attempted_version__lt=version)).count())
+    return allocation.undecided_pending().count()
 
 
 def wait_quiet(timeout: float = 600) -> None:

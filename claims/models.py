@@ -284,12 +284,44 @@ class IdempotencyRecord(models.Model):
 class FleetState(models.Model):
     """One row: ``version`` grows whenever devices may have become free (release, inventory change).
 
-    A pending claim that failed at version V is retried only once the version is above V.
+    ``version`` is the clock that attempts are stamped with (gangs retry once it moves past theirs).
+    ``wake_all_version`` is the version of the last change that wakes every pending claim (inventory, device
+    classes, queues): a claim that failed at V is retried once it is above V, or once a release freed what
+    the claim's ``PendingWake`` rows wait for (``claims.services.wake``).
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     version = models.BigIntegerField(default=1)
+    wake_all_version = models.BigIntegerField(default=1)
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class WakeKey(models.Model):
+    """A counter of devices released in one place (``cluster:<name>``; ``*`` counts every release).
+
+    ``freed`` only grows; ``version`` is the ``FleetState.version`` of the last release counted."""
+
+    key = models.CharField(max_length=100, primary_key=True)
+    freed = models.BigIntegerField(default=0)
+    version = models.BigIntegerField(default=0)
+
+
+class PendingWake(models.Model):
+    """What a pending claim waits for: it is eligible again once ``key``'s ``freed`` reaches ``wake_at``
+    (the counter when it was tried plus the devices it is short of). A claim has any number of rows (one
+    suffices); they are replaced with each attempt and dropped once it leaves Pending."""
+
+    claim = models.ForeignKey(ResourceClaim, on_delete=models.CASCADE, related_name="+")
+    key = models.ForeignKey(WakeKey, on_delete=models.CASCADE, related_name="+", db_column="key")
+    wake_at = models.BigIntegerField()
+    short = models.IntegerField(default=1)  # the devices it lacks (wake_at is the counter then plus this)
+    # A queue's head that holds a node waits for any release (wake_at = counter + 1) while it is the oldest
+    # such head of its queue; younger ones fall back to ``short`` (queues.services.reservation).
+    head_of = models.CharField(max_length=253, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["key", "wake_at"], name="claims_wake_key_at"),
+                   models.Index(fields=["head_of", "claim"], condition=~Q(head_of=""), name="claims_wake_head")]
 
 
 class UtilisationSnapshot(models.Model):

@@ -34,9 +34,9 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from claims import k8s
-from claims.models import FleetState, Phase, ResourceClaim
+from claims.models import FleetState, PendingWake, Phase, ResourceClaim
 from claims.placement import clusters_matching, node_pin
-from claims.services import commit, external, fleet, holds, queueing
+from claims.services import commit, external, fleet, holds, queueing, wake
 from claims.services.engines import engines
 from claims.services.grouping import Group, build_groups
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
@@ -109,18 +109,28 @@ def fleet_version() -> int:
 
 
 def bump_fleet_version() -> None:
-    """Devices may have become free: pending claims become eligible again. Call inside the writer's txn."""
-    if not FleetState.objects.filter(pk=1).update(version=F("version") + 1):
-        FleetState.objects.get_or_create(pk=1, defaults={"version": 2})
+    """The fleet changed in a way that may help any pending claim (inventory, classes, queues): every one
+    becomes eligible again. Call inside the writer's txn. A release counts what it freed instead
+    (``wake.released``) and wakes only the claims that could use it."""
+    wake.bump_version(wake_all=True)
 
 
-def eligible_pending(version):
-    """Pending claims not tried since the fleet last changed. ``version``: an int or an expression."""
-    qs = (ResourceClaim.objects.filter(phase=Phase.PENDING)
-          .filter(Q(attempted_version__isnull=True) | Q(attempted_version__lt=version)).filter(_not_taken()))
+def undecided_pending(version=None):
+    """Pending claims a round would decide now, taken ones included. ``version`` is not needed (kept for
+    callers that pass the fleet version): a claim is eligible if it was never tried, every pending claim
+    was woken since it was tried (``FleetState.wake_all_version``), or a release freed what it waits for."""
+    wake_all = Coalesce(Subquery(FleetState.objects.filter(pk=1).values("wake_all_version")[:1]), Value(1))
+    woken = PendingWake.objects.filter(wake_at__lte=F("key__freed")).values("claim_id")
+    qs = ResourceClaim.objects.filter(phase=Phase.PENDING).filter(
+        Q(attempted_version__isnull=True) | Q(attempted_version__lt=wake_all) | Q(id__in=woken))
     for annotation in sorted(external.EXTERNAL_ALLOCATOR_ANNOTATIONS):
         qs = qs.exclude(annotations__has_key=annotation)
     return qs
+
+
+def eligible_pending(version=None):
+    """Pending claims not tried since something that may help them changed, and not taken by a worker."""
+    return undecided_pending(version).filter(_not_taken())
 
 
 def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None = None) -> RoundResult:
@@ -347,11 +357,13 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
     # same UPDATE); only the others are handed back here. Clearing all of them first wrote every row twice.
     recorded = {c.id for g, _ in live for c in g.claims}
     ResourceClaim.objects.filter(id__in=sorted(leased - recorded)).update(taken_until=None)
+    unwritten = False  # devices the engine handed out this round but that are not written
     for g, o in zip(groups, outcomes, strict=True):
         # Decided for claims released or edited meanwhile, so not written: give the devices back to the cached
         # engine, which would otherwise count them in use until it is rebuilt (found by benchmarks/soak_bench).
         if o is not None and o is not DEFERRED and o.allocated and any(c.id in stale for c in g.claims):
             engine.release(o.devices)
+            unwritten = True
     result.lost_race += sum(len(g.claims) for g, _ in zip(groups, outcomes, strict=True)
                             if any(c.id in stale for c in g.claims))
     wins = [(g, o) for g, o in live if o is not None and o is not DEFERRED and o.allocated]
@@ -377,7 +389,9 @@ def _write(engine, view, rows_seen, groups, outcomes, version, result: RoundResu
         elif id(group) not in won_groups:
             # Devices a refused unit held in this round's engine were not there for the groups after it: they
             # are decided again next round rather than waiting for the fleet to change (no queue blocks another).
-            _record_outcome(group, outcome, id(group) in lost_groups, None if refused else version, now, result,
+            # Likewise devices of lost or stale units: no release will announce them (claims.services.wake).
+            retry = refused or lost_groups or unwritten
+            _record_outcome(group, outcome, id(group) in lost_groups, None if retry else version, now, result,
                             events)
             updated.extend(group.claims)
         else:
@@ -418,6 +432,7 @@ def _record_outcome(group: Group, outcome, lost: bool, version, now, result: Rou
             result.pending += len(group.claims)
     else:
         diag = {"reason": outcome.reason, "message": outcome.message, "diagnostics": outcome.diagnostics}
+        # Woken only by a release that frees what it lacks (or by a change to the fleet itself).
         commit.set_pending(group.claims, REASONS.get(outcome.reason, "Unsatisfiable"), outcome.message, diag,
-                           version, now, events)
+                           version, now, events, wake_keys=wake.wants(outcome), head_of=group.holds_node)
         result.pending += len(group.claims)

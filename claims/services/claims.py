@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
@@ -15,9 +16,8 @@ from django.utils import timezone
 from claims import dispatch, k8s
 from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
-from claims.services import bulk, external, queueing
+from claims.services import bulk, external, queueing, wake
 from claims.services import events as ev
-from claims.services.allocation import bump_fleet_version
 from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
 from draservice.bulk import mark_saved, pg_execute
@@ -303,7 +303,10 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     live = [c for c in claims if c.phase in (Phase.PENDING, Phase.ALLOCATED)]
     if not live:
         return []
-    freed = DeviceAllocation.objects.filter(claim_id__in=[c.id for c in live]).delete()[0]
+    rows = DeviceAllocation.objects.filter(claim_id__in=[c.id for c in live])
+    freed = Counter(rows.values_list("cluster", flat=True))
+    rows.delete()
+    wake.forget(c.id for c in live)
     ledger.close_intervals([c.id for c in live], now)  # same transaction: the ledger matches the rows
     events = []
     for c in live:
@@ -325,7 +328,7 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
                             "resource_version", "updated_at", "conditions"])
     ev.record(events)
     if freed:
-        bump_fleet_version()
+        wake.released(freed)  # wakes only the pending claims these devices could serve
         transaction.on_commit(dispatch.request_allocation)
     ids = [c.id for c in live]
     transaction.on_commit(lambda: notify.publish(ids))

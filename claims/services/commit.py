@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
-from claims.services import bulk, fleet, locking, queueing
+from claims.services import bulk, fleet, locking, queueing, wake
 from claims.services import events as ev
 from claims.services.conditions import set_allocated_condition, set_condition
 from usage.services import ledger
@@ -169,6 +169,7 @@ def record(claims: list[ResourceClaim], events: list) -> None:
     """Save what a decision changed on ``claims`` (``CLAIM_FIELDS``) and append ``events``, in bulk."""
     for claim in claims:
         claim.taken_until = None
+    wake.store(claims)  # before the save: it may clear attempted_version
     bulk.update_rows(claims, CLAIM_FIELDS)
     ev.record(events)
 
@@ -200,9 +201,12 @@ def set_allocated(claim: ResourceClaim, p: Placement, allocation: dict | None, n
                     for r in results_of(allocation)]}))
 
 
-def set_pending(claims, reason: str, message: str, diagnostics, version, now, events: list) -> None:
-    """Still pending; ``version``: the fleet version tried at (not retried before the fleet moves past it),
-    or None to retry at once."""
+def set_pending(claims, reason: str, message: str, diagnostics, version, now, events: list,
+                wake_keys=None, head_of: str = "") -> None:
+    """Still pending; ``version``: the fleet version tried at (not retried before something that may help
+    them changes), or None to retry at once. ``wake_keys``: what a release must free to wake them
+    (``claims.services.wake``); None: any release. ``head_of``: the queue whose head holds a node for them."""
+    wake.mark(claims, version, wake_keys, head_of)
     for claim in claims:
         # The trail records each change of outcome; a repeat of the same "no" is counted in
         # status.attempts but not written again (a long queue is re-tried after every release).
@@ -225,8 +229,8 @@ def set_quota_condition(claims, verdict: queueing.Verdict, now) -> None:
 
 
 def set_waiting_for_quota(claims, verdict: queueing.Verdict, version, now, events: list) -> None:
-    """Placed by the engine but refused by its queue's quota: pending, holding nothing; retried once the
-    fleet version moves (a release, a queue change)."""
+    """Placed by the engine but refused by its queue's quota: pending, holding nothing; retried after any
+    release (it may free quota) or a queue change."""
     set_pending(claims, verdict.reason, verdict.message, {"queue": verdict.queue, "reason": verdict.reason},
                 version, now, events)
     set_quota_condition(claims, verdict, now)

@@ -20,7 +20,7 @@ def explain(claim: ResourceClaim, *, refresh: bool = False) -> dict:
         "attempts": claim.attempts,
         "lastAttemptTime": claim.last_attempt_at.strftime("%Y-%m-%dT%H:%M:%SZ") if claim.last_attempt_at else None,
         "fleetVersion": version, "attemptedVersion": claim.attempted_version,
-        "current": claim.phase != Phase.PENDING or claim.attempted_version == version,
+        "current": claim.phase != Phase.PENDING or not allocation.undecided_pending().filter(pk=claim.pk).exists(),
         "diagnostics": claim.diagnostics,
     }
     queue = queueing.status([claim], estimate=True).get(claim.id)

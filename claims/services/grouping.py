@@ -28,6 +28,8 @@ class Group:
     pin_node: str | None = None
     blocked: str | None = None  # a reason code: the group cannot be allocated as it stands
     blocked_message: str = ""
+    # Set by a round screen that held a node for this group (its queue's head): see claims.services.wake.
+    holds_node: str = ""  # the queue whose head this group is
 
     @property
     def key(self) -> str:

@@ -46,7 +46,8 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
                     "deviceClassName": alt.class_name, "allocationMode": "All" if alt.all_mode else "ExactCount",
                     "count": None if alt.all_mode else alt.count, "considered": 0,
                     "dropped": {s: 0 for s in STAGES}, "available": 0, "available_by_node": Counter(),
-                    "_near": Counter(), "_exprs": alt.sel.request_exprs, "_selector_matching": 0}
+                    "_near": Counter(), "_exprs": alt.sel.request_exprs, "_selector_matching": 0,
+                    "clusters_matching": Counter()}
             _count_alt(engine, group, cluster, alt, entry, cluster in stale, plan.fp)
     out_requests = []
     for entry in requests.values():
@@ -60,6 +61,9 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
         entry["nearest_miss"] = [{"selector": i, "expression": exprs[i], "would_match": c}
                                  for i, c in sorted(near.items())]
         entry["summary"] = _summary(entry, matching)
+        # Where devices matching the selectors exist (free or not): the only clusters whose released devices
+        # can ever serve this request (the claims service wakes a pending claim only for those).
+        entry["clusters_matching"] = dict(sorted((c, n) for c, n in entry["clusters_matching"].items() if n))
         out_requests.append(entry)
     summary = "; ".join(f"{r['claim']}/{r['request']}: {r['summary']}" for r in out_requests) or _no_requests(
         reason, skipped)
@@ -105,6 +109,7 @@ def _count_alt(engine, group, cluster, alt, entry, stale: bool, plan_fp: tuple) 
     entry["considered"] += counts["considered"]
     entry["available"] += counts["available"]
     entry["_selector_matching"] += counts["_selector_matching"]
+    entry["clusters_matching"][cluster.name] += counts["_selector_matching"]
     entry["available_by_node"].update(counts["available_by_node"])
     entry["_near"].update(counts["_near"])
     for stage, n in counts["dropped"].items():

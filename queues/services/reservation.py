@@ -70,6 +70,7 @@ class RoundReservations:
                     best = (free, (model.name, name))
         if best is not None:
             self.held[best[1]] = queue
+            group.holds_node = queue  # the head must be in the next rounds too, or its node is not held
 
 
 def round_screen(engine) -> RoundReservations:

@@ -14,7 +14,8 @@ from collections import defaultdict
 
 from django.db import connection
 
-from claims.models import DeviceAllocation, FleetState, Phase, ResourceClaim
+from claims.models import DeviceAllocation, Phase, ResourceClaim
+from claims.services import allocation
 from dra.engine.quantity import Q
 from inventory.models import Device, ResourceSlice
 from tests.claims.fleet import gpu_claim, load_fleet
@@ -50,9 +51,7 @@ def submit(client, bodies, chunk=500):
 
 
 def settled() -> bool:
-    version = FleetState.objects.get(pk=1).version
-    unsettled = ResourceClaim.objects.filter(phase=Phase.PENDING).exclude(attempted_version=version)
-    return not unsettled.exists()
+    return not allocation.undecided_pending().exists()
 
 
 def wait_settled(pool, timeout: float = 120.0) -> None:

@@ -11,10 +11,11 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from claims.models import DeviceAllocation, ResourceClaim
+from claims.services import allocation
 from claims.tasks import expire_leases
 from inventory.models import Device
 from tests.claims.fleet import gpu_claim, mig_pair_claim
@@ -198,8 +199,14 @@ def test_a_pending_claim_is_tried_once_by_real_workers_while_the_fleet_is_stable
         time.sleep(0.5)
     claim = ResourceClaim.objects.get(name="no-fit")
     assert claim.phase == "Pending" and claim.attempts == 1
-    # A change to the fleet allows another attempt.
+    # Nor does a release of one GPU (it lacks 16: claims.services.wake).
     admin_client.post(f"{NS}/resourceclaims", gpu_claim("small"), format="json")
     assert wait_phase(admin_client, "small")["status"]["phase"] == "Allocated"
     admin_client.post(f"{NS}/resourceclaims/small/release")
+    until(lambda: not allocation.undecided_pending().exists())
+    assert ResourceClaim.objects.get(name="no-fit").attempts == 1
+    # A change to the fleet itself (here, as an inventory push announces it) allows another attempt.
+    with transaction.atomic():
+        allocation.bump_fleet_version()
+    dispatch.request_allocation()
     until(lambda: ResourceClaim.objects.get(name="no-fit").attempts == 2)

@@ -1,0 +1,142 @@
+"""Targeted wake-ups: a release makes eligible only the pending claims the freed devices could serve.
+
+A claim the engine could not place waits (``PendingWake`` rows) for a counter of released devices
+(``WakeKey.freed``) to reach a mark. The keys are ``cluster:<name>``, one per cluster where devices matching
+the claim's selectors exist (the engine's explanation counts them), and ``*``, which every release moves. The
+mark is the counter when the claim was tried plus the devices it is short of: ``count - available`` for its
+request hardest to serve (at least 1). A claim that could fit now is always woken:
+
+* it fits in some cluster C, so every request's devices match in C: each request has a row on C;
+* the devices available to a request now are at most those available then plus those released in C since
+  (a released exclusive device makes at most itself available); so C's counter moved by at least the
+  shortfall, and by at least 1 (the engine is deterministic: with nothing freed the answer is the same "no").
+
+Where that bound does not hold (devices blocked by shared counters or consumable capacity, where one release
+can make several devices available; taints, stale clusters, incomplete pools, which change without a
+release) or the explanation is missing (consumers' errors, held groups, quota), the claim waits for ``*``:
+any release wakes it, as every release did before. Inventory, class and queue changes wake every pending
+claim (``FleetState.wake_all_version``).
+
+Race: a claim decided at fleet version V (read with the claim) records its marks from the counters read in
+the committing transaction. A release committed before that read but after V was read moved the key's
+``version`` past V: the engine may not have seen it, so such a claim is retried at once instead. A release
+committed after the read moves the counter past the recorded base, so it counts.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from django.db import connection
+from django.db.models import F, Subquery
+
+from claims.models import FleetState, PendingWake, Phase, WakeKey
+
+ANY = "*"
+ANY_RELEASE = ((ANY, 1),)
+# Drop-out stages that can change without a release in the claim's clusters (see the module docstring).
+VOLATILE = ("cluster_stale", "pool_incomplete", "pool_invalid", "taint", "counters", "capacity",
+            "binding_conditions_unsupported", "counters_unsupported")
+
+
+def cluster_key(cluster: str) -> str:
+    return f"cluster:{cluster}"
+
+
+def wants(outcome) -> tuple[tuple[str, int], ...]:
+    """(key, devices short) a failed group waits for, from the engine's explanation; ``ANY_RELEASE`` when
+    it does not tell; empty when no device anywhere matches a request (only an inventory change can help)."""
+    if outcome is None or getattr(outcome, "reason", None) != "unsatisfiable":
+        return ANY_RELEASE
+    requests = (outcome.diagnostics or {}).get("requests") or []
+    if not requests:
+        return ANY_RELEASE
+    per_request: dict[tuple, list[tuple[str, int]]] = {}
+    for r in requests:
+        dropped = r.get("dropped") or {}
+        if "clusters_matching" not in r or any(dropped.get(s) for s in VOLATILE):
+            return ANY_RELEASE
+        count = r.get("count")
+        short = 1 if count is None else max(1, count - int(r.get("available") or 0))
+        # firstAvailable alternatives ("req/sub") of one request: any of them may be the one that fits.
+        rows = per_request.setdefault((r.get("claim"), str(r.get("request", "")).split("/")[0]), [])
+        rows.extend((cluster_key(c), short) for c in r["clusters_matching"])
+    if any(not rows for rows in per_request.values()):
+        return ()  # a request no device matches: only an inventory or class change can help
+    # A fit needs every request, so waiting for one of them is enough: the one hardest to serve.
+    hardest = max(per_request.values(), key=lambda rows: (min(n for _, n in rows), -len(rows)))
+    return tuple(dict.fromkeys(hardest))
+
+
+def mark(claims, version, keys, head_of: str = "") -> None:
+    """Note on ``claims`` (in memory) what they wait for; written by ``store`` with the claims.
+
+    ``head_of``: the group is its queue's head and held a node this round (queues.services.reservation).
+    The hold lasts only for rounds that decide the head, so the head is woken by any release where it could
+    go, however many devices it lacks -- the oldest such head of a queue only: a round that did not take the
+    older head made a younger claim its head, which waits by its count again."""
+    for claim in claims:
+        claim._wake_keys = () if version is None else tuple(keys if keys is not None else ANY_RELEASE)
+        claim._wake_head = head_of
+
+
+def store(claims) -> None:
+    """Replace the ``PendingWake`` rows of ``claims`` (call in the transaction that saves them, before
+    the save: a claim a release overtook gets ``attempted_version = None``)."""
+    if not claims:
+        return
+    PendingWake.objects.filter(claim_id__in=[c.id for c in claims]).delete()
+    waiting = [c for c in claims if c.phase == Phase.PENDING and c.attempted_version is not None]
+    for c in waiting:
+        if not hasattr(c, "_wake_keys"):  # pending by another path (a consumer's claim failed): any release
+            c._wake_keys = ANY_RELEASE
+    keys = sorted({k for c in waiting for k, _ in c._wake_keys})
+    if not keys:
+        return
+    WakeKey.objects.bulk_create([WakeKey(key=k) for k in keys], ignore_conflicts=True)
+    counters = {k: (freed, version) for k, freed, version in
+                WakeKey.objects.filter(key__in=keys).values_list("key", "freed", "version")}
+    rows = []
+    for c in waiting:
+        wanted = c._wake_keys
+        if any(counters[k][1] > c.attempted_version for k, _ in wanted):
+            c.attempted_version = None  # released after this claim was read: maybe not seen, decide again
+            continue
+        head = getattr(c, "_wake_head", "")
+        rows.extend(PendingWake(claim_id=c.id, key_id=k, wake_at=counters[k][0] + (1 if head else short),
+                                short=short, head_of=head) for k, short in wanted)
+    PendingWake.objects.bulk_create(rows)
+    for queue in sorted({r.head_of for r in rows if r.head_of}):
+        oldest = PendingWake.objects.filter(head_of=queue).order_by("claim_id").values("claim_id")[:1]
+        PendingWake.objects.filter(head_of=queue, claim_id__gt=Subquery(oldest)).update(
+            wake_at=F("wake_at") - 1 + F("short"), head_of="")
+
+
+def forget(claim_ids) -> None:
+    PendingWake.objects.filter(claim_id__in=list(claim_ids)).delete()
+
+
+def bump_version(wake_all: bool) -> int:
+    """Move the fleet clock (inside the writer's transaction); ``wake_all``: every pending claim is
+    eligible again. Returns the new version."""
+    fields = {"version": F("version") + 1}
+    if wake_all:
+        fields["wake_all_version"] = F("version") + 1
+    if not FleetState.objects.filter(pk=1).update(**fields):
+        FleetState.objects.get_or_create(pk=1, defaults={"version": 2, "wake_all_version": 2})
+    return FleetState.objects.filter(pk=1).values_list("version", flat=True).get()
+
+
+def released(clusters: Counter) -> None:
+    """Devices were released (``clusters``: how many per cluster): count them (in the releasing
+    transaction). Keys in sorted order, so two releases never wait on each other in a cycle."""
+    if not clusters:
+        return
+    version = bump_version(wake_all=False)
+    counts = {cluster_key(c): n for c, n in clusters.items()}
+    counts[ANY] = sum(clusters.values())
+    table = connection.ops.quote_name(WakeKey._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} (key, freed, version) VALUES (%s, %s, %s) ON CONFLICT (key) DO UPDATE "
+            f"SET freed = {table}.freed + excluded.freed, version = excluded.version",
+            [(k, counts[k], version) for k in sorted(counts)])

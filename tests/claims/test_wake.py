@@ -1,0 +1,192 @@
+"""Targeted wake-ups (claims.services.wake) against real PostgreSQL and the real engine: a release makes
+eligible only the pending claims the freed devices could serve, and always those. Eligibility is asserted on
+``eligible_pending`` and on ``attempts`` (how often a claim was decided), never on timing."""
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim, WakeKey
+from claims.services import allocation, commit, wake
+from claims.services import claims as claim_services
+from tests.claims.fleet import gpu_claim, load_fleet, mig_pair_claim
+from tests.queues.conftest import queue_body
+
+pytestmark = pytest.mark.django_db
+
+NS = "/api/v1/namespaces/team-a"
+HOPPER = 'device.attributes["gpu.nvidia.com"].architecture == "Hopper"'
+ADA = 'device.attributes["gpu.nvidia.com"].architecture == "Ada Lovelace"'
+
+
+def arch_claim(name: str, arch: str, count: int = 1) -> dict:
+    body = gpu_claim(name, count)
+    body["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": arch}}]
+    return body
+
+
+def submit(client, *bodies, ns: str = NS) -> None:
+    for body in bodies:
+        resp = client.post(f"{ns}/resourceclaims", body, format="json")
+        assert resp.status_code == 201, resp.content
+
+
+def run_rounds() -> None:
+    while allocation.allocate_round().taken:
+        pass
+
+
+def eligible() -> set[str]:
+    return set(allocation.eligible_pending().values_list("name", flat=True))
+
+
+def claim(name: str) -> ResourceClaim:
+    return ResourceClaim.objects.get(name=name)
+
+
+def release(name: str) -> None:
+    claim_services.release_claim(claim(name).id)
+
+
+def test_l4_release_wakes_no_claim_only_h100s_serve_and_counts_what_a_claim_lacks(admin_client):
+    load_fleet({"c-h100": [("h100", 1)], "c-l4": [("l4", 1)]})
+    submit(admin_client, *[arch_claim(f"h-{i}", HOPPER) for i in range(8)],
+           *[arch_claim(f"l-{i}", ADA) for i in range(4)])
+    run_rounds()
+    assert ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count() == 12  # both clusters full
+    submit(admin_client, arch_claim("want-h100", HOPPER), arch_claim("want-2xh100", HOPPER, count=2),
+           gpu_claim("any-gpu"))
+    run_rounds()
+    assert eligible() == set()
+    tried = {n: claim(n).attempts for n in ("want-h100", "want-2xh100")}
+    assert set(tried.values()) == {1} and claim("want-h100").reason == "Unsatisfiable"
+
+    release("l-0")  # an L4: only the claim any NVIDIA GPU serves can use it
+    assert eligible() == {"any-gpu"}
+    run_rounds()
+    assert claim("any-gpu").phase == Phase.ALLOCATED
+    assert {n: claim(n).attempts for n in tried} == tried  # the H100 claims were not decided again
+
+    release("h-0")  # one H100: the 1-GPU claim fits; the 2-GPU claim lacks 2 and is not woken
+    assert eligible() == {"want-h100"}
+    run_rounds()
+    assert claim("want-h100").phase == Phase.ALLOCATED and claim("want-2xh100").attempts == 1
+
+    release("h-1")  # two H100s freed since its attempt (one taken since): woken, one GPU short
+    assert eligible() == {"want-2xh100"}
+    run_rounds()
+    assert claim("want-2xh100").phase == Phase.PENDING and claim("want-2xh100").attempts == 2
+    release("h-2")  # now two are free: woken again and placed
+    assert eligible() == {"want-2xh100"}
+    run_rounds()
+    assert claim("want-2xh100").phase == Phase.ALLOCATED
+
+
+def test_release_of_a_gpu_wakes_a_mig_pair_blocked_by_shared_counters(admin_client):
+    load_fleet({"c1": [("a100-mig", 1)]})
+    gpus = 0
+    while True:  # a 7g.80gb partition on every A100: their counters leave no other partition free
+        body = gpu_claim(f"whole-{gpus}", device_class="mig.nvidia.com")
+        body["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+            {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].profile == "7g.80gb"'}}]
+        submit(admin_client, body)
+        run_rounds()
+        if claim(f"whole-{gpus}").phase != Phase.ALLOCATED:
+            claim_services.delete_claim(claim(f"whole-{gpus}").id)
+            break
+        gpus += 1
+    assert gpus >= 2
+    submit(admin_client, mig_pair_claim("mig-pair"))
+    run_rounds()
+    assert claim("mig-pair").phase == Phase.PENDING and eligible() == set()
+    release("whole-0")
+    assert eligible() == {"mig-pair"}
+    run_rounds()
+    assert claim("mig-pair").phase == Phase.ALLOCATED
+
+
+def test_consumer_group_is_woken_by_each_release_that_may_complete_it(admin_client):
+    load_fleet({"c1": [("h100", 1)]})
+    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)])
+    run_rounds()
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one"},
+                "spec": {"spec": gpu_claim("x")["spec"]}}
+    assert admin_client.post(f"{NS}/resourceclaimtemplates", template, format="json").status_code == 201
+    consumer = {"kind": "Consumer", "metadata": {"name": "pod-1"}, "spec": {"resourceClaims": [
+        {"name": "a", "resourceClaimTemplateName": "one"}, {"name": "b", "resourceClaimTemplateName": "one"}]}}
+    resp = admin_client.post(f"{NS}/consumers", consumer, format="json")
+    assert resp.status_code == 201, resp.content
+    names = {s["resourceClaimName"] for s in resp.json()["status"]["resourceClaimStatuses"]}
+    run_rounds()
+    assert eligible() == set() and {claim(n).phase for n in names} == {Phase.PENDING}
+    release("f-0")
+    assert names <= eligible()
+    run_rounds()
+    assert {claim(n).phase for n in names} == {Phase.PENDING}  # one GPU for two claims
+    release("f-1")
+    assert names <= eligible()
+    run_rounds()
+    assert {claim(n).phase for n in names} == {Phase.ALLOCATED}
+
+
+def test_claim_waiting_for_quota_wakes_when_its_queue_releases(admin_client):
+    load_fleet({"c1": [("h100", 2)]})
+    resp = admin_client.post("/api/v1/queues", queue_body("team", namespaces=["a"], gpus=2, borrowing=0),
+                             format="json")
+    assert resp.status_code == 201, resp.content
+    ns = "/api/v1/namespaces/a"
+    submit(admin_client, *[gpu_claim(f"q-{i}") for i in range(3)], ns=ns)
+    run_rounds()
+    waiting = ResourceClaim.objects.get(namespace__name="a", phase=Phase.PENDING)
+    assert waiting.reason == "WaitingForQuota" and eligible() == set()
+    release(next(n for n in ("q-0", "q-1", "q-2") if n != waiting.name))
+    assert eligible() == {waiting.name}
+    run_rounds()
+    assert claim(waiting.name).phase == Phase.ALLOCATED
+
+
+def test_a_release_the_decision_may_not_have_seen_makes_the_claim_retry_at_once(admin_client):
+    load_fleet({"c1": [("h100", 1)]})
+    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)], gpu_claim("late"))
+    run_rounds()
+    late = claim("late")
+    read_at = allocation.fleet_version()  # as a round reads it with the claim
+    release("f-0")  # commits while that round's engine runs
+    with transaction.atomic():
+        commit.set_pending([late], "Unsatisfiable", "no", None, read_at, timezone.now(), [],
+                           wake_keys=((wake.cluster_key("c1"), 5),))
+        commit.record([late], [])
+    assert claim("late").attempted_version is None and not PendingWake.objects.filter(claim=late).exists()
+    assert "late" in eligible()
+
+
+def test_wake_rows_follow_the_claim(admin_client):
+    load_fleet({"c1": [("h100", 1)]})
+    # "head" fails first: the queue's head, which holds no node for one device, so "w" waits by its count.
+    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)], gpu_claim("head"), gpu_claim("w", count=3))
+    run_rounds()
+    rows = list(PendingWake.objects.filter(claim=claim("w")).values_list("key_id", "wake_at"))
+    base = WakeKey.objects.get(key=wake.cluster_key("c1")).freed if rows else None
+    assert rows == [(wake.cluster_key("c1"), base + 3)]  # three GPUs short, in the one cluster with H100s
+    for i in range(4):
+        release(f"f-{i}")
+    run_rounds()
+    assert claim("w").phase == Phase.ALLOCATED and not PendingWake.objects.filter(claim=claim("w")).exists()
+    assert DeviceAllocation.objects.filter(claim=claim("w")).count() == 3
+
+
+def test_only_the_oldest_head_of_a_queue_waits_for_any_release(admin_client):
+    load_fleet({"c1": [("h100", 2)]})
+    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(16)])
+    run_rounds()
+    submit(admin_client, gpu_claim("older", count=3), gpu_claim("younger", count=3))
+    # One claim a round: each is its round's first failure, so each becomes the queue's head and holds a node.
+    assert allocation.allocate_round(batch_size=1).taken == 1
+    assert allocation.allocate_round(batch_size=1).taken == 1
+    heads = dict(PendingWake.objects.values_list("claim__name", "head_of"))
+    assert heads["older"] != "" and heads["younger"] == ""  # the younger one waits by its count again
+    release("f-0")  # one GPU: only the head is decided again (and keeps its node held)
+    assert eligible() == {"older"}
+    run_rounds()
+    assert claim("older").attempts == 2 and claim("younger").attempts == 1
