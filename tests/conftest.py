@@ -5,12 +5,15 @@ Shared material (upstream's conformance vectors, real slices and selectors) is r
 ``shared_path()``, which the ``shared_dir`` fixture returns and ``pytest_generate_tests`` uses to parametrize
 tests marked ``@pytest.mark.vectors(file, ...)`` (parametrization needs the data at collection, before fixtures).
 """
+import importlib
 import json
 import os
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.apps import apps as django_apps
 from django.conf import settings
+from django.db.models.signals import post_migrate
 
 SHARED_LOCATION = os.path.join(os.path.dirname(__file__), "..", "..", "shared")
 
@@ -90,7 +93,23 @@ def _require_postgresql():
 @pytest.fixture(scope="session")
 def django_db_setup(_require_postgresql, django_db_setup):
     """pytest-django's test database, behind the PostgreSQL gate (only tests that use the database get here)."""
+    post_migrate.connect(_restore_migration_rows, dispatch_uid="tests-restore-migration-rows")
     yield
+
+
+# The rows the data migrations create (the ``default`` queue, the fleet state singleton). A transactional test
+# ends with a flush that empties every table; tests that run after it in the same process and read those rows
+# would fail. A serial run hides this (pytest-django runs every transactional test last); an xdist worker, given
+# whole files in turn, does not. Django's flush sends post_migrate: put the rows back then, with the migrations'
+# own functions.
+DATA_MIGRATIONS = {"queues": ("queues.migrations.0002_default_queue", "create_default"),
+                   "claims": ("claims.migrations.0001_initial", "create_fleet_state")}
+
+
+def _restore_migration_rows(sender, using="default", **kwargs):
+    seed = DATA_MIGRATIONS.get(sender.label)
+    if seed is not None:
+        getattr(importlib.import_module(seed[0]), seed[1])(django_apps, None)
 
 
 # ------------------------------------------------------------------------------------------ shared material
