@@ -4,7 +4,11 @@ VENV ?= .venv
 PORT ?= 8000
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/draservice
-TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+# The first of the suite's Redis databases: xdist worker gwN uses the Nth after it (tests/conftest.py).
+TEST_BROKER_URL ?= redis://127.0.0.1:6379/12
+# pytest-xdist processes: the suite mostly waits on live services (gunicorn, Celery, kubectl, Chromium), so two
+# overlap well even on two cores. TEST_WORKERS=0 runs it serially in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: run test venv bench clean
 
@@ -22,13 +26,13 @@ run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py serve --demo --port $(PORT)
 
-## test: ruff, mypy, then the whole suite (with coverage) against the machine's real PostgreSQL and Redis (and Debian Chromium for browser tests)
+## test: ruff, mypy, then the whole suite (with coverage, in TEST_WORKERS parallel processes) against the machine's real PostgreSQL and Redis (and Debian Chromium for browser tests)
 test: venv
 	./scripts/ensure-services.sh
 	./scripts/ensure-chromium.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) $(PY) -m pytest --cov --cov-report=term $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
 bench: venv
 	./scripts/ensure-services.sh

@@ -5,21 +5,80 @@ Shared material (upstream's conformance vectors, real slices and selectors) is r
 ``shared_path()``, which the ``shared_dir`` fixture returns and ``pytest_generate_tests`` uses to parametrize
 tests marked ``@pytest.mark.vectors(file, ...)`` (parametrization needs the data at collection, before fixtures).
 """
+import importlib
 import json
 import os
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.apps import apps as django_apps
 from django.conf import settings
+from django.db.models.signals import post_migrate
 
 SHARED_LOCATION = os.path.join(os.path.dirname(__file__), "..", "..", "shared")
 
 
 def pytest_configure(config):
     # One test database per pytest process: several suites running at once on one machine (developers,
-    # helpers, CI) must not drop each other's database mid-run. (Settings only: nothing connects here.)
+    # helpers, CI, and each xdist worker of `make test`) must not drop each other's database mid-run.
+    # (Settings only: nothing connects here.)
     default = settings.DATABASES["default"]
-    name = os.environ.get("TEST_DATABASE_NAME") or f"test_{default['NAME']}_{os.getpid()}"
-    default.setdefault("TEST", {})["NAME"] = name
+    worker = xdist_worker_index(config)
+    name = os.environ.get("TEST_DATABASE_NAME")
+    name = f"{name}_gw{worker}" if name and worker is not None else name
+    default.setdefault("TEST", {})["NAME"] = name or f"test_{default['NAME']}_{os.getpid()}"
+    if worker is not None and os.environ.get("TEST_BROKER_URL"):
+        # In os.environ, so that every reader (fixtures, tests, the Celery workers they start) sees it.
+        os.environ["TEST_BROKER_URL"] = broker_url_for_worker(os.environ["TEST_BROKER_URL"], worker)
+
+
+def xdist_worker_index(config) -> int | None:
+    """N for pytest-xdist's worker gwN; None in a plain (serial) run. Read from the worker's config, not from
+    PYTEST_XDIST_WORKER: a pytest that a test starts in a subprocess inherits that variable but is no worker."""
+    workerinput = getattr(config, "workerinput", None)
+    return int(workerinput["workerid"].removeprefix("gw")) if workerinput else None
+
+
+def broker_url_for_worker(url: str, worker: int) -> str:
+    """TEST_BROKER_URL names the first of consecutive Redis databases: worker N uses the Nth after it. The keys
+    are already per test database (draservice.notify.key_prefix), but the Celery queues' bookkeeping and any
+    test that reads a whole Redis database must not see another worker's traffic."""
+    parts = urlsplit(url)
+    first = int(parts.path.strip("/") or 0)
+    if first + worker > REDIS_LAST_DB:
+        raise pytest.UsageError(f"TEST_BROKER_URL {url}: xdist worker gw{worker} needs Redis database "
+                                f"{first + worker}, beyond {REDIS_LAST_DB}; name a lower first database")
+    return urlunsplit(parts._replace(path=f"/{first + worker}"))
+
+
+REDIS_LAST_DB = 15  # Redis' default `databases 16`
+
+# Test files that must run in one xdist worker, because they share a session-wide live service that takes many
+# seconds to start (tests/kube/conftest.py kube_service): split across workers, each would start its own.
+SHARED_SERVICE_DIRS = ("tests/kube/",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With ``--dist loadfile``: a file is one unit of work (module-scoped services start once), the files under
+    SHARED_SERVICE_DIRS one unit together, and units are handed out in collection order (see
+    pytest_collection_modifyitems) rather than by their number of tests."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from tests.parallel import ServiceScheduling
+
+    return ServiceScheduling(config, log, SHARED_SERVICE_DIRS)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist, the files with slow tests first: a long file handed out last would keep one worker busy
+    while the others idle. (A stable sort: within a file, and among fast files, the order is unchanged.)"""
+    if xdist_worker_index(config) is None:
+        return
+    slow_files = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
+    slow_files |= {item.nodeid.split("::", 1)[0] for item in items
+                   if item.nodeid.startswith(SHARED_SERVICE_DIRS)}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow_files)
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +93,23 @@ def _require_postgresql():
 @pytest.fixture(scope="session")
 def django_db_setup(_require_postgresql, django_db_setup):
     """pytest-django's test database, behind the PostgreSQL gate (only tests that use the database get here)."""
+    post_migrate.connect(_restore_migration_rows, dispatch_uid="tests-restore-migration-rows")
     yield
+
+
+# The rows the data migrations create (the ``default`` queue, the fleet state singleton). A transactional test
+# ends with a flush that empties every table; tests that run after it in the same process and read those rows
+# would fail. A serial run hides this (pytest-django runs every transactional test last); an xdist worker, given
+# whole files in turn, does not. Django's flush sends post_migrate: put the rows back then, with the migrations'
+# own functions.
+DATA_MIGRATIONS = {"queues": ("queues.migrations.0002_default_queue", "create_default"),
+                   "claims": ("claims.migrations.0001_initial", "create_fleet_state")}
+
+
+def _restore_migration_rows(sender, using="default", **kwargs):
+    seed = DATA_MIGRATIONS.get(sender.label)
+    if seed is not None:
+        getattr(importlib.import_module(seed[0]), seed[1])(django_apps, None)
 
 
 # ------------------------------------------------------------------------------------------ shared material

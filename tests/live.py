@@ -3,6 +3,7 @@ PostgreSQL database of its own: schemathesis, keep-alive, kubectl and the Kubern
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import ssl
@@ -12,11 +13,28 @@ import urllib.request
 
 from django.conf import settings
 
+# Ports for live services come from below the kernel's ephemeral range (32768-60999 by default), one block per
+# xdist worker: a port asked of the kernel (bind to 0) is an ephemeral one, which any outgoing connection on
+# this busy machine (PostgreSQL, Redis, HTTP clients) may take in the seconds before the service binds it.
+PORT_BASE = 20000
+PORTS_PER_WORKER = 1000
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now on 127.0.0.1, from this xdist worker's block (worker gwN: PORT_BASE + N * 1000...)."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = PORT_BASE + (worker % 12) * PORTS_PER_WORKER
+    # A random start: several pytest processes (other checkouts) may share a block.
+    start = random.randrange(PORTS_PER_WORKER)
+    for offset in range(PORTS_PER_WORKER):
+        port = first + (start + offset) % PORTS_PER_WORKER
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORTS_PER_WORKER - 1}")
 
 
 def admin_sql(sql: str) -> None:

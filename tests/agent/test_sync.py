@@ -19,6 +19,7 @@ from inventory.models import Cluster, DeviceClass, Node, ResourceSlice
 from tests.agent.conftest import GPU_CLASS, kube_client_for, node, wait_for
 from tests.agent.kube_api import KubeAPIServer
 from tests.agent.outage import OutageProxy
+from tests.live import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CLUSTER = "kind-east"
@@ -257,15 +258,12 @@ def test_the_agent_process_serves_metrics_and_stops_cleanly_on_sigterm(kube_api,
     """``python -m agent`` as the Deployment runs it: env configuration, a token file, the metrics port,
     and a graceful exit on SIGTERM (what the kubelet sends when the pod is stopped)."""
     import signal
-    import socket
 
     populate(kube_api, slices[:3])
     kube_client_for(kube_api, tmp_path)  # writes tmp_path/kubeconfig
     token_file = tmp_path / "token"
     token_file.write_text(cluster_token[1])
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "DRASERVICE_URL": live_server.url, "DRASERVICE_CLUSTER": CLUSTER,
            "DRASERVICE_TOKEN_FILE": str(token_file), "KUBECONFIG": str(tmp_path / "kubeconfig"),
            "DRASERVICE_METRICS_PORT": str(port), "DRASERVICE_METRICS_ADDRESS": "127.0.0.1",

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from inventory.models import APIToken
 from inventory.services import sync
 from inventory.services.tokens import issue_token
 from tests.claims.fleet import cluster_body, gpu_claim
+from tests.live import free_port
 
 NS = "/api/v1/namespaces/ops"
 
@@ -60,12 +60,6 @@ def test_inventory_change_makes_pending_claims_try_again(admin_client, small_fle
     assert admin_client.get(f"{NS}/resourceclaims/big-3").json()["status"]["phase"] == "Allocated"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _http(port, method, path, token, body=None):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
                                  data=json.dumps(body).encode() if body is not None else None,
@@ -81,7 +75,7 @@ def test_serve_without_broker_allocates_in_process(small_fleet):
     from tests.claims.workers import ROOT, test_database_url
 
     _, token = issue_token(kind=APIToken.ADMIN, name="serve test")
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BROKER_URL"}
     env.update(DATABASE_URL=test_database_url(), DJANGO_SETTINGS_MODULE="draservice.settings",
                PYTHONPATH=str(ROOT))
