@@ -209,7 +209,7 @@ def test_run_time_limit_is_deterministic():
         start = time.perf_counter()
         with pytest.raises(CELBudgetExceeded) as info:
             compiled.evaluate(GPU, meter=meter)
-        assert time.perf_counter() - start < 3
+        assert time.perf_counter() - start < 15  # bounded by cost units; seconds depend on the machine's load
         used.add(meter.used)
         reasons.add(info.value.reason)
     assert reasons == {"operation cancelled: actual cost limit exceeded "

@@ -37,14 +37,14 @@ def test_cost_limit_is_counted_not_timed():
     start = time.perf_counter()
     with pytest.raises(CELBudgetExceeded, match=r"more than 5000 cost units"):
         compile_expression(RUNAWAY).evaluate(DEVICE, cost_limit=5000, time_limit=60)
-    assert time.perf_counter() - start < 2
+    assert time.perf_counter() - start < 10  # a bound, not a benchmark
 
 
 def test_time_limit_stops_evaluation():
     start = time.perf_counter()
     with pytest.raises(CELBudgetExceeded, match=r"ran longer than 0.05 s"):
         compile_expression(RUNAWAY).evaluate(DEVICE, cost_limit=10**12, time_limit=0.05)
-    assert time.perf_counter() - start < 1
+    assert time.perf_counter() - start < 5  # a bound, not a benchmark
 
 
 def test_budget_error_is_not_absorbed_by_a_false_operand():
@@ -68,7 +68,7 @@ def test_catastrophic_regex_runs_in_linear_time():
     assert compile_expression(f'{text}.matches("(a+)+$")').evaluate(DEVICE) is False
     expr = 'device.attributes["d.example.com"].s.matches("^(a|aa)+$")'
     assert compile_expression(expr).evaluate(DEVICE) is True
-    assert time.perf_counter() - start < 1
+    assert time.perf_counter() - start < 5  # a bound, not a benchmark
 
 
 def test_budget_exceeded_is_memoised_like_any_error():
@@ -78,7 +78,7 @@ def test_budget_exceeded_is_memoised_like_any_error():
     start = time.perf_counter()
     with pytest.raises(CELBudgetExceeded):
         cache.evaluate(RUNAWAY, DEVICE)
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 1.0  # a bound, not a benchmark
     assert cache.stats()["evaluations"] == 1
 
 

@@ -30,7 +30,7 @@ def test_kubernetes_131730_is_unsatisfiable_at_once():
                                  [{"matchAttribute": f"{DRIVER}/group"}])))
     elapsed = time.perf_counter() - start
     assert not out.allocated and out.reason == "unsatisfiable"
-    assert elapsed < 0.1
+    assert elapsed < 1.0  # a bound, not a benchmark: the exhaustive search takes minutes
     assert out.diagnostics["nodes"][0]["reason"] == "constraint"
     assert out.diagnostics["search"]["steps"] == 0  # the bound alone proved it
 
@@ -43,7 +43,7 @@ def test_kubernetes_131730_search_stays_small_without_the_bound():
     start = time.perf_counter()
     out = e.allocate(group(claim("c", [r0, request("r1", count=9)], [{"matchAttribute": f"{DRIVER}/group"}])))
     assert not out.allocated and out.reason == "unsatisfiable"
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 1.0  # a bound, not a benchmark (the search without symmetry: minutes)
     # Upstream tries C(16,9) x ... combinations; with symmetry each step has at most two distinct choices.
     assert 0 < out.diagnostics["search"]["steps"] < 200
 
