@@ -91,7 +91,10 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     mine = effective_priority(claim, queue)
     now = timezone.now()
     pool = []
-    for v in ResourceClaim.objects.filter(id__in=ids, phase=Phase.ALLOCATED).exclude(id__in=busy):
+    # Only what the choice reads: a queue's allocated claims can be tens of thousands, and their spec,
+    # allocation and conditions (the wide JSON columns) are not needed to rank them.
+    for v in (ResourceClaim.objects.filter(id__in=ids, phase=Phase.ALLOCATED).exclude(id__in=busy)
+              .only("id", "labels", "annotations", "allocated_at", "namespace_id")):
         vq = by_id[held[v.id][0]]
         prio = effective_priority(v, vq)
         min_run = (vq.spec.get("preemption") or {}).get("minRuntimeSeconds", 0)

@@ -151,3 +151,18 @@ def test_a_gang_within_quota_reclaims_whole_nodes(admin_client, h100_fleet):
     place_next()
     gang.refresh_from_db()
     assert gang.phase == GangPhase.PLACED, (gang.reason, gang.message)
+
+
+def test_a_pass_decides_the_oldest_waiting_claim_and_defers_the_rest_past_its_time_budget(admin_client, h100_fleet):
+    """The pass runs on the allocation workers every 5 s: its time is bounded (``reclaim.PASS_SECONDS``), the
+    oldest waiting claim is always decided, the younger ones wait for the next pass."""
+    borrowed_fleet(admin_client, grace=30)
+    submit(admin_client, "a", "first", 4)
+    submit(admin_client, "a", "second", 4)
+    rounds(1)
+    out = reclaim.run(budget=0.0)
+    assert out["preemptions"] == 1 and out["deferred"] == 1, out
+    assert {p.preemptor.name for p in Preemption.objects.all()} == {"first"}
+    out = reclaim.run()  # the next pass, with time to spare: the younger one's turn
+    assert out["preemptions"] == 1 and "deferred" not in out, out
+    assert {p.preemptor.name for p in Preemption.objects.all()} == {"first", "second"}
