@@ -141,12 +141,14 @@ def nodes_held_for_queue_heads() -> set[str]:
     return {((d or {}).get("diagnostics") or {}).get("node") for d in rows} - {None}
 
 
-def assert_no_idle_gpu_unexplained() -> None:
-    """Demand far exceeds supply, so after settling every whole GPU is held -- except on a node held for the
-    head of a queue (queues.services.reservation): a 2-GPU head that does not fit anywhere keeps the node with
-    the most free GPUs for itself, and the 1-GPU claims behind it are kept off that node (HeldForQueueHead) so
-    that freed GPUs accumulate there. Such a node holds one free GPU at most (with two the head would fit)."""
+def unexplained_idle_gpus() -> tuple[dict[str, int], set[str]]:
+    """Whole GPUs left free after settling that nothing explains, by node, and the nodes held for heads.
+
+    Demand far exceeds supply, so after settling every whole GPU should be held -- except on a node held for
+    the head of a queue (queues.services.reservation): a 2-GPU head that does not fit anywhere keeps the node
+    with the most free GPUs for itself, and the 1-GPU claims behind it are kept off that node
+    (HeldForQueueHead) so that freed GPUs accumulate there. Such a node holds one free GPU at most (with two
+    the head would fit)."""
     free = free_whole_gpus_by_node()
     held_nodes = nodes_held_for_queue_heads()
-    unexplained = {node: n for node, n in free.items() if node not in held_nodes or n > 1}
-    assert not unexplained, f"GPUs free while claims wait: {unexplained}; nodes held for heads: {held_nodes}"
+    return {node: n for node, n in free.items() if node not in held_nodes or n > 1}, held_nodes
