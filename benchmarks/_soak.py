@@ -224,16 +224,12 @@ class Sample:
     web_cpu_s: float
     allocated: int  # claims holding devices, fleet-wide
     held: int  # ... plus the pending ones: what the fleet will hold once the worker catches up
-    rows_read: int  # pg_stat_database tup_returned + tup_fetched of the bench database (every session)
-    lock_samples: int = 0  # 4 Hz probes of pg_stat_activity since the previous sample
-    lock_hits: int = 0  # ... that found a backend of the bench database waiting on a lock
     load: float = 0.0  # the machine's 1-minute load average (other tenants of this machine included)
 
 
 class Sampler(threading.Thread):
-    """Every ``every`` seconds: the worker's and the web server's processes (RSS, CPU) and the database's
-    counters; 4 times a second: whether any session of the bench database waits on a heavyweight lock. Also
-    corrects the driver's lifetimes toward its fill target."""
+    """Every ``every`` seconds: the worker's and the web server's processes (RSS, CPU) and the fleet's
+    fullness. Also corrects the driver's lifetimes toward its fill target."""
 
     def __init__(self, stack, db_name: str, driver: Driver | None = None, every: float = 5.0):
         super().__init__(daemon=True)
@@ -241,37 +237,26 @@ class Sampler(threading.Thread):
         self.samples: list[Sample] = []
         self.halt = threading.Event()
 
-    def sample(self, cursor, probes: int, hits: int) -> Sample:
+    def sample(self) -> Sample:
         from claims.models import ResourceClaim
 
         worker = process_tree(self.stack.pid("worker")) if "worker" in self.stack.procs else []
         rss = [rss_mb(p) for p in worker]
-        cursor.execute("SELECT tup_returned + tup_fetched FROM pg_stat_database WHERE datname = %s",
-                       [self.db_name])
         return Sample(at=time.time(), worker_rss_mb=sum(rss), worker_max_rss_mb=max(rss, default=0.0),
                       worker_cpu_s=sum(cpu_seconds(p) for p in worker),
                       web_cpu_s=sum(cpu_seconds(p) for p in process_tree(self.stack.pid("web"))),
                       allocated=ResourceClaim.objects.filter(phase="Allocated").count(),
                       held=ResourceClaim.objects.filter(phase__in=["Allocated", "Pending"]).count(),
-                      rows_read=cursor.fetchone()[0], lock_samples=probes, lock_hits=hits, load=os.getloadavg()[0])
+                      load=os.getloadavg()[0])
 
     def run(self) -> None:
         from django.db import connection
 
-        probes = hits = 0
-        next_at = time.monotonic()
-        with connection.cursor() as cursor:
-            while not self.halt.is_set():
-                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = "
-                               "'Lock'", [self.db_name])
-                probes, hits = probes + 1, hits + (cursor.fetchone()[0] > 0)
-                if time.monotonic() >= next_at:
-                    s = self.sample(cursor, probes, hits)
-                    self.samples.append(s)
-                    probes = hits = 0
-                    next_at += self.every
-                    self.steer(s)
-                self.halt.wait(0.25)
+        while not self.halt.is_set():
+            s = self.sample()
+            self.samples.append(s)
+            self.steer(s)
+            self.halt.wait(self.every)
         connection.close()
 
     def steer(self, s: Sample) -> None:

@@ -104,14 +104,25 @@ def latencies(claims, lo: float, hi: float, now: float) -> tuple[list[float], in
     return lat, unplaced
 
 
-def round_rows(since: float) -> list[tuple[float, float, int]]:
-    """(finished, seconds, taken) of the allocation rounds logged since ``since`` (unix seconds)."""
+def round_rows(since: float) -> list[tuple[float, float, int, int, float, int]]:
+    """(finished, seconds, taken, rows read, lock seconds, lost races) of the allocation rounds logged since
+    ``since`` (unix seconds): the service's own per-round figures (``claims.AllocationRound``)."""
     from datetime import UTC, datetime
 
     from claims.models import AllocationRound
 
     rows = AllocationRound.objects.filter(finished_at__gte=datetime.fromtimestamp(since, UTC))
-    return [(f.timestamp(), s, t) for f, s, t in rows.values_list("finished_at", "seconds", "taken")]
+    return [(f.timestamp(), *rest) for f, *rest in rows.values_list(
+        "finished_at", "seconds", "taken", "rows_read", "lock_seconds", "lost_race")]
+
+
+def round_costs(rounds) -> dict:
+    """Rows read per round (mean, max) and the share of round time spent in lock-taking statements."""
+    busy = sum(r[1] for r in rounds)
+    return {"rows_read_per_round": round(sum(r[3] for r in rounds) / len(rounds)) if rounds else None,
+            "rows_read_max": max((r[3] for r in rounds), default=None),
+            "lock_wait_pct": round(100 * sum(r[4] for r in rounds) / busy, 1) if busy else None,
+            "lost_races": sum(r[5] for r in rounds)}
 
 
 def window_stats(claims, lo: float, hi: float) -> dict:
@@ -189,7 +200,7 @@ def drain_once(stack, port: int, token: str, slots: dict[str, int], n: int, proc
     post_batches(port, token, ns, bodies)
     redis.Redis.from_url(stack.broker).flushdb()  # the kicks the web queued meanwhile: one kick below, same for both
     stack.start_worker(processes)
-    started = time.monotonic()
+    started, since = time.monotonic(), time.time()
     dispatch.request_allocation()
     wait_quiet(timeout=3600)
     wall = time.monotonic() - started
@@ -200,7 +211,7 @@ def drain_once(stack, port: int, token: str, slots: dict[str, int], n: int, proc
     release_all(ns)
     return {"processes": processes, "allocated": len(rows), "seconds": round(span, 1),
             "claims_per_s": round(len(rows) / span, 1) if span else float("nan"),
-            "wall_from_kick_s": round(wall, 1)}
+            "wall_from_kick_s": round(wall, 1), **round_costs(round_rows(since))}
 
 
 def drain_phase(stack, token: str, slots: dict[str, int], n: int) -> dict:

@@ -353,5 +353,9 @@ class AllocationRound(models.Model):
     pending = models.IntegerField(default=0)
     failed = models.IntegerField(default=0)
     lost_race = models.IntegerField(default=0)
+    # What a round costs beyond its own claims (issue 14's soak reads them): database rows read to bring the
+    # devices in use up to date, and seconds in statements taking locks other workers may hold.
+    rows_read = models.IntegerField(default=0)
+    lock_seconds = models.FloatField(default=0.0)
     # The round raised (the exception still propagates to the task): an allocation error an operator must see.
     error = models.CharField(max_length=200, blank=True, default="")

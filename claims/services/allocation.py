@@ -36,7 +36,7 @@ from django.utils import timezone
 from claims import k8s
 from claims.models import FleetState, PendingWake, Phase, ResourceClaim
 from claims.placement import clusters_matching, node_pin
-from claims.services import commit, external, fleet, holds, queueing, wake
+from claims.services import commit, external, fleet, holds, locking, queueing, wake
 from claims.services.engines import engines
 from claims.services.grouping import Group, build_groups
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
@@ -93,6 +93,8 @@ class RoundResult:
     lost_race: int = 0
     left_out: int = 0
     seconds: float = 0.0
+    rows_read: int = 0  # database rows read to bring the devices in use up to date (change log + rows)
+    lock_seconds: float = 0.0  # in statements that take locks other workers may hold (claims, clusters, devices)
     changed_ids: list[int] = field(default_factory=list)
 
     @property
@@ -137,6 +139,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
     """One round: take a batch (short transaction), decide with the engine (no transaction, no lock), commit
     (short transaction). ``engine_seconds``: engine time after which the rest of the batch is deferred."""
     started = time.perf_counter()
+    locking.lock_seconds(reset=True)
     claims, version = take(batch_size)
     result = RoundResult(taken=len(claims))
     if not claims:
@@ -149,6 +152,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
         result.left_out = len(left_out)
         view = fleet.current_view()
         rows = fleet.rows_in_use()
+        result.rows_read = fleet.rows_read_last()
         engine = engines.engine_for(view, rows)
         budget = ENGINE_SECONDS if engine_seconds is None else engine_seconds
         outcomes = _run_engine(engine, view, groups, time.perf_counter() + budget)
@@ -171,6 +175,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
         _unlease(leased)
         raise
     result.seconds = time.perf_counter() - started
+    result.lock_seconds = locking.lock_seconds()
     return result
 
 
@@ -261,7 +266,8 @@ def claim_object(claim: ResourceClaim) -> dict:
             "spec": claim.spec}
 
 
-def engine_group(group: Group, view: fleet.FleetView) -> ClaimGroup:
+def engine_group(group: Group, view: fleet.FleetView,
+                 avoid: frozenset[tuple[str, str]] = frozenset()) -> ClaimGroup:
     allowed: set[str] | None = None
     for claim in group.claims:
         names = clusters_matching(claim.allowed_cluster_selector, view.cluster_labels)
@@ -274,7 +280,7 @@ def engine_group(group: Group, view: fleet.FleetView) -> ClaimGroup:
     node = group.pin_node or next((pin for c in group.claims if (pin := node_pin(c.annotations))), None)
     return ClaimGroup(claims=[claim_object(c) for c in group.claims],
                       allowed_clusters=sorted(allowed) if allowed is not None else None,
-                      preferred_cluster=preferred, node=node, key=group.key)
+                      preferred_cluster=preferred, node=node, key=group.key, avoid_nodes=avoid)
 
 
 def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: float) -> list:
@@ -297,7 +303,7 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
             # Decided by a possibly inconsistent engine, or past the round's engine time: next round.
             outcomes.append(DEFERRED)
             continue
-        cg = engine_group(group, view)
+        cg = engine_group(group, view, screen.avoid(group))
         shape = _shape(cg) if len(group.claims) == 1 else None
         hit = failed.get(shape) if shape else None
         if hit is not None and hit[0] == successes:
@@ -308,6 +314,10 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
             # whose selector is cheap per device but read over thousands of devices is stopped too.
             with metered(CostMeter(GROUP_COST_BUDGET)):
                 outcome = engine.allocate(cg, raise_errors=False)
+                if cg.avoid_nodes and not outcome.allocated and outcome.error is None:
+                    # Nowhere but on held nodes, maybe: ask again with them, and the screen below reports the
+                    # group held (it waits for the holder) rather than merely unsatisfiable.
+                    outcome = engine.allocate(dataclasses.replace(cg, avoid_nodes=frozenset()), raise_errors=False)
         except CostBudgetExhausted as exc:
             # The engine's in-use state is untouched: a search works on its own local picks and commits only
             # on success, and an exhausted budget is never memoised. So the groups after it go on as usual.

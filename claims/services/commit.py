@@ -100,7 +100,8 @@ def changed_claims(claims: list[ResourceClaim]) -> set[int]:
     qs = ResourceClaim.objects.filter(id__in=ids).order_by("id")
     if connection.vendor == "postgresql":
         qs = qs.select_for_update(of=("self",))
-    current = dict((i, (phase, rv)) for i, phase, rv in qs.values_list("id", "phase", "resource_version"))
+    with locking.waiting():
+        current = dict((i, (phase, rv)) for i, phase, rv in qs.values_list("id", "phase", "resource_version"))
     return {c.id for c in claims if current.get(c.id) != (Phase.PENDING, c.resource_version)}
 
 

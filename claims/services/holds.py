@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from claims.placement import node_pin
+from claims.services import queueing
 
 HOLD_UNTIL = "draservice.io/defrag-hold-until"
 PLAN = "draservice.io/defrag-plan"
@@ -43,25 +44,33 @@ def held_nodes(now=None) -> dict[tuple[str, str], int]:
     return out
 
 
-def round_screen(engine, inner):
+class DefragScreen(queueing.Screen):
     """``inner`` (the queues' screen) first, then: a placement on a held node by anyone but its holder is
     undone and reported as held."""
-    held = held_nodes()
-    if not held:
-        return inner
 
-    def screen(group, outcome):
-        outcome = inner(group, outcome)
+    def __init__(self, engine, inner: queueing.Screen, held: dict[tuple[str, str], int]) -> None:
+        self.engine, self.inner, self.held = engine, inner, held
+
+    def avoid(self, group) -> frozenset[tuple[str, str]]:
+        mine = {c.id for c in group.claims}
+        return self.inner.avoid(group) | {where for where, holder in self.held.items() if holder not in mine}
+
+    def __call__(self, group, outcome):
+        outcome = self.inner(group, outcome)
         if not outcome.allocated or not outcome.node:
             return outcome
         where = (outcome.cluster or "", outcome.node)
-        holder = held.get(where)
+        holder = self.held.get(where)
         if holder is None or holder in {c.id for c in group.claims}:
             return outcome
-        engine.release(outcome.devices)
+        self.engine.release(outcome.devices)
         return dataclasses.replace(
             outcome, allocated=False, claims=[], devices=[], reason=HELD_FOR_DEFRAG,
             message=f"node {where[0]}/{where[1]} is held for a claim a defragmentation plan made room for; "
                     "waiting for room elsewhere", diagnostics={"heldFor": holder, "node": where[1],
                                                                 "cluster": where[0]})
-    return screen
+
+
+def round_screen(engine, inner: queueing.Screen) -> queueing.Screen:
+    held = held_nodes()
+    return DefragScreen(engine, inner, held) if held else inner

@@ -24,7 +24,10 @@ through, the insert fails and the whole write is retried.
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from collections.abc import Container, Iterable
+from contextlib import contextmanager
 
 from django.db import connection
 
@@ -32,6 +35,28 @@ from claims.models import DeviceAllocation
 
 DeviceKey = tuple[str, str, str, str]  # cluster, driver, pool, device
 PoolKey = tuple[str, str, str]  # cluster, driver, pool
+
+
+_clock = threading.local()
+
+
+@contextmanager
+def waiting():
+    """Time a statement that takes locks others may hold (added to ``lock_seconds``): what a round spends
+    there is its lock wait, an upper bound (the statement's own work is included)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        _clock.seconds = getattr(_clock, "seconds", 0.0) + time.perf_counter() - started
+
+
+def lock_seconds(reset: bool = False) -> float:
+    """Seconds this thread spent in lock-taking statements since the last reset."""
+    seconds = getattr(_clock, "seconds", 0.0)
+    if reset:
+        _clock.seconds = 0.0
+    return seconds
 
 
 def _lock_id(kind: str, key: tuple) -> int:
@@ -46,7 +71,7 @@ def lock(devices: Iterable[DeviceKey], pools: Iterable[PoolKey]) -> None:
     ids = sorted({_lock_id("d", d) for d in devices} | {_lock_id("p", p) for p in pools})
     if not ids:
         return
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, waiting():
         # unnest() yields the array in order, so the locks are taken in ascending id order.
         cursor.execute("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", [ids])
 
@@ -94,7 +119,7 @@ def cluster_versions_locked(cluster_ids: Iterable[int]) -> dict[int, tuple]:
         return {row[0]: (row[1], row[2]) for row in
                 Cluster.objects.filter(id__in=ids).values_list("id", "inventory_version", "stale_since")}
     table = Cluster._meta.db_table
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, waiting():
         cursor.execute(f'SELECT id, inventory_version, stale_since FROM "{table}" '
                        "WHERE id = ANY(%s) ORDER BY id FOR SHARE", [ids])
         return {row[0]: (row[1], row[2]) for row in cursor.fetchall()}

@@ -80,14 +80,22 @@ def order(groups: list) -> list:
     return _provider.order(groups) if _provider and len(groups) > 1 else groups
 
 
-def _no_screen(group, outcome):
-    return outcome
+class Screen:
+    """A per-round filter of the engine's outcomes, in decision order: ``screen(group, outcome) -> outcome``
+    undoes a placement on a node held for someone else and reports it held; ``avoid(group)`` names the
+    (cluster, node) pairs held from ``group`` so far, for the engine to look elsewhere first."""
+
+    def __call__(self, group, outcome):
+        return outcome
+
+    def avoid(self, group) -> frozenset[tuple[str, str]]:
+        return frozenset()
 
 
-def round_screen(engine):
-    """``screen(group, outcome) -> outcome`` for one round's engine decisions, in order (head-of-queue
-    reservations: a placement on a node held for a queue's head is undone and reported as held)."""
-    return _provider.round_screen(engine) if _provider else _no_screen
+def round_screen(engine) -> Screen:
+    """The round's ``Screen`` (head-of-queue reservations: a placement on a node held for a queue's head is
+    undone and reported as held)."""
+    return _provider.round_screen(engine) if _provider else Screen()
 
 
 def status(claims: list, estimate: bool = False, position: bool = True) -> dict[int, dict]:

@@ -32,7 +32,8 @@ def record(result, *, error: BaseException | None = None, seconds: float | None 
                           seconds=result.seconds if seconds is None else seconds,
                           taken=getattr(result, "taken", 0), allocated=getattr(result, "allocated", 0),
                           pending=getattr(result, "pending", 0), failed=getattr(result, "failed", 0),
-                          lost_race=getattr(result, "lost_race", 0),
+                          lost_race=getattr(result, "lost_race", 0), rows_read=getattr(result, "rows_read", 0),
+                          lock_seconds=getattr(result, "lock_seconds", 0.0),
                           error=f"{type(error).__name__}: {error}"[:200] if error is not None else "")
     try:
         row.save(force_insert=True)

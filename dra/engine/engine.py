@@ -425,9 +425,11 @@ class Engine:
 
     def _node_order(self, group: ClaimGroup, clusters: list[ClusterModel], plans: dict[str, GroupPlan]):
         """(cluster, node) pairs in policy order; only nodes whose free devices could hold the main request."""
+        avoid = group.avoid_nodes
         if group.node is not None:
             for cluster in clusters:
-                yield cluster, cluster.nodes[group.node]
+                if (cluster.name, group.node) not in avoid:
+                    yield cluster, cluster.nodes[group.node]
             return
         streams = []
         for cluster in clusters:
@@ -440,6 +442,8 @@ class Engine:
             pref = 0 if cluster.name == group.preferred_cluster else 1
             streams.append(_ranked(pref, cluster.name, ki.nodes(need)))
         for _, _, cname, nname in heapq.merge(*streams):
+            if (cname, nname) in avoid:
+                continue
             cluster = self.clusters[cname]
             yield cluster, cluster.nodes[nname]
 

@@ -134,6 +134,10 @@ class ClaimGroup:
     preferred_cluster: str | None = None
     node: str | None = None  # restrict to this node, like the kube-scheduler Filter for one node
     key: str = ""
+    # (cluster, node) pairs not to place on: held by the caller for another group (a queue's head, a
+    # defragmentation target). Not a failure reason of their own: the caller asks again without them to learn
+    # whether the group would fit only there.
+    avoid_nodes: frozenset[tuple[str, str]] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------------- outcomes

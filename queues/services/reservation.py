@@ -19,12 +19,17 @@ from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
 
 
-class RoundReservations:
+class RoundReservations(queueing.Screen):
     def __init__(self, engine) -> None:
         self.engine = engine
         self.tree: Tree | None = None
         self.held: dict[tuple[str, str], str] = {}  # (cluster, node) -> queue name of the head holding it
         self.heads: set[str] = set()  # queues whose head has been found this round
+
+    def avoid(self, group) -> frozenset[tuple[str, str]]:
+        """Every node held so far this round: the engine tries the others first (a placement on one is
+        undone anyway, and a claim undone there would wait for a release while another node had room)."""
+        return frozenset(self.held)
 
     def __call__(self, group, outcome):
         if self.tree is None:

@@ -240,3 +240,24 @@ def test_random_interleavings_seeded(claim_id):
     finally:
         writers.close()
     connection.close()
+
+
+def test_rounds_log_the_rows_they_read_and_their_time_in_locks(admin_client, small_fleet):
+    """The soak benchmark's per-round figures come from the rounds' own log (the worker task records every
+    round): a round after a few changes reads those changes, not the table, and a round that commits spends
+    time in lock-taking statements."""
+    from claims.models import AllocationRound
+
+    engines.reset()
+    claim_services.create_claims(NS, [fleet_helpers.gpu_claim(f"c{i}") for i in range(4)])  # runs a round
+    first = AllocationRound.objects.order_by("id").last()
+    assert first is not None and first.allocated == 4 and first.lock_seconds > 0
+    assert DeviceAllocation.objects.count() == 4
+    claim_services.create_claims(NS, [fleet_helpers.gpu_claim("c4")])  # reads the first round's 4 rows back
+    claim_services.release_claim(ResourceClaim.objects.get(name="c0").id)
+    claim_services.create_claims(NS, [fleet_helpers.gpu_claim("late")])
+    later = AllocationRound.objects.order_by("id").last()
+    assert later.allocated == 1 and DeviceAllocation.objects.count() == 5
+    # What changed since the previous round: c4's row added, c0's deleted. A read of the table would be the 4
+    # rows held then.
+    assert later.rows_read == 2, later.rows_read

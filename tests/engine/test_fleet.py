@@ -240,3 +240,17 @@ def test_outcomes_are_json_safe():
     bad = e.allocate(group(claim("b", [request("r")]), key="k2"))
     for o in (ok, bad):
         assert json.loads(json.dumps(o.to_dict()))["key"] in ("k1", "k2")
+
+
+def test_avoided_nodes_are_passed_over_and_a_pin_to_one_fails():
+    # node-b is the best fit (partly used), but held for someone else: the group goes to node-a; pinned to the
+    # held node, it fits nowhere; nothing of either answer is memoised against the held node.
+    e = engine(cluster("c1", {"node-a": gpus(4), "node-b": gpus(4)}),
+               allocated=[AllocatedDevice("c1", DRIVER, "node-b", "gpu-0")])
+    held = frozenset({("c1", "node-b")})
+    out = e.allocate(group(claim("x", [request("gpu")]), avoid_nodes=held))
+    assert (out.allocated, out.cluster, out.node) == (True, "c1", "node-a")
+    pinned = e.allocate(group(claim("y", [request("gpu")]), node="node-b", avoid_nodes=held))
+    assert not pinned.allocated and pinned.reason == "unsatisfiable"
+    again = e.allocate(group(claim("z", [request("gpu")]), node="node-b"))
+    assert (again.allocated, again.node) == (True, "node-b")

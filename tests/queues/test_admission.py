@@ -262,6 +262,7 @@ def test_an_8_gpu_head_is_not_starved_by_a_stream_of_1_gpu_claims(admin_client, 
         submit(admin_client, "ci", f"run{i}")
     rounds(1)
     assert list(phases("ci").values()).count(Phase.ALLOCATED) == 16
+    where = dict(ResourceClaim.objects.values_list("name", "node"))
     submit(admin_client, "ci", "big", 8)
     rng = random.Random(3)
     running = [f"run{i}" for i in range(16)]
@@ -275,11 +276,14 @@ def test_an_8_gpu_head_is_not_starved_by_a_stream_of_1_gpu_claims(admin_client, 
             break
     big = ResourceClaim.objects.get(name="big")
     assert big.phase == Phase.ALLOCATED, (big.reason, big.message)
-    # Small claims waited for the head (the trail says so), and the head started before all 16 had ended.
+    # Small claims waited for the head (the trail says so) rather than take its node, and the head started in
+    # the round its node's last running claim ended -- while the stream kept using the other node's GPUs.
     from claims.models import ClaimEvent
 
     assert ClaimEvent.objects.filter(reason="HeldForQueueHead").exists()
-    assert i < 15
+    assert not ResourceClaim.objects.filter(name__startswith="stream", node=big.node).exists()
+    assert i == max(running.index(name) for name in running if where[name] == big.node)
+    assert ResourceClaim.objects.filter(name__startswith="stream", phase=Phase.ALLOCATED).count() >= 7
 
 
 def test_deleting_a_queue_that_holds_claims_is_409_unless_forced(admin_client, h100_fleet):
@@ -398,3 +402,28 @@ def test_explain_says_the_place_in_the_queue_and_the_estimate(admin_client, h100
     out = admin_client.get(f"{ns('a')}/resourceclaims/p2/explain").json()
     summary = out["queue"]["summary"]
     assert summary.startswith("position 2 in team-a; about ") and "free the 16 gpu.nvidia.com devices" in summary
+
+
+def test_a_claim_kept_off_a_queue_heads_node_is_placed_on_another_free_node(admin_client, h100_fleet):
+    """The liveness gap of the race test (issue 14): a 1-GPU claim that the engine placed first-fit on the
+    node held for the queue's head was only undone and left to wait for some release, while another node had
+    a free GPU -- which then stayed idle for as long as nothing was released. The claim must go there."""
+    for i in range(16):
+        submit(admin_client, "ci", f"run{i}")
+    rounds(1)
+    held = dict(ResourceClaim.objects.values_list("name", "node"))
+    nodes = sorted(set(held.values()))
+    assert len(nodes) == 2
+    # One GPU free on each node: a 2-GPU claim fits nowhere; a 1-GPU claim fits on either.
+    for node in nodes:
+        name = next(n for n, where in sorted(held.items()) if where == node)
+        claim_services.release_claim(ResourceClaim.objects.get(name=name).id)
+    submit(admin_client, "ci", "big", 2)
+    submit(admin_client, "ci", "small")
+    rounds(1)
+    big, small = ResourceClaim.objects.get(name="big"), ResourceClaim.objects.get(name="small")
+    assert big.phase == Phase.PENDING
+    assert small.phase == Phase.ALLOCATED, (small.reason, small.message)
+    # The head's node (the first in the engine's order, so the one the small claim was first put on) keeps its
+    # free GPU for the head.
+    assert small.node == nodes[1], small.node
