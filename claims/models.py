@@ -318,6 +318,10 @@ class PendingWake(models.Model):
     # A queue's head that holds a node waits for any release (wake_at = counter + 1) while it is the oldest
     # such head of its queue; younger ones fall back to ``short`` (queues.services.reservation).
     head_of = models.CharField(max_length=253, blank=True, default="")
+    # The node held for that head, kept from round to round (and worker to worker) until the head is decided
+    # again: a round that does not decide the head still keeps the node from the claims behind it.
+    hold_cluster = models.CharField(max_length=63, blank=True, default="")
+    hold_node = models.CharField(max_length=253, blank=True, default="")
 
     class Meta:
         indexes = [models.Index(fields=["key", "wake_at"], name="claims_wake_key_at"),

@@ -444,5 +444,6 @@ def _record_outcome(group: Group, outcome, lost: bool, version, now, result: Rou
         diag = {"reason": outcome.reason, "message": outcome.message, "diagnostics": outcome.diagnostics}
         # Woken only by a release that frees what it lacks (or by a change to the fleet itself).
         commit.set_pending(group.claims, REASONS.get(outcome.reason, "Unsatisfiable"), outcome.message, diag,
-                           version, now, events, wake_keys=wake.wants(outcome), head_of=group.holds_node)
+                           version, now, events, wake_keys=wake.wants(outcome), head_of=group.holds_node,
+                           hold=group.held_at)
         result.pending += len(group.claims)

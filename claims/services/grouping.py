@@ -30,6 +30,7 @@ class Group:
     blocked_message: str = ""
     # Set by a round screen that held a node for this group (its queue's head): see claims.services.wake.
     holds_node: str = ""  # the queue whose head this group is
+    held_at: tuple[str, str] | None = None  # (cluster, node) held for it
 
     @property
     def key(self) -> str:

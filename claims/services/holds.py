@@ -45,8 +45,9 @@ def held_nodes(now=None) -> dict[tuple[str, str], int]:
 
 
 class DefragScreen(queueing.Screen):
-    """``inner`` (the queues' screen) first, then: a placement on a held node by anyone but its holder is
-    undone and reported as held."""
+    """A placement on a held node by anyone but its holder is undone and reported as held; every other outcome
+    goes to ``inner`` (the queues' screen). First, because it is the more specific reason: the target of a
+    plan is often its queue's head too, holding the same node."""
 
     def __init__(self, engine, inner: queueing.Screen, held: dict[tuple[str, str], int]) -> None:
         self.engine, self.inner, self.held = engine, inner, held
@@ -56,13 +57,12 @@ class DefragScreen(queueing.Screen):
         return self.inner.avoid(group) | {where for where, holder in self.held.items() if holder not in mine}
 
     def __call__(self, group, outcome):
-        outcome = self.inner(group, outcome)
         if not outcome.allocated or not outcome.node:
-            return outcome
+            return self.inner(group, outcome)
         where = (outcome.cluster or "", outcome.node)
         holder = self.held.get(where)
         if holder is None or holder in {c.id for c in group.claims}:
-            return outcome
+            return self.inner(group, outcome)
         self.engine.release(outcome.devices)
         return dataclasses.replace(
             outcome, allocated=False, claims=[], devices=[], reason=HELD_FOR_DEFRAG,

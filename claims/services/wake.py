@@ -67,7 +67,7 @@ def wants(outcome) -> tuple[tuple[str, int], ...]:
     return tuple(dict.fromkeys(hardest))
 
 
-def mark(claims, version, keys, head_of: str = "") -> None:
+def mark(claims, version, keys, head_of: str = "", hold: tuple[str, str] | None = None) -> None:
     """Note on ``claims`` (in memory) what they wait for; written by ``store`` with the claims.
 
     ``head_of``: the group is its queue's head and held a node this round (queues.services.reservation).
@@ -77,6 +77,7 @@ def mark(claims, version, keys, head_of: str = "") -> None:
     for claim in claims:
         claim._wake_keys = () if version is None else tuple(keys if keys is not None else ANY_RELEASE)
         claim._wake_head = head_of
+        claim._wake_hold = hold if head_of else None
 
 
 def store(claims) -> None:
@@ -102,13 +103,15 @@ def store(claims) -> None:
             c.attempted_version = None  # released after this claim was read: maybe not seen, decide again
             continue
         head = getattr(c, "_wake_head", "")
+        cluster, node = getattr(c, "_wake_hold", None) or ("", "")
         rows.extend(PendingWake(claim_id=c.id, key_id=k, wake_at=counters[k][0] + (1 if head else short),
-                                short=short, head_of=head) for k, short in wanted)
+                                short=short, head_of=head, hold_cluster=cluster, hold_node=node)
+                    for k, short in wanted)
     PendingWake.objects.bulk_create(rows)
     for queue in sorted({r.head_of for r in rows if r.head_of}):
         oldest = PendingWake.objects.filter(head_of=queue).order_by("claim_id").values("claim_id")[:1]
         PendingWake.objects.filter(head_of=queue, claim_id__gt=Subquery(oldest)).update(
-            wake_at=F("wake_at") - 1 + F("short"), head_of="")
+            wake_at=F("wake_at") - 1 + F("short"), head_of="", hold_cluster="", hold_node="")
 
 
 def forget(claim_ids) -> None:

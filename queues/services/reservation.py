@@ -6,13 +6,18 @@ most free devices the class selects is held for it. A later placement of this ro
 on a held node is undone in the engine and the claims wait (``HeldForQueueHead``) -- so devices freed on
 that node accumulate until the head fits, while the other nodes keep serving small claims.
 
-Held per round and per worker (recomputed every round, deterministically: the same node while nothing
-changes); leases are not yet used to let a small claim backfill where it would end before the head starts.
+A head's node stays held after its round: the head's wake rows record it (``PendingWake.hold_node``), and
+every round -- of any worker -- starts from those holds, so a round that does not decide the head (it waits
+for a release, while new claims arrive) still keeps the node from the claims behind it. Without that, new
+1-GPU claims took the head's node between releases and an 8-GPU head waited for ever. The hold moves or ends
+only when the head is decided again (woken by any release in its cluster), placed, released or deleted.
+Leases are not yet used to let a small claim backfill where it would end before the head starts.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from claims.models import PendingWake
 from claims.services import queueing
 from dra.engine.selectors import MATCH
 from queues.services.resolve import Tree, queue_of
@@ -24,11 +29,27 @@ class RoundReservations(queueing.Screen):
         self.engine = engine
         self.tree: Tree | None = None
         self.held: dict[tuple[str, str], str] = {}  # (cluster, node) -> queue name of the head holding it
-        self.heads: set[str] = set()  # queues whose head has been found this round
+        self.heads: set[str] = set()  # queues whose head has been found (this round or kept from before)
+        self.kept: dict[int, tuple[str, tuple[str, str]]] = {}  # head claim id -> (queue, node), from before
+        rows = (PendingWake.objects.exclude(head_of="").exclude(hold_node="")
+                .values_list("claim_id", "head_of", "hold_cluster", "hold_node").distinct())
+        for claim_id, queue, cluster, node in rows:
+            if queue in self.heads:
+                continue  # one head per queue (``wake.store`` keeps the mark on the oldest only)
+            self.kept[claim_id] = (queue, (cluster, node))
+            self.held[(cluster, node)] = queue
+            self.heads.add(queue)
 
     def avoid(self, group) -> frozenset[tuple[str, str]]:
-        """Every node held so far this round: the engine tries the others first (a placement on one is
-        undone anyway, and a claim undone there would wait for a release while another node had room)."""
+        """Every node held so far: the engine tries the others first (a placement on one is undone anyway, and
+        a claim undone there would wait for a release while another node had room). A kept head being
+        decided again gives its node up first: it may fit there now, or hold another."""
+        for claim in group.claims:
+            if claim.id in self.kept:
+                queue, where = self.kept.pop(claim.id)
+                if self.held.get(where) == queue:
+                    del self.held[where]
+                self.heads.discard(queue)
         return frozenset(self.held)
 
     def __call__(self, group, outcome):
@@ -75,7 +96,7 @@ class RoundReservations(queueing.Screen):
                     best = (free, (model.name, name))
         if best is not None:
             self.held[best[1]] = queue
-            group.holds_node = queue  # the head must be in the next rounds too, or its node is not held
+            group.holds_node, group.held_at = queue, best[1]  # kept for the next rounds (wake rows)
 
 
 def round_screen(engine) -> RoundReservations:

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from django.db import connection
 
-from claims.models import DeviceAllocation, Phase, ResourceClaim
+from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim
 from claims.services import allocation
 from dra.engine.quantity import Q
 from inventory.models import Device, ResourceSlice
@@ -135,10 +135,12 @@ def free_whole_gpus_by_node() -> dict[str, int]:
 
 
 def nodes_held_for_queue_heads() -> set[str]:
-    """Nodes that pending claims were kept off because a queue's head waits for them (HeldForQueueHead)."""
+    """Nodes that pending claims were kept off because a queue's head waits for them (HeldForQueueHead), and
+    the nodes waiting heads hold now (kept across rounds in their wake rows)."""
     rows = ResourceClaim.objects.filter(phase=Phase.PENDING, reason="HeldForQueueHead").values_list(
         "diagnostics", flat=True)
-    return {((d or {}).get("diagnostics") or {}).get("node") for d in rows} - {None}
+    kept = set(PendingWake.objects.exclude(head_of="").values_list("hold_node", flat=True))
+    return ({((d or {}).get("diagnostics") or {}).get("node") for d in rows} | kept) - {None, ""}
 
 
 def unexplained_idle_gpus() -> tuple[dict[str, int], set[str]]:

@@ -427,3 +427,30 @@ def test_a_claim_kept_off_a_queue_heads_node_is_placed_on_another_free_node(admi
     # The head's node (the first in the engine's order, so the one the small claim was first put on) keeps its
     # free GPU for the head.
     assert small.node == nodes[1], small.node
+
+
+def test_the_heads_node_stays_held_in_rounds_that_do_not_decide_the_head(admin_client, h100_fleet):
+    """Claims arrive between releases, so most rounds decide only new claims, not the waiting head (it is
+    woken by releases). Its node must stay held across those rounds, or the stream takes every GPU freed there
+    and the 8-GPU head waits for ever."""
+    import random
+
+    for i in range(16):
+        submit(admin_client, "ci", f"run{i}")
+    rounds(1)
+    where = dict(ResourceClaim.objects.values_list("name", "node"))
+    submit(admin_client, "ci", "big", 8)
+    rounds(1)
+    running = [f"run{i}" for i in range(16)]
+    random.Random(3).shuffle(running)
+    for i, name in enumerate(running):
+        claim_services.release_claim(ResourceClaim.objects.get(name=name).id)
+        rounds(1)  # decides the woken head (and holds its node again)
+        submit(admin_client, "ci", f"stream{i}")
+        rounds(1)  # decides only the new claim
+        if ResourceClaim.objects.get(name="big").phase == Phase.ALLOCATED:
+            break
+    big = ResourceClaim.objects.get(name="big")
+    assert big.phase == Phase.ALLOCATED, (big.reason, big.message)
+    assert not ResourceClaim.objects.filter(name__startswith="stream", node=big.node).exists()
+    assert i == max(running.index(name) for name in running if where[name] == big.node)
