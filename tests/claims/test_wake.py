@@ -4,7 +4,7 @@ eligible only the pending claims the freed devices could serve, and always those
 from __future__ import annotations
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim, WakeKey
@@ -190,3 +190,26 @@ def test_only_the_oldest_head_of_a_queue_waits_for_any_release(admin_client):
     assert eligible() == {"older"}
     run_rounds()
     assert claim("older").attempts == 2 and claim("younger").attempts == 1
+
+
+def test_eligible_are_the_never_tried_the_woken_and_all_after_a_wake_all_and_taken_ones_are_left_out(admin_client):
+    # take() reads the eligible ids from three indexed parts (allocation.undecided_pending): each part counts.
+    load_fleet({"c1": [("h100", 1)]})
+    # "one" fails first: the queue's head, which holds no node for one device, so "two" waits by its count.
+    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)], gpu_claim("one"), gpu_claim("two", count=2))
+    run_rounds()
+    assert eligible() == set()
+    submit(admin_client, gpu_claim("new"))
+    assert eligible() == {"new"}  # never tried
+    release("f-0")
+    assert eligible() == {"new", "one"}  # one GPU freed: not what "two" lacks
+    with transaction.atomic():
+        allocation.bump_fleet_version()  # an inventory change: every pending claim is tried again
+    assert eligible() == {"new", "one", "two"}
+    taken, _ = allocation.take(2)
+    assert [c.name for c in taken] == ["one", "two"]  # oldest first
+    assert eligible() == {"new"}
+    assert set(allocation.undecided_pending().values_list("name", flat=True)) == {"new", "one", "two"}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        assert {c.taken_by for c in ResourceClaim.objects.filter(name__in=["one", "two"])} == {cursor.fetchone()[0]}
