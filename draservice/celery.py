@@ -23,6 +23,16 @@ GC_PAUSE_LOG = "DRASERVICE_GC_PAUSE_LOG"
 
 
 @worker_init.connect
+def _tune_collector(**kwargs) -> None:
+    """The worker's collection thresholds (rarer young collections, each a few milliseconds): see
+    ``dra.engine.memory``, which also freezes the worker's long-lived objects. Set in the main process
+    before the pool forks: the children inherit them."""
+    from dra.engine import memory
+
+    memory.tune()
+
+
+@worker_init.connect
 def _log_gc_pauses(**kwargs) -> None:
     """Installed in the worker's main process before the pool forks, so every child inherits the callback.
     os.write on an O_APPEND descriptor: no lock (a collection can start inside logging), lines never interleave."""
