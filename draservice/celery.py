@@ -24,12 +24,12 @@ GC_PAUSE_LOG = "DRASERVICE_GC_PAUSE_LOG"
 
 @worker_init.connect
 def _tune_collector(**kwargs) -> None:
-    """The worker's collection thresholds (rarer young collections, each a few milliseconds): see
-    ``dra.engine.memory``, which also freezes the worker's long-lived objects. Set in the main process
-    before the pool forks: the children inherit them."""
+    """The worker's collector policy (``dra.engine.memory``): thresholds that keep young collections to a few
+    milliseconds, and long-lived objects frozen out of the collector's sight, starting with everything
+    imported by now. In the main process before the pool forks: the children inherit both."""
     from dra.engine import memory
 
-    memory.tune()
+    memory.worker_start()
 
 
 @worker_init.connect

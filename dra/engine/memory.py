@@ -18,12 +18,15 @@ keeps it that way as things are added:
   the frozen set, after a collection that only has to scan what is new since the last round. So the
   collector's own generations stay small: no collection, young or full, has much to scan. Evicted cache
   entries are freed by reference counting (they hold no cycles), frozen or not.
+- ``worker_start()`` in the worker's main process before the pool forks: the thresholds below, and
+  everything imported so far frozen.
 - Big builds (an engine, the fleet snapshot that is rebuilt every minute) run with the collector paused
   (``collector_paused``): building a million objects otherwise triggers a dozen full collections of
-  geometrically growing size (0.1-0.55 s each were measured in the soak), all finding nothing.
-  A settle that finds more than ``SETTLE_COLLECT_LIMIT`` new objects (such a build) freezes them without
-  collecting: the little cyclic garbage among them stays frozen until the engine is replaced, when
-  ``release_frozen`` unfreezes and collects everything.
+  geometrically growing size (0.1-0.55 s each were measured in the soak), all finding nothing. In a worker
+  what they built is frozen at once, before a young collection would scan all of it. Likewise a settle
+  that finds more than ``SETTLE_COLLECT_LIMIT`` new objects freezes them without collecting. The little
+  cyclic garbage frozen that way (~15 objects per snapshot rebuild were measured) stays until the engine
+  is replaced, when ``release_frozen`` unfreezes and collects everything.
 
 Thresholds (``tune``, set at the worker's start): a young collection scans up to ``YOUNG_THRESHOLD`` new
 objects plus the survivors of the previous ones. The interpreter's 700 runs one every few hundred
@@ -47,7 +50,8 @@ YOUNG_THRESHOLD = 10_000
 # Above this many unfrozen objects a collection would take tens of milliseconds: settle freezes them unscanned.
 SETTLE_COLLECT_LIMIT = 50_000
 _tuned = False
-_freezing = False  # this process keeps its long-lived objects frozen (it called freeze_long_lived)
+_freezing = False  # this process keeps its long-lived objects frozen (a worker, or it froze an engine)
+_engine_frozen = False  # an engine was frozen since the last release_frozen: a replacement must collect it
 
 
 def tune() -> None:
@@ -57,6 +61,15 @@ def tune() -> None:
         _, gen1, gen2 = gc.get_threshold()
         gc.set_threshold(YOUNG_THRESHOLD, gen1, gen2)
         _tuned = True
+
+
+def worker_start() -> None:
+    """The worker's main process, before its pool forks: the thresholds, and everything imported so far
+    frozen (the children start with an empty young generation, and copy-on-write pages stay shared)."""
+    global _freezing
+    tune()
+    _freezing = True
+    gc.freeze()
 
 
 @contextmanager
@@ -78,18 +91,21 @@ def collector_paused() -> Iterator[None]:
 
 def release_frozen() -> None:
     """After dropping a frozen engine (and before building the next): make everything collectable again and
-    collect the old engine now, while the process holds only one."""
-    gc.unfreeze()
-    gc.collect()
+    collect the old engine now, while the process holds only one. Nothing to do before the first engine."""
+    global _engine_frozen
+    if _engine_frozen:
+        gc.unfreeze()
+        gc.collect()
+        _engine_frozen = False
 
 
 def freeze_long_lived(engine: Engine | None = None) -> None:
     """After building a long-lived engine (right after ``release_frozen``): build its devices' CEL views
     (selectors would on first use), then freeze everything. No collection first: ``release_frozen`` just
     did one, and the build made little garbage (it is reclaimed with the engine)."""
-    global _freezing
+    global _freezing, _engine_frozen
     tune()
-    _freezing = True
+    _freezing = _engine_frozen = True
     with collector_paused():
         if engine is not None:
             engine.build_cel_views()

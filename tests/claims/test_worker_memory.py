@@ -22,6 +22,7 @@ NS = "team-a"
 def worker_policy(monkeypatch):
     monkeypatch.setattr(memory, "_tuned", True)  # this test process's thresholds stay as they are
     monkeypatch.setattr(memory, "_freezing", False)
+    monkeypatch.setattr(memory, "_engine_frozen", False)
     engines.reset()
     yield
     engines.reset()

@@ -16,6 +16,7 @@ def policy(monkeypatch):
     """This test process plays a worker; its thresholds stay as they are and nothing stays frozen after."""
     monkeypatch.setattr(memory, "_tuned", True)
     monkeypatch.setattr(memory, "_freezing", False)
+    monkeypatch.setattr(memory, "_engine_frozen", False)
     yield
     gc.unfreeze()
     gc.collect()
