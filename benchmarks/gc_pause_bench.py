@@ -1,14 +1,15 @@
 """Garbage-collection pauses of a worker's engine: 40,000 devices, then a stream of allocations and releases.
 
 Runs the same trace twice in fresh interpreters: with the interpreter's defaults, and with the worker's policy
-(``dra.engine.memory``: rarer young collections, the engine frozen out of the collector's sight once built).
+(``dra.engine.memory``: rarer young collections, the engine frozen out of the collector's sight once built, what
+each round of ``--per-round`` claims leaves alive frozen after it).
 Prints the longest pause and the total time in the collector per run. Goal: no pause > 50 ms with the policy.
 
 With ``--texts`` every so many claims carries a selector text of its own (a commit id in an always-true clause,
 as the soak's churn): compiled programs, plans, selector sets and their indexes are made and evicted all the
 time, in the objects the collector still sees. The full (generation 2) collections they cause are counted apart.
 
-    python benchmarks/gc_pause_bench.py [--nodes 5000] [--claims 20000] [--texts 2] [--check]
+    python benchmarks/gc_pause_bench.py [--nodes 5000] [--claims 20000] [--texts 2] [--per-round 10] [--check]
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
-def run(nodes: int, claims: int, policy: bool, texts: int = 0) -> dict:
+def run(nodes: int, claims: int, policy: bool, texts: int = 0, per_round: int = 10) -> dict:
     sys.path.insert(0, ROOT)
     import gc
 
@@ -43,9 +44,13 @@ def run(nodes: int, claims: int, policy: bool, texts: int = 0) -> dict:
             by_gen[info["generation"]].append(cpu_pauses[-1])
 
     snapshot = gpu_fleet(nodes, 8)
-    engine = Engine(snapshot)
-    if policy:
+    if policy:  # as claims.services.engines does it for the worker
+        memory.release_frozen()
+        with memory.collector_paused():
+            engine = Engine(snapshot)
         memory.freeze_long_lived(engine)
+    else:
+        engine = Engine(snapshot)
     gc.callbacks.append(timer)
     held = []
     t0 = time.perf_counter()
@@ -58,6 +63,8 @@ def run(nodes: int, claims: int, policy: bool, texts: int = 0) -> dict:
             held.append(out.devices)
         if len(held) > nodes * 6:  # keep the fleet ~70 % full
             engine.release(held.pop(0))
+        if policy and i % per_round == per_round - 1:
+            memory.settle()  # the end of a worker's round (claims.services.allocation)
     wall = time.perf_counter() - t0
     gc.callbacks.remove(timer)
     # What a full collection costs now: the pause the next one would take (frozen objects are not scanned).
@@ -78,16 +85,18 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--claims", type=int, default=20000)
     parser.add_argument("--texts", type=int, default=0, help="every N-th claim has a new selector text (0: none)")
+    parser.add_argument("--per-round", type=int, default=10, help="claims per round (settled after each)")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--child", choices=["default", "policy"])
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run(args.nodes, args.claims, args.child == "policy", args.texts)))
+        print(json.dumps(run(args.nodes, args.claims, args.child == "policy", args.texts, args.per_round)))
         return 0
     results = {}
     for mode in ("default", "policy"):
         out = subprocess.run([sys.executable, __file__, "--child", mode, "--nodes", str(args.nodes),
-                              "--claims", str(args.claims), "--texts", str(args.texts)],
+                              "--claims", str(args.claims), "--texts", str(args.texts),
+                              "--per-round", str(args.per_round)],
                              capture_output=True, text=True, check=True)
         results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         r = results[mode]

@@ -23,6 +23,16 @@ GC_PAUSE_LOG = "DRASERVICE_GC_PAUSE_LOG"
 
 
 @worker_init.connect
+def _tune_collector(**kwargs) -> None:
+    """The worker's collector policy (``dra.engine.memory``): thresholds that keep young collections to a few
+    milliseconds, and long-lived objects frozen out of the collector's sight, starting with everything
+    imported by now. In the main process before the pool forks: the children inherit both."""
+    from dra.engine import memory
+
+    memory.worker_start()
+
+
+@worker_init.connect
 def _log_gc_pauses(**kwargs) -> None:
     """Installed in the worker's main process before the pool forks, so every child inherits the callback.
     os.write on an O_APPEND descriptor: no lock (a collection can start inside logging), lines never interleave."""

@@ -203,6 +203,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
         engines.reset()  # its in-use state may now disagree with the database
         _unlease(leased)
         raise
+    engines.settle()  # what the round left alive leaves the collector's generations (dra.engine.memory)
     result.seconds = time.perf_counter() - started
     result.lock_seconds = locking.lock_seconds()
     return result

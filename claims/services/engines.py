@@ -37,12 +37,15 @@ class EngineCache:
     def engine_for(self, view, rows: dict[int, AllocatedDevice]) -> Engine:
         if self.engine is None or self.key != view.key or self.poisoned:
             self.poisoned = False
-            if self.long_lived:  # the old engine was frozen out of the collector's sight: let it go
-                memory.release_frozen()
             self.engine = self.placer = None
-            self.engine, self.key = Engine(view.snapshot, list(rows.values())), view.key
-            if self.long_lived:
+            if self.long_lived:  # the old engine was frozen out of the collector's sight: free it now
+                memory.release_frozen()
+                with memory.collector_paused():
+                    self.engine = Engine(view.snapshot, list(rows.values()))
                 memory.freeze_long_lived(self.engine)
+            else:
+                self.engine = Engine(view.snapshot, list(rows.values()))
+            self.key = view.key
             self.rows = dict(rows)
         else:
             touched = self._touched(rows)
@@ -56,6 +59,11 @@ class EngineCache:
                 self.rows.update(new)
         self.synced = (rows.source, rows.generation) if isinstance(rows, fleet.InUse) else None
         return self.engine
+
+    def settle(self) -> None:
+        """After a round: the worker freezes what the round left alive (``memory.settle``)."""
+        if self.long_lived and self.engine is not None:
+            memory.settle()
 
     def _touched(self, rows) -> set[int] | None:
         """The row ids that may differ between ``rows`` and what the engine counts, when known."""

@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone
 
 from claims.models import DeviceAllocation
-from dra.engine import AllocatedDevice
+from dra.engine import AllocatedDevice, memory
 from draservice import changes
 from inventory.snapshot import build_fleet_snapshot
 
@@ -79,7 +79,8 @@ def current_view() -> FleetView:
         cached = _cache
     if cached is not None and cached.key == key and time.monotonic() - cached.built_at < SNAPSHOT_MAX_AGE_SECONDS:
         return cached
-    snapshot = build_fleet_snapshot()
+    with memory.collector_paused():  # a million objects that live on: no collection finds garbage among them
+        snapshot = build_fleet_snapshot()
     _rows.reset()  # a new view (inventory change, or the periodic backstop): the rows are read afresh too
     view = FleetView(key=key, snapshot=snapshot, cluster_versions=versions, cluster_labels=labels,
                      counter_pools=_counter_pools(snapshot), built_at=time.monotonic())

@@ -176,6 +176,7 @@ def _decide_and_commit(p: Prepared) -> str:
         fleet.invalidate()
         Gang.objects.filter(pk=gang.pk).update(taken_until=None)
         return "lost_race"
+    engines.settle()  # as after a claims round: what the placement keeps leaves the collector's generations
     return result
 
 

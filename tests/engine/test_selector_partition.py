@@ -155,6 +155,8 @@ def test_a_frozen_engine_has_its_cel_views_frozen_too(monkeypatch):
     """The worker freezes its engine out of the collector's sight; the CEL views that the first selector builds
     for every device must be frozen with it, or each full collection rescans ~10 objects per device."""
     monkeypatch.setattr(memory, "_tuned", True)  # leave this process's collector thresholds alone
+    monkeypatch.setattr(memory, "_freezing", False)  # and do not leave it freezing after this test
+    monkeypatch.setattr(memory, "_engine_frozen", False)
     e = Engine(gpu_fleet(250, 8))  # 2,000 devices
     memory.freeze_long_lived(e)
     try:
