@@ -62,7 +62,7 @@ class EngineCache:
 
     def settle(self) -> None:
         """After a round: the worker freezes what the round left alive (``memory.settle``)."""
-        if self.long_lived and self.engine is not None:
+        if self.long_lived and self.engine is not None and memory.settles():
             memory.settle()
 
     def _touched(self, rows) -> set[int] | None:

@@ -52,6 +52,7 @@ SETTLE_COLLECT_LIMIT = 50_000
 _tuned = False
 _freezing = False  # this process keeps its long-lived objects frozen (a worker, or it froze an engine)
 _engine_frozen = False  # an engine was frozen since the last release_frozen: a replacement must collect it
+_worker = False  # worker_start() ran: this process only allocates, so it may freeze what each round leaves
 
 
 def tune() -> None:
@@ -66,9 +67,9 @@ def tune() -> None:
 def worker_start() -> None:
     """The worker's main process, before its pool forks: the thresholds, and everything imported so far
     frozen (the children start with an empty young generation, and copy-on-write pages stay shared)."""
-    global _freezing
+    global _freezing, _worker
     tune()
-    _freezing = True
+    _freezing = _worker = True
     gc.freeze()
 
 
@@ -110,6 +111,13 @@ def freeze_long_lived(engine: Engine | None = None) -> None:
         if engine is not None:
             engine.build_cel_views()
             compile_expression("true")  # the CEL parser's grammar tables (~10,000 objects) are built on first use
+
+
+def settles() -> bool:
+    """Does this process freeze what each round leaves alive? Only a worker: a web process that runs rounds
+    (the embedded runner) also serves requests, whose objects alive at that moment would be frozen too, and
+    the cyclic garbage they become later kept until the next engine replacement."""
+    return _worker
 
 
 def settle() -> int:

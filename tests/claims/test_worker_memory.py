@@ -22,6 +22,7 @@ NS = "team-a"
 def worker_policy(monkeypatch):
     monkeypatch.setattr(memory, "_tuned", True)  # this test process's thresholds stay as they are
     monkeypatch.setattr(memory, "_freezing", False)
+    monkeypatch.setattr(memory, "_worker", True)  # as worker_start() sets it in a Celery worker
     monkeypatch.setattr(memory, "_engine_frozen", False)
     engines.reset()
     yield
@@ -52,3 +53,16 @@ def test_rounds_leave_nothing_in_the_collectors_generations(worker_policy):
             claim_services.release_claim(c.id)
     assert ResourceClaim.objects.filter(allocation__isnull=False).count() == 1
     assert gc.get_freeze_count() > frozen + 15 * 20  # the rounds did keep objects: 15 selector texts' worth
+
+
+def test_a_process_that_is_not_a_worker_does_not_freeze_after_rounds(worker_policy, monkeypatch):
+    """The embedded runner decides in the web process: what its requests hold at a round's end must stay
+    collectable (frozen, its cyclic garbage would be kept until the next engine replacement)."""
+    monkeypatch.setattr(memory, "_worker", False)
+    fleet_helpers.load_fleet({"c1": [("h100", 4)]})
+    claim_services.create_claims(NS, [selector_claim("warm", 0)])
+    allocation.allocate_round()  # builds and freezes the engine, as before
+    frozen = gc.get_freeze_count()
+    claim_services.create_claims(NS, [selector_claim(f"c{i}", 10 + i) for i in range(3)])
+    assert allocation.allocate_round().allocated == 3
+    assert gc.get_freeze_count() == frozen
