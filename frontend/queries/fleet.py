@@ -130,7 +130,7 @@ class FleetState:
     claims: tuple
 
     def tally_key(self) -> StateKey:
-        return StateKey(self.allocations, self.reservations, self.inventory)
+        return StateKey(self.allocations, self.reservations, inventory=self.inventory[:3], rules=self.inventory[3:])
 
 
 def fleet_state() -> FleetState:
