@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
@@ -14,7 +14,7 @@ from frontend.queries.claim_tally import ClaimTally
 from frontend.queries.fleet_tally import FleetTally, StateKey
 from frontend.queries.sql import T_ALLOC, T_CLUSTER, T_RESERVATION, T_TAINTRULE, fetch_dicts
 from frontend.queries.units import STATE_SQL, units_sql
-from inventory.models import Cluster, Device, Node
+from inventory.models import Cluster, Node, ResourceSlice
 
 T_CHANGE = Change._meta.db_table
 T_CHANGELOG = ChangeLogState._meta.db_table
@@ -83,7 +83,9 @@ def _inventory_counts(state: FleetState) -> dict[str, dict[int, int]]:
     counts = _per_inventory.get(state.inventory)
     if counts is None:
         counts = {
-            "devices": dict(Device.objects.order_by().values("cluster_id").annotate(n=Count("id"))
+            # A slice's devices are written with it, as many as its device_count: summing the slices' counts
+            # gives the device rows per cluster without reading the wide device table.
+            "devices": dict(ResourceSlice.objects.order_by().values("cluster_id").annotate(n=Sum("device_count"))
                             .values_list("cluster_id", "n")),
             "nodes": dict(Node.objects.order_by().values("cluster_id").annotate(n=Count("id"))
                           .values_list("cluster_id", "n")),
@@ -130,7 +132,7 @@ class FleetState:
     claims: tuple
 
     def tally_key(self) -> StateKey:
-        return StateKey(self.allocations, self.reservations, self.inventory)
+        return StateKey(self.allocations, self.reservations, inventory=self.inventory[:3], rules=self.inventory[3:])
 
 
 def fleet_state() -> FleetState:

@@ -95,7 +95,7 @@ def device_rows_sql(where: str = "", params: list | tuple = (), *, with_rules: b
     Columns: cluster_id, cluster, node_name, driver, pool_name, name, product, tainted (0/1), invalid (0/1,
     pool invalid), partitioned (0/1), unit (pool/device or pool/counter-set). ``where`` as in ``units_sql``.
     The JSON work happens here, once per device; ``units_sql`` groups these rows, and the overview's
-    maintained tally (``frontend.queries.fleet_tally``) reads them once per inventory version.
+    maintained tally (``frontend.queries.fleet_tally``) reads them per pool, when the pool moves.
     """
     part = partition_expr("d")
     tainted, taint_params = tainted_sql("d", with_rules)

@@ -184,3 +184,119 @@ def test_a_rolled_back_seq_costs_a_lookup_not_a_full_read(demo, monkeypatch):
         whole = [q["sql"] for q in ctx.captured_queries
                  if 'FROM "claims_resourceclaim"' in q["sql"] and "WHERE" not in q["sql"]]
         assert not whole, f"refresh {i}: every claim read again"
+
+
+def _reading_devices(monkeypatch):
+    """Pool keys of the devices each refresh reads (through the tally's unit making)."""
+    read: list[tuple] = []
+    make = fleet_q._tally._make_units
+
+    def spy(rows, pools):
+        read.extend((r[1], r[3], r[4]) for r in rows if (r[1], r[3], r[4]) in pools)
+        return make(rows, pools)
+
+    monkeypatch.setattr(fleet_q._tally, "_make_units", spy)
+    return read
+
+
+def _allocated_slice():
+    """An allocated GPU in a node-local slice that also has an idle, untainted whole GPU: (allocation, its slice
+    row, the idle GPU's name)."""
+    from inventory.models import Device
+
+    for alloc in DeviceAllocation.objects.filter(driver=GPU, admin_access=False).order_by("id"):
+        device = Device.objects.filter(cluster__name=alloc.cluster, driver=alloc.driver, pool_name=alloc.pool,
+                                       name=alloc.device).select_related("resource_slice").first()
+        if device is None:
+            continue
+        held = set(DeviceAllocation.objects.filter(cluster=alloc.cluster, driver=alloc.driver, pool=alloc.pool)
+                   .values_list("device", flat=True))
+        # Not tainted already, by itself or by a rule (the demo's taint rule selects one device).
+        ruled = {name for pool, name in DeviceTaintRule.objects.values_list("pool_name", "device_name")
+                 if pool in ("", alloc.pool)}
+        for d in device.resource_slice.object["spec"]["devices"]:
+            if d["name"] not in held | ruled and "" not in ruled and not d.get("consumesCounters") \
+                    and not d.get("taints"):
+                return alloc, device.resource_slice, d["name"]
+    raise AssertionError("the demo fleet has an allocated GPU beside an idle one")
+
+
+def _check(label):
+    rows, _ = maintained_rows()
+    assert rows == scanned_rows(), label
+    return rows
+
+
+def _in_use(rows):
+    return sum(r["allocated_only"] + r["shared"] for r in rows.values())
+
+
+def test_an_inventory_change_reads_only_the_pools_that_moved(demo, monkeypatch):
+    """A push to one cluster reads the devices of the pools it changed, not the fleet's; a node's labels read
+    none. After each change (a taint, an allocated device removed and brought back, a slice deleted, claims
+    allocated and released in between) the maintained rows equal a fresh computation."""
+    from inventory.models import Device, Node
+    from inventory.services.sync import delete_resource_slice, put_node, put_resource_slice
+
+    first = _check("before")
+    read = _reading_devices(monkeypatch)
+    alloc, row, idle = _allocated_slice()
+    cluster = row.cluster.name
+    pool = (cluster, row.driver, row.pool_name)
+    in_pool = Device.objects.filter(cluster__name=cluster, driver=row.driver, pool_name=row.pool_name).count()
+
+    node = Node.objects.filter(cluster__name=cluster).order_by("name").first()
+    put_node(cluster, node.name, {"name": node.name, "labels": {**node.labels, "touched": "1"}})
+    _check("a node's labels changed")
+    assert read == []
+
+    original = row.object
+    devices = original["spec"]["devices"]
+    tainted = {**original, "spec": {**original["spec"], "devices": [
+        {**d, "taints": [{"key": "draservice.io/broken", "value": "1", "effect": "NoSchedule"}]}
+        if d["name"] == idle else d for d in devices if d["name"] != alloc.device]}}
+    put_resource_slice(cluster, row.name, tainted)
+    shrunk = _check("an idle device tainted and an allocated one removed")
+    assert set(read) == {pool} and len(read) == in_pool - 1
+    assert _in_use(shrunk) == _in_use(first) - 1  # the allocation names a device that is gone
+    assert sum(r["tainted"] for r in shrunk.values()) > sum(r["tainted"] for r in first.values())
+
+    create_claims("team-x", [claim("between", [request("gpu", GPU, 1, [H100])])])
+    release_claim(ResourceClaim.objects.get(namespace__name="team-x", name="between").pk)
+    _check("a claim allocated and released while the device is gone")
+
+    read.clear()
+    put_resource_slice(cluster, row.name, original)
+    back = _check("the slice as it was")
+    assert set(read) == {pool} and len(read) == in_pool
+    assert back == first  # the allocation holds its device again
+
+    read.clear()
+    delete_resource_slice(cluster, row.name)
+    _check("the slice deleted")
+    assert set(read) <= {pool}
+    assert Device.objects.filter(cluster__name=cluster, driver=row.driver, pool_name=row.pool_name).count() \
+        == len(read)
+
+
+def test_clusters_added_and_deleted_keep_the_tally_exact(demo):
+    from inventory.demo import node_slices
+    from inventory.models import Cluster
+    from inventory.services.clusters import create_cluster, delete_cluster
+    from inventory.services.sync import push_inventory
+
+    _check("before")
+    create_cluster(name="late-joiner", labels={"provider": "onprem"}, with_token=False)
+    push_inventory("late-joiner", {"resourceSlices": node_slices("h100", "late-h100-00000"),
+                                   "nodes": [{"name": "late-h100-00000", "labels": {}}],
+                                   "deviceClasses": [], "deviceTaintRules": []})
+    grown = _check("a cluster added")
+    assert any(g[0] == Cluster.objects.get(name="late-joiner").pk for g in grown)
+    create_claims("team-x", [claim(f"new-{i}", [request("gpu", GPU, 1, [H100])]) for i in range(3)])
+    _check("claims allocated on the new fleet")
+
+    busy = Cluster.objects.get(name=DeviceAllocation.objects.filter(admin_access=False).order_by("id")
+                               .values_list("cluster", flat=True).first())
+    delete_cluster(busy)  # its allocations stay behind (the claims app's business), naming devices now gone
+    gone = _check("a cluster with allocations deleted")
+    assert all(g[0] != busy.pk for g in gone)
