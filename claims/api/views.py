@@ -52,7 +52,10 @@ def _etag(response: Response, obj) -> Response:
 
 
 def _claim_or_404(ns: str, name: str) -> ResourceClaim:
-    return get_object_or_404(s.claims_queryset(ResourceClaim.objects), namespace__name=ns, name=name)
+    claim = s.load_claim(ns, name)
+    if claim is None:  # get_object_or_404's words
+        raise Http404("No ResourceClaim matches the given query.")
+    return claim
 
 
 class ClaimsBase(generics.GenericAPIView):
@@ -190,7 +193,7 @@ class ClaimDetailView(ClaimsBase):
         wait = parse_wait(request.query_params.get("wait"))
         if wait and claim.phase == Phase.PENDING:
             def check():
-                phase = ResourceClaim.objects.filter(pk=claim.pk).values_list("phase", flat=True).first()
+                phase = s.claim_phase(claim.pk)
                 return phase if phase != Phase.PENDING else None  # None: keep waiting (deleted ends it too)
 
             notify.wait_for(claim.pk, wait, check)
