@@ -107,8 +107,13 @@ def load_claim(namespace: str, name: str) -> ResourceClaim | None:
     their consumers), or None."""
     claim = _CLAIM_BY_NAME.first(namespace, name)
     if claim is not None:
-        set_prefetched(claim, "reservations", _RESERVATIONS.rows(claim.id), back="claim")
+        load_reservations(claim)
     return claim
+
+
+def load_reservations(claim: ResourceClaim) -> None:
+    """Read the claim's reservations (with their consumers) now: ``claim.reservations.all()`` answers them."""
+    set_prefetched(claim, "reservations", _RESERVATIONS.rows(claim.id), back="claim")
 
 
 def render_claims(claims) -> list[dict]:

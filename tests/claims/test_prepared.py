@@ -1,4 +1,5 @@
-"""The compiled-once claim reads (draservice.prepared) load what the ORM queryset they replace loads."""
+"""The compiled-once claim reads (draservice.prepared) load what the ORM querysets they replace load, and a
+release, which answers without reading the claim again, answers what a read after it would."""
 from __future__ import annotations
 
 import pytest
@@ -46,3 +47,23 @@ def test_load_claim_matches_the_orm_with_owner_and_reservations(admin_client, sm
 def test_a_stand_in_must_reach_the_parameters_once(db):
     with pytest.raises(ValueError, match="stand-in 0 appears 0 times"):
         Prepared(lambda name: ResourceClaim.objects.filter(name__startswith=name), ("\x00n",)).rows("x")
+
+
+def test_release_answers_the_claim_as_a_read_after_it_does(admin_client, small_fleet):
+    from claims.services import allocation
+
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("held", labels={"a": "b"}),
+                             format="json").status_code == 201
+    consumer = {"kind": "Consumer", "metadata": {"name": "pod"}, "spec": {"resourceClaims": [
+        {"name": "held", "resourceClaimName": "held"}]}}
+    assert admin_client.post(f"{NS}/consumers", consumer, format="json").status_code == 201
+    assert allocation.allocate_round().taken == 1
+    assert admin_client.get(f"{NS}/resourceclaims/held").json()["status"]["phase"] == "Allocated"
+    released = admin_client.post(f"{NS}/resourceclaims/held/release")
+    assert released.status_code == 200, released.content
+    read = admin_client.get(f"{NS}/resourceclaims/held")
+    assert released.json()["status"]["phase"] == "Released"
+    assert released.json() == read.json() and released["ETag"] == read["ETag"]
+    assert released.json()["status"]["reservedFor"][0]["name"] == "pod"
+    again = admin_client.post(f"{NS}/resourceclaims/held/release")  # a no-op: the same answer
+    assert again.status_code == 200 and again.json() == read.json()
