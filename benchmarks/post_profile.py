@@ -6,9 +6,10 @@
 Runs against the database ``claims_e2e_bench.py`` left behind (``<DATABASE_URL's name>_claims_bench``, its
 fleet; without it, says so and does nothing), in this one process, so the
 figures do not depend on how busy the machine is as much as throughput does: the web side (``POSTS`` claims
-through the Django test client, rounds NOT run: the broker gets the kick) and then the worker side (rounds
-of up to ``ROUND`` claims, inline). Each side prints its queries per claim grouped by statement, with their
-database time, and its CPU per claim; ``PROFILE=1`` adds cProfile's top functions.
+through the Django test client, rounds NOT run: the broker gets the kick), the worker side (rounds
+of up to ``ROUND`` claims, inline), and, for single POSTs, the web side of the rest of those claims' lives: a
+GET of each (allocated) and its release (``POST …/release``). Each prints its queries per claim grouped
+by statement, with their database time, and its CPU per claim; ``PROFILE=1`` adds cProfile's top functions.
 
 Knobs: POSTS (300), BATCH (claims per POST of the batch endpoint; 0: single POSTs), ROUND (500), QUEUED
 (pending claims left in the queue before measuring: 0), PROFILE (cProfile on CPU time), PROFILE_SORT
@@ -169,6 +170,14 @@ def main() -> None:
 
     allocation.allocate_round(1)  # the engine and the fleet snapshot, built once per process
     measure(f"worker: rounds of {ROUND}", POSTS + QUEUED, rounds)
+    if not BATCH:  # the rest of a placed claim's web work: its holder reads it, then releases it
+        def call(method: str, name: str, suffix: str = "") -> None:
+            resp = getattr(client, method)(f"{url}/{name}{suffix}")
+            assert resp.status_code == 200, resp.content
+
+        measure(f"web: {POSTS} GETs of allocated claims", POSTS, lambda: [call("get", f"s-{i}") for i in range(POSTS)])
+        measure(f"web: {POSTS} releases (POST …/release)", POSTS,
+                lambda: [call("post", f"s-{i}", "/release") for i in range(POSTS)])
     with transaction.atomic():
         mine = list(ResourceClaim.objects.select_for_update().select_related("namespace")
                     .filter(namespace__name=tag))

@@ -46,7 +46,13 @@ def key_prefix() -> str:
         return settings.REDIS_KEY_PREFIX
     db = settings.DATABASES["default"]
     identity = "|".join(str(db.get(k) or "") for k in ("HOST", "PORT", "NAME"))
-    return f"draservice:{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+    prefix = _derived_prefixes.get(identity)
+    if prefix is None:  # every claim POST and release asks (kick, publish): hash each database once
+        prefix = _derived_prefixes[identity] = f"draservice:{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+    return prefix
+
+
+_derived_prefixes: dict[str, str] = {}
 
 
 def channel() -> str:

@@ -8,7 +8,14 @@ from claims.api.simulate import SimulateView
 NS = "namespaces/<str:namespace>"
 CLAIM = f"{NS}/resourceclaims/<str:name>"
 
+# The hot routes first (tried in order; none of the others can match their paths). "batch" before CLAIM.
 urlpatterns = [
+    path(f"{NS}/resourceclaims", views.ClaimListView.as_view(), name="resourceclaim-list"),
+    # POST creates a batch; GET/PUT/PATCH/DELETE act on a claim that happens to be named "batch".
+    path(f"{NS}/resourceclaims/batch", views.ClaimBatchView.as_view(), {"name": "batch"},
+         name="resourceclaim-batch"),
+    path(CLAIM, views.ClaimDetailView.as_view(), name="resourceclaim-detail"),
+    path(f"{CLAIM}/release", views.ClaimReleaseView.as_view(), name="resourceclaim-release"),
     path("simulate", SimulateView.as_view(), name="simulate"),
     path("convert", ConvertView.as_view(), name="convert"),
     path("defragmentation", DefragmentationView.as_view(), name="defragmentation"),
@@ -16,12 +23,6 @@ urlpatterns = [
     path("namespaces", views.NamespaceListView.as_view(), name="namespace-list"),
     path("resourceclaims", views.AllClaimsView.as_view(), name="resourceclaim-all"),
     path("utilisation", views.UtilisationView.as_view(), name="utilisation-list"),
-    path(f"{NS}/resourceclaims", views.ClaimListView.as_view(), name="resourceclaim-list"),
-    # POST creates a batch; GET/PUT/PATCH/DELETE act on a claim that happens to be named "batch".
-    path(f"{NS}/resourceclaims/batch", views.ClaimBatchView.as_view(), {"name": "batch"},
-         name="resourceclaim-batch"),
-    path(CLAIM, views.ClaimDetailView.as_view(), name="resourceclaim-detail"),
-    path(f"{CLAIM}/release", views.ClaimReleaseView.as_view(), name="resourceclaim-release"),
     path(f"{CLAIM}/renew", views.ClaimRenewView.as_view(), name="resourceclaim-renew"),
     path(f"{CLAIM}/explain", views.ClaimExplainView.as_view(), name="resourceclaim-explain"),
     path(f"{CLAIM}/events", views.ClaimEventsView.as_view(), name="resourceclaim-events"),

@@ -45,6 +45,8 @@ from draservice.requests import merge_patch, parse_wait
 from draservice.yaml import YAMLParser
 from inventory.services.doctor import diagnosed
 
+# Headers are read from request.META: ``request.headers`` builds a mapping of every header on first use.
+
 
 def _etag(response: Response, obj) -> Response:
     response["ETag"] = obj.etag
@@ -52,7 +54,10 @@ def _etag(response: Response, obj) -> Response:
 
 
 def _claim_or_404(ns: str, name: str) -> ResourceClaim:
-    return get_object_or_404(s.claims_queryset(ResourceClaim.objects), namespace__name=ns, name=name)
+    claim = s.load_claim(ns, name)
+    if claim is None:  # get_object_or_404's words
+        raise Http404("No ResourceClaim matches the given query.")
+    return claim
 
 
 class ClaimsBase(generics.GenericAPIView):
@@ -111,8 +116,9 @@ class ClaimListView(ClaimsBase):
 
         # create_claims is one transaction by itself (one statement for one claim on PostgreSQL).
         with diagnosed(body):
-            code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims", request.headers.get(
-                "Idempotency-Key"), body, create, atomic=False, refresh=s.current_rendering)
+            code, payload, replayed = idempotency.run(
+                f"{namespace}:resourceclaims", request.META.get("HTTP_IDEMPOTENCY_KEY"), body, create,
+                atomic=False, refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"
@@ -171,8 +177,9 @@ class ClaimBatchView(ClaimsBase):
             return 201, s.render_list("List", rendered, "v1")
 
         with diagnosed(body, batch=True):
-            code, payload, replayed = idempotency.run(f"{namespace}:resourceclaims/batch", request.headers.get(
-                "Idempotency-Key"), body, create, refresh=s.current_rendering)
+            code, payload, replayed = idempotency.run(
+                f"{namespace}:resourceclaims/batch", request.META.get("HTTP_IDEMPOTENCY_KEY"), body, create,
+                refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
             response["Idempotent-Replayed"] = "true"
@@ -190,7 +197,7 @@ class ClaimDetailView(ClaimsBase):
         wait = parse_wait(request.query_params.get("wait"))
         if wait and claim.phase == Phase.PENDING:
             def check():
-                phase = ResourceClaim.objects.filter(pk=claim.pk).values_list("phase", flat=True).first()
+                phase = s.claim_phase(claim.pk)
                 return phase if phase != Phase.PENDING else None  # None: keep waiting (deleted ends it too)
 
             notify.wait_for(claim.pk, wait, check)
@@ -203,7 +210,7 @@ class ClaimDetailView(ClaimsBase):
     def put(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
         self.check_object_permissions(request, claim)
-        claim = claim_services.update_claim(claim.pk, request.data, if_match=request.headers.get("If-Match"))
+        claim = claim_services.update_claim(claim.pk, request.data, if_match=request.META.get("HTTP_IF_MATCH"))
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
@@ -216,7 +223,7 @@ class ClaimDetailView(ClaimsBase):
         current = s.render_claim(claim, list(claim.reservations.all()))
         patched = merge_patch(current, request.data)
         patched.pop("status", None)
-        claim = claim_services.update_claim(claim.pk, patched, if_match=request.headers.get("If-Match"))
+        claim = claim_services.update_claim(claim.pk, patched, if_match=request.META.get("HTTP_IF_MATCH"))
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
@@ -226,7 +233,7 @@ class ClaimDetailView(ClaimsBase):
         claim = _claim_or_404(namespace, name)
         self.check_object_permissions(request, claim)
         body = s.render_claim(claim, [])
-        claim_services.delete_claim(claim.pk, if_match=request.headers.get("If-Match"))
+        claim_services.delete_claim(claim.pk, if_match=request.META.get("HTTP_IF_MATCH"))
         return Response(body)
 
 
@@ -238,9 +245,13 @@ class ClaimReleaseView(ClaimsBase):
     def post(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
         self.check_object_permissions(request, claim)
-        claim_services.release_claim(claim.pk, if_match=request.headers.get("If-Match"))
-        claim = _claim_or_404(namespace, name)
-        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+        released = claim_services.release_claim(claim.pk, if_match=request.META.get("HTTP_IF_MATCH"))
+        # The row as the release wrote it (read under its lock, changed in memory as written): no second
+        # read of the claim. Its owner cannot change; its reservations are read again, after the commit.
+        if released.owner_id == claim.owner_id:
+            released.owner = claim.owner
+        s.load_reservations(released)
+        return _etag(Response(s.render_claim(released, list(released.reservations.all()))), released)
 
 
 class ClaimRenewView(ClaimsBase):
@@ -253,7 +264,7 @@ class ClaimRenewView(ClaimsBase):
         claim = _claim_or_404(namespace, name)
         self.check_object_permissions(request, claim)
         ttl = request.data.get("ttl") if isinstance(request.data, dict) else None
-        claim_services.renew_lease(claim.pk, ttl=ttl, if_match=request.headers.get("If-Match"))
+        claim_services.renew_lease(claim.pk, ttl=ttl, if_match=request.META.get("HTTP_IF_MATCH"))
         claim = _claim_or_404(namespace, name)
         return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
@@ -336,7 +347,7 @@ class TemplateDetailView(ClaimsBase):
     def delete(self, request, namespace, name):
         template = self._get(namespace, name)
         body = s.render_template(template)
-        claim_services.delete_template(template.pk, if_match=request.headers.get("If-Match"))
+        claim_services.delete_template(template.pk, if_match=request.META.get("HTTP_IF_MATCH"))
         return Response(body)
 
 
@@ -362,7 +373,7 @@ class ConsumerListView(ClaimsBase):
             consumer = consumer_services.create_consumer(namespace, request.data)
             return 201, s.render_consumer(consumer)
 
-        code, payload, replayed = idempotency.run(f"{namespace}:consumers", request.headers.get("Idempotency-Key"),
+        code, payload, replayed = idempotency.run(f"{namespace}:consumers", request.META.get("HTTP_IDEMPOTENCY_KEY"),
                                                   request.data, create, refresh=s.current_rendering)
         response = Response(payload, status=code)
         if replayed:
@@ -398,7 +409,7 @@ class ConsumerDetailView(ClaimsBase):
     def delete(self, request, namespace, name):
         consumer = self._get(namespace, name)
         body = s.render_consumer(consumer)
-        consumer_services.delete_consumer(consumer.pk, if_match=request.headers.get("If-Match"))
+        consumer_services.delete_consumer(consumer.pk, if_match=request.META.get("HTTP_IF_MATCH"))
         return Response(body)
 
 

@@ -102,26 +102,40 @@ def insert_select(objs: list, replace: dict[str, str] | None = None) -> tuple[li
     One row: plain scalar parameters (no array to build and unnest); several: one array per column.
     ``replace``: attname -> SQL expression used instead of a parameter (e.g. a value from a CTE).
     """
-    model = type(objs[0])
-    qn = connection.ops.quote_name
     replace = replace or {}
     columns, selects, params = [], [], []
     single = len(objs) == 1
-    for f in model._meta.concrete_fields:
-        if f.primary_key:
-            continue
-        columns.append(qn(f.column))
+    for f, column, scalar_sql, array_sql in _insert_plan(type(objs[0])):
+        columns.append(column)
         if f.attname in replace:
             selects.append(replace[f.attname])
-            continue
-        array, cast = _pg_type(f)
-        if single:
-            selects.append(f"%b::{array[:-2]}" + (f"::{cast}" if cast else ""))
+        elif single:
+            selects.append(scalar_sql)
             params.append(_column_values(f, objs)[0])
         else:
-            selects.append(f"unnest(%b::{array})" + (f"::{cast}" if cast else ""))
+            selects.append(array_sql)
             params.append(_column_values(f, objs))
     return columns, selects, params
+
+
+_insert_plans: dict[type, list[tuple]] = {}
+
+
+def _insert_plan(model) -> list[tuple]:
+    """(field, quoted column, one-row expression, many-rows expression) per inserted field of ``model``: the
+    same for every insert, and worked out per field on every claim POST before it was kept here."""
+    plan = _insert_plans.get(model)
+    if plan is None:
+        qn = connection.ops.quote_name
+        plan = []
+        for f in model._meta.concrete_fields:
+            if f.primary_key:
+                continue
+            array, cast = _pg_type(f)
+            suffix = f"::{cast}" if cast else ""
+            plan.append((f, qn(f.column), f"%b::{array[:-2]}{suffix}", f"unnest(%b::{array}){suffix}"))
+        _insert_plans[model] = plan
+    return plan
 
 
 def insert_rows(objs: list, returning: tuple[str, ...] = (), skip_conflicts: bool = False) -> list[tuple]:

@@ -22,6 +22,7 @@ from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocat
 from draservice import notify
 from draservice.bulk import mark_saved, pg_execute
 from draservice.etag import check_precondition
+from draservice.prepared import Prepared
 from draservice.problems import Conflict, FieldError
 from usage.services import ledger
 
@@ -248,7 +249,7 @@ def _check_names_free(ns: Namespace, names: list[tuple[str, str]]) -> None:
 def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> ResourceClaim:
     """PUT of a whole claim: only metadata.labels and metadata.annotations may change; spec is immutable."""
     with transaction.atomic():
-        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        claim = _locked(claim_id)
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         check_precondition(claim, if_match, (meta or {}).get("resourceVersion") if isinstance(meta, dict) else None)
         api_version = k8s.check_kind(obj, "ResourceClaim")
@@ -298,14 +299,26 @@ def _apply_lease_change(claim: ResourceClaim, lease: timedelta | None, now) -> N
 
 # --------------------------------------------------------------------------------------------- release
 
+# The row lock every single-claim write starts with, compiled once (draservice.prepared): compiling it cost more
+# CPU than running it. Stand-in: no claim id is negative.
+_LOCKED = Prepared(lambda pk: ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace")
+                   .filter(pk=pk).order_by(), (-7_000_000_001,))
+
+
+def _locked(claim_id: int) -> ResourceClaim:
+    """The claim, its row locked (inside the caller's transaction); DoesNotExist as ``get`` raises it."""
+    claim = _LOCKED.first(claim_id)
+    if claim is None:
+        raise ResourceClaim.DoesNotExist("ResourceClaim matching query does not exist.")
+    return claim
+
+
 def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now) -> list[ResourceClaim]:
     """Release claims whose rows the caller has locked. Returns those that changed."""
     live = [c for c in claims if c.phase in (Phase.PENDING, Phase.ALLOCATED)]
     if not live:
         return []
-    rows = DeviceAllocation.objects.filter(claim_id__in=[c.id for c in live])
-    freed = Counter(rows.values_list("cluster", flat=True))
-    rows.delete()
+    freed = _delete_allocations([c.id for c in live])
     wake.forget(c.id for c in live)
     ledger.close_intervals([c.id for c in live], now)  # same transaction: the ledger matches the rows
     events = []
@@ -335,11 +348,25 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     return live
 
 
+def _delete_allocations(claim_ids: list[int]) -> Counter:
+    """Delete the claims' DeviceAllocation rows; devices freed per cluster. On PostgreSQL one statement
+    (DELETE ... RETURNING) instead of a count and a delete, each compiled by the ORM on every release."""
+    if connection.vendor == "postgresql":
+        table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {table} WHERE claim_id = ANY(%s) RETURNING cluster", [claim_ids])
+            return Counter(cluster for (cluster,) in cursor.fetchall())
+    rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
+    freed = Counter(rows.values_list("cluster", flat=True))
+    rows.delete()
+    return freed
+
+
 def release_claim(claim_id: int, *, if_match: str | None = None, reason: str = "Released",
                   message: str = "released by its holder") -> ResourceClaim:
     """Free the claim's devices at once. Releasing a released claim is a no-op (retries are safe)."""
     with transaction.atomic():
-        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        claim = _locked(claim_id)
         check_precondition(claim, if_match)
         if claim.phase == Phase.FAILED:
             return claim
@@ -354,7 +381,7 @@ def begin_release(claim_id: int, *, grace: timedelta, reason: str, message: str)
     it. Marked by the ``Releasing`` condition; the deadline is the claim's lease expiry, which cannot be
     renewed while it is releasing."""
     with transaction.atomic():
-        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        claim = _locked(claim_id)
         if claim.phase != Phase.ALLOCATED:
             raise Conflict(f"the claim is {claim.phase}; only an allocated claim can be released later")
         now = timezone.now()
@@ -371,7 +398,7 @@ def begin_release(claim_id: int, *, grace: timedelta, reason: str, message: str)
 
 def delete_claim(claim_id: int, *, if_match: str | None = None) -> None:
     with transaction.atomic():
-        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        claim = _locked(claim_id)
         check_precondition(claim, if_match)
         now = timezone.now()
         _release_locked([claim], "Deleted", "deleted", now)
@@ -381,7 +408,7 @@ def delete_claim(claim_id: int, *, if_match: str | None = None) -> None:
 
 def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None = None) -> ResourceClaim:
     with transaction.atomic():
-        claim = ResourceClaim.objects.select_for_update(of=("self",)).select_related("namespace").get(pk=claim_id)
+        claim = _locked(claim_id)
         check_precondition(claim, if_match)
         if claim.phase not in (Phase.PENDING, Phase.ALLOCATED):
             raise Conflict(f"the claim is {claim.phase}; only a pending or allocated claim's lease can be renewed")

@@ -78,6 +78,12 @@ def close_intervals(claim_ids: list[int], now) -> int:
     a host whose clock is a little behind the committing worker's)."""
     if not claim_ids:
         return 0
+    if connection.vendor == "postgresql":  # every release runs this: one statement, no ORM compile
+        table = connection.ops.quote_name(UsageInterval._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {table} SET ended_at = GREATEST(started_at, %s) "
+                           "WHERE claim_id = ANY(%s) AND ended_at IS NULL", [now, list(claim_ids)])
+            return cursor.rowcount
     return (UsageInterval.objects.filter(claim_id__in=claim_ids, ended_at__isnull=True)
             .update(ended_at=Greatest(F("started_at"), Value(now))))
 

@@ -1,0 +1,69 @@
+"""The compiled-once claim reads (draservice.prepared) load what the ORM querysets they replace load, and a
+release, which answers without reading the claim again, answers what a read after it would."""
+from __future__ import annotations
+
+import pytest
+
+from claims.api import serializers as s
+from claims.models import ResourceClaim
+from draservice.prepared import Prepared
+from tests.claims.fleet import gpu_claim
+
+NS = "/api/v1/namespaces/team-a"
+
+
+def _orm(name: str) -> ResourceClaim:
+    return s.claims_queryset(ResourceClaim.objects).get(namespace__name="team-a", name=name)
+
+
+def test_load_claim_matches_the_orm_with_owner_and_reservations(admin_client, small_fleet):
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "t"},
+                "spec": {"spec": gpu_claim("x")["spec"]}}
+    assert admin_client.post(f"{NS}/resourceclaimtemplates", template, format="json").status_code == 201
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("plain", labels={"a": "b"}),
+                             format="json").status_code == 201
+    consumer = {"kind": "Consumer", "metadata": {"name": "pod"}, "spec": {"resourceClaims": [
+        {"name": "made", "resourceClaimTemplateName": "t"}, {"name": "shared", "resourceClaimName": "plain"}]}}
+    resp = admin_client.post(f"{NS}/consumers", consumer, format="json")
+    assert resp.status_code == 201, resp.content
+    made = next(x["resourceClaimName"] for x in resp.json()["status"]["resourceClaimStatuses"]
+                if x["name"] == "made")
+    for name in ("plain", made):
+        fast, slow = s.load_claim("team-a", name), _orm(name)
+        assert {f.attname: getattr(fast, f.attname) for f in ResourceClaim._meta.concrete_fields} == \
+            {f.attname: getattr(slow, f.attname) for f in ResourceClaim._meta.concrete_fields}
+        assert fast.namespace.name == "team-a"
+        assert [(r.consumer.name, r.entry) for r in fast.reservations.all()] == [("pod", "made" if name == made
+                                                                                   else "shared")]
+        assert s.render_claim(fast, list(fast.reservations.all())) == \
+            s.render_claim(slow, list(slow.reservations.all()))
+    assert s.load_claim("team-a", made).owner.name == "pod"
+    assert s.load_claim("team-a", "plain").owner is None
+    assert s.load_claim("team-a", "missing") is None
+    assert s.load_claim("team-b", "plain") is None
+    assert s.claim_phase(_orm("plain").pk) == "Pending"
+
+
+def test_a_stand_in_must_reach_the_parameters_once(db):
+    with pytest.raises(ValueError, match="stand-in 0 appears 0 times"):
+        Prepared(lambda name: ResourceClaim.objects.filter(name__startswith=name), ("\x00n",)).rows("x")
+
+
+def test_release_answers_the_claim_as_a_read_after_it_does(admin_client, small_fleet):
+    from claims.services import allocation
+
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("held", labels={"a": "b"}),
+                             format="json").status_code == 201
+    consumer = {"kind": "Consumer", "metadata": {"name": "pod"}, "spec": {"resourceClaims": [
+        {"name": "held", "resourceClaimName": "held"}]}}
+    assert admin_client.post(f"{NS}/consumers", consumer, format="json").status_code == 201
+    assert allocation.allocate_round().taken == 1
+    assert admin_client.get(f"{NS}/resourceclaims/held").json()["status"]["phase"] == "Allocated"
+    released = admin_client.post(f"{NS}/resourceclaims/held/release")
+    assert released.status_code == 200, released.content
+    read = admin_client.get(f"{NS}/resourceclaims/held")
+    assert released.json()["status"]["phase"] == "Released"
+    assert released.json() == read.json() and released["ETag"] == read["ETag"]
+    assert released.json()["status"]["reservedFor"][0]["name"] == "pod"
+    again = admin_client.post(f"{NS}/resourceclaims/held/release")  # a no-op: the same answer
+    assert again.status_code == 200 and again.json() == read.json()
