@@ -201,17 +201,92 @@ def drain_once(stack, port: int, token: str, slots: dict[str, int], n: int, proc
     redis.Redis.from_url(stack.broker).flushdb()  # the kicks the web queued meanwhile: one kick below, same for both
     stack.start_worker(processes)
     started, since = time.monotonic(), time.time()
+    watch = CpuWatch(stack)
+    watch.start()
     dispatch.request_allocation()
     wait_quiet(timeout=3600)
     wall = time.monotonic() - started
+    cpu = watch.stop()
     rows = list(ResourceClaim.objects.filter(namespace__name=ns, allocated_at__isnull=False)
                 .values_list("allocated_at", flat=True))
     first, last = min(rows), max(rows)
     span = (last - first).total_seconds()
+    retries = retried(ns)
     release_all(ns)
+    per_claim = {k: round(1000 * v / max(1, len(rows)), 2) for k, v in cpu.items() if k.endswith("_s")}
     return {"processes": processes, "allocated": len(rows), "seconds": round(span, 1),
             "claims_per_s": round(len(rows) / span, 1) if span else float("nan"),
-            "wall_from_kick_s": round(wall, 1), **round_costs(round_rows(since))}
+            "wall_from_kick_s": round(wall, 1), **round_costs(round_rows(since)), **retries,
+            "cpu_ms_per_claim": per_claim, "machine_idle_pct": cpu["idle_pct"]}
+
+
+def retried(ns: str) -> dict:
+    """Claims of ``ns`` that lost a race at commit, that were deferred (not reached in a round's engine time),
+    and the decisions made in all beyond one per claim (``status.attempts``)."""
+    from django.db.models import Sum
+
+    from claims.models import ClaimEvent, ResourceClaim
+
+    def claims_with(reason: str) -> int:
+        return ClaimEvent.objects.filter(namespace=ns, reason=reason).values("claim_uid").distinct().count()
+
+    claims = ResourceClaim.objects.filter(namespace__name=ns)
+    extra = (claims.aggregate(n=Sum("attempts"))["n"] or 0) - claims.count()
+    return {"claims_lost_at_commit": claims_with("LostRace"), "claims_deferred": claims_with("Deferred"),
+            "extra_decisions": extra}
+
+
+class CpuWatch(threading.Thread):
+    """CPU seconds of the worker (all its processes) and of the PostgreSQL backends serving the bench database
+    (polled: a backend's CPU is read while it lives), and the machine's idle share, from start to ``stop()``."""
+
+    def __init__(self, stack) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.halt = stack, threading.Event()
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.worker0, self.ticks0 = self._worker(), self._ticks()
+
+    def _worker(self) -> float:
+        from benchmarks._soak import cpu_seconds, process_tree
+
+        return sum(cpu_seconds(p) for p in process_tree(self.stack.pid("worker")))
+
+    @staticmethod
+    def _ticks() -> list[int]:
+        from pathlib import Path
+
+        return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+    def poll(self) -> None:
+        from django.db import connection
+
+        from benchmarks._soak import cpu_seconds
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid()")
+            for (pid,) in cursor.fetchall():
+                cpu = cpu_seconds(pid)
+                self.first.setdefault(pid, cpu)
+                self.last[pid] = max(cpu, self.last.get(pid, 0.0))
+
+    def run(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.halt.wait(0.5):
+                self.poll()
+        finally:
+            connection.close()
+
+    def stop(self) -> dict:
+        worker = self._worker() - self.worker0
+        self.halt.set()
+        self.join()
+        ticks = [b - a for a, b in zip(self.ticks0, self._ticks(), strict=True)]
+        return {"worker_s": worker, "postgres_s": sum(self.last[p] - self.first[p] for p in self.last),
+                "idle_pct": round(100 * (ticks[3] + ticks[4]) / sum(ticks), 1) if sum(ticks) else None}
 
 
 def drain_phase(stack, token: str, slots: dict[str, int], n: int) -> dict:

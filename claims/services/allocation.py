@@ -12,6 +12,11 @@ A round (``allocate_round``) has three steps, and only the last holds locks:
 3. one short transaction: ``claims.services.commit`` checks that the claims and everything the decisions rely
    on are unchanged, writes the allocations, and the other outcomes are recorded.
 
+Steps 2 and 3 run once per part of the batch (``claims.services.turns``): groups are split by the clusters
+whose devices they may take, and each part is decided and committed under those clusters' turns, so workers
+decide for different clusters at the same time and never for the same one (deterministic engines would pick
+the same devices, and all but one would lose the race at commit).
+
 Claims the engine could not place keep ``phase=Pending`` with a reason and the engine's diagnostics, and are
 not retried until ``FleetState.version`` moves past the version they were tried at (devices were released or
 the inventory changed) or the claim itself changes: the engine is deterministic, so retrying earlier would
@@ -25,6 +30,7 @@ import json
 import logging
 import re
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -37,7 +43,7 @@ from django.utils import timezone
 from claims import k8s
 from claims.models import FleetState, PendingWake, Phase, ResourceClaim, WakeKey
 from claims.placement import clusters_matching, node_pin
-from claims.services import commit, external, fleet, holds, locking, queueing, wake
+from claims.services import commit, external, fleet, holds, locking, queueing, turns, wake
 from claims.services.engines import engines
 from claims.services.grouping import Group, build_groups
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
@@ -97,6 +103,13 @@ class RoundResult:
     rows_read: int = 0  # database rows read to bring the devices in use up to date (change log + rows)
     lock_seconds: float = 0.0  # in statements that take locks other workers may hold (claims, clusters, devices)
     changed_ids: list[int] = field(default_factory=list)
+    parts: int = 0  # parts decided under their own clusters' turns (claims.services.turns)
+
+    def add(self, part: RoundResult) -> None:
+        """Count a part's outcomes into the round's."""
+        for name in ("allocated", "pending", "failed", "lost_race"):
+            setattr(self, name, getattr(self, name) + getattr(part, name))
+        self.changed_ids += part.changed_ids
 
     @property
     def should_retry_soon(self) -> bool:
@@ -165,8 +178,10 @@ def eligible_pending(version=None):
 
 
 def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None = None) -> RoundResult:
-    """One round: take a batch (short transaction), decide with the engine (no transaction, no lock), commit
-    (short transaction). ``engine_seconds``: engine time after which the rest of the batch is deferred."""
+    """One round: take a batch (short transaction), then per part of it (``claims.services.turns``: its
+    groups split by the clusters they may use, each part under those clusters' turns) decide with the engine
+    (no transaction) and commit (short transaction). ``engine_seconds``: a part's engine time after which the
+    rest of it is deferred."""
     started = time.perf_counter()
     locking.lock_seconds(reset=True)
     claims, version = take(batch_size)
@@ -180,19 +195,10 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
         leased |= {c.id for g in groups for c in g.claims}
         result.left_out = len(left_out)
         view = fleet.current_view()
-        rows = fleet.rows_in_use()
-        result.rows_read = fleet.rows_read_last()
-        engine = engines.engine_for(view, rows)
         budget = ENGINE_SECONDS if engine_seconds is None else engine_seconds
-        outcomes = _run_engine(engine, view, groups, time.perf_counter() + budget)
-        with transaction.atomic():
-            commit.begin()
-            _write(engine, view, rows, groups, outcomes, version, result, leased)
-            changed = result.changed_ids
-            # Waiters hear of the outcome; a follow-up round (lost races, deferred groups) is the task's to ask.
-            transaction.on_commit(lambda: notify.publish(changed))
+        _decide_in_turns(view, groups, version, budget, result, leased)
     except IntegrityError as exc:
-        # The unique index refused a row: something slipped past the checks. Nothing of the round was
+        # The unique index refused a row: something slipped past the checks. Nothing of that part was
         # written; its claims are untouched and eligible, so the next round decides them afresh.
         engines.reset()
         fleet.invalidate()
@@ -207,6 +213,60 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
     result.seconds = time.perf_counter() - started
     result.lock_seconds = locking.lock_seconds()
     return result
+
+
+def _decide_in_turns(view, groups: list[Group], version, budget: float, result: RoundResult,
+                     leased: set[int]) -> None:
+    """Decide and commit ``groups`` part by part, each under its clusters' turns (one part of all the groups,
+    with no turn, on SQLite or with ``CLAIMS_CLUSTER_TURNS = False``)."""
+    rows = fleet.rows_in_use()
+    result.rows_read = fleet.rows_read_last()
+    engine = engines.engine_for(view, rows)
+    use_turns = turns.enabled()
+    memo: dict[str, list[str]] = {}  # a queue repeats claim shapes: ask the engine once per shape
+    parts = (turns.partition(groups, lambda g: _device_clusters(engine, view, g, memo)) if use_turns
+             else [turns.Part((), list(groups))])
+    result.parts = len(parts)
+    # Claims taken but in no group (members held elsewhere) are handed back with the first part's commit.
+    rest = leased - {c.id for g in groups for c in g.claims}
+    # One screen for the round: a queue's head found in one part holds its node for the parts after it.
+    screen = holds.round_screen(engine, queueing.round_screen(engine))
+    with closing(turns.schedule(parts)) as scheduled:
+        for part in scheduled:
+            if use_turns and part.clusters and not engines.poisoned:
+                # Under the part's turns: count what other workers committed in its clusters meanwhile.
+                rows = fleet.rows_in_use()
+                result.rows_read += fleet.rows_read_last()
+                engine = engines.engine_for(view, rows)
+            mine = {c.id for g in part.groups for c in g.claims} | rest
+            rest = set()
+            outcomes = _run_engine(engine, view, part.groups, time.perf_counter() + budget, screen)
+            out = RoundResult()
+            with transaction.atomic():
+                commit.begin()
+                _write(engine, view, rows, part.groups, outcomes, version, out, mine)
+                changed = out.changed_ids
+                # Waiters hear of the outcome; a follow-up round (lost races, deferred groups) is the task's.
+                transaction.on_commit(lambda changed=changed: notify.publish(changed))
+            result.add(out)
+
+
+def _device_clusters(engine, view: fleet.FleetView, group: Group, memo: dict[str, list[str]]) -> list[str]:
+    """The clusters whose devices the engine may give ``group`` (every cluster when it cannot tell)."""
+    if group.blocked:
+        return []
+    cg = engine_group(group, view)
+    shape = _shape(cg) if len(group.claims) == 1 else None
+    if shape is not None and shape in memo:
+        return memo[shape]
+    try:
+        with metered(CostMeter(GROUP_COST_BUDGET)):
+            clusters = engine.device_clusters(cg)
+    except Exception:  # noqa: BLE001 -- a budget or engine error: the decision reports it; assume any cluster
+        clusters = sorted(engine.clusters)
+    if shape is not None:
+        memo[shape] = clusters
+    return clusters
 
 
 def take(batch_size: int) -> tuple[list[ResourceClaim], int]:
@@ -314,7 +374,7 @@ def engine_group(group: Group, view: fleet.FleetView,
                       preferred_cluster=preferred, node=node, key=group.key, avoid_nodes=avoid)
 
 
-def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: float) -> list:
+def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: float, screen=None) -> list:
     """One outcome per group (None for blocked groups), in order.
 
     A queue often holds many claims with the same spec ("one GPU", over and over). When one of them fails,
@@ -324,7 +384,8 @@ def _run_engine(engine, view: fleet.FleetView, groups: list[Group], deadline: fl
     """
     outcomes = []
     failed: dict[str, tuple[int, object, ResourceClaim]] = {}  # shape -> (successes then, outcome, claim)
-    screen = holds.round_screen(engine, queueing.round_screen(engine))
+    if screen is None:
+        screen = holds.round_screen(engine, queueing.round_screen(engine))
     successes = 0
     for group in groups:
         if group.blocked:

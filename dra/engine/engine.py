@@ -291,6 +291,32 @@ class Engine:
                 raise err from exc
             return GroupOutcome(False, key=group.key, message=err.message, error=err)
 
+    def device_clusters(self, group: ClaimGroup) -> list[str]:
+        """The clusters whose devices ``allocate(group)`` may take, whatever is in use now: the eligible ones
+        (allowed, not stale, holding its node) where its main request's selectors match some device. A
+        superset, from static facts only, for a caller that must know before deciding which clusters a
+        decision can touch (the claims round's per-cluster turns). Empty when it takes no device anywhere (no
+        requests, or nothing matches). Input errors (bad CEL, limits) give every eligible cluster: ``allocate``
+        reports them. Callers meter CEL cost as for ``allocate``."""
+        clusters, _ = self._eligible_clusters(group)
+        names = [c.name for c in clusters]
+        out = []
+        for cluster in clusters:
+            try:
+                plan = self.plan_for(group.claims, cluster.name)
+                if not any(True for _ in plan.alts):
+                    return []
+                ki = self.key_index(_primary_alt(plan).sel, cluster)
+            except AllocationError as exc:
+                if exc.code == ErrorCode.UNKNOWN_CLASS:
+                    continue
+                return names
+            except CELCompileError:
+                return names
+            if 1 in ki.member:
+                out.append(cluster.name)
+        return out
+
     def _eligible_clusters(self, group: ClaimGroup) -> tuple[list[ClusterModel], list[dict]]:
         skipped = []
         out = []

@@ -254,3 +254,18 @@ def test_avoided_nodes_are_passed_over_and_a_pin_to_one_fails():
     assert not pinned.allocated and pinned.reason == "unsatisfiable"
     again = e.allocate(group(claim("z", [request("gpu")]), node="node-b"))
     assert (again.allocated, again.node) == (True, "node-b")
+
+
+def test_device_clusters_names_every_cluster_a_decision_may_use_whatever_is_in_use():
+    # Attribute names as CEL reads them: device.attributes["<driver>"].<name>.
+    e = engine(cluster("c1", {"a": gpus(2, model="h100")}), cluster("c2", {"b": gpus(2, model="l4")}),
+               cluster("c3", {"c": gpus(2, model="h100")}, stale=True),
+               allocated=[AllocatedDevice("c1", DRIVER, "a", "gpu-0"), AllocatedDevice("c1", DRIVER, "a", "gpu-1")])
+    h100 = claim("h", [request("gpu", selectors=[f'device.attributes["{DRIVER}"].model == "h100"'])])
+    assert e.device_clusters(group(h100)) == ["c1"]  # full now, but a release may free it; c3 is stale
+    assert e.device_clusters(group(claim("any", [request("gpu")]))) == ["c1", "c2"]
+    assert e.device_clusters(group(claim("any", [request("gpu")]), allowed_clusters=["c2"])) == ["c2"]
+    nowhere = [f'device.attributes["{DRIVER}"].model == "mi300x"']
+    assert e.device_clusters(group(claim("none", [request("gpu", selectors=nowhere)]))) == []
+    assert e.device_clusters(group(claim("empty", []))) == []  # takes no device anywhere
+    assert not e.allocate(group(h100)).allocated

@@ -1,0 +1,145 @@
+"""Per-cluster allocation turns: N workers decide claims of different clusters at the same time.
+
+Two workers deciding for the same cluster at once pick the same devices (every engine is deterministic and
+bin-packs the same way), so all but one lose the race at commit and decide again: more workers, less work
+done. Two workers deciding for different clusters never conflict. So a round splits its groups into parts
+by the clusters whose devices they may take (``Engine.device_clusters``, a superset known before deciding),
+merging groups whose cluster sets overlap, and decides and commits one part at a time, each under the turns
+of its clusters: PostgreSQL session advisory locks, one per cluster, held from before the part's devices in
+use are re-read until its commit is done.
+
+How turns are taken (``schedule``): a part whose turns are all free is taken at once (``pg_try_advisory_lock``,
+never waiting); only when every remaining part's turns are busy does the worker wait, for the first one's,
+in ascending cluster order. A worker holds at most one part's turns at a time and waits only while holding
+none, so turns never deadlock. A worker killed while holding turns loses them with its database session.
+
+Every claim taken by the round is decided in the round: a part waits for its turns, it is never handed
+back, and the engine, which covers the whole fleet, is only brought up to date between parts (never rebuilt
+for a part). One worker therefore does the same work per round as without turns, plus a few statements per
+part. Turns are an optimisation, not a guarantee: the commit-time checks (``claims.services.commit``, the
+per-device locks and the "new rows" check of ``claims.services.locking``) and the partial unique index
+still decide what may be written, whatever a part's engine saw.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+from claims.services import locking
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Part:
+    """Groups decided and committed together, under the turns of ``clusters`` (sorted; empty: the groups
+    take no device, e.g. blocked ones or ones nothing matches, and need no turn)."""
+
+    clusters: tuple[str, ...]
+    groups: list = field(default_factory=list)
+
+
+def enabled() -> bool:
+    """Turns on PostgreSQL unless ``CLAIMS_CLUSTER_TURNS = False`` (SQLite serializes every writer)."""
+    return connection.vendor == "postgresql" and getattr(settings, "CLAIMS_CLUSTER_TURNS", True)
+
+
+def partition(groups: list, clusters_of: Callable[[object], list[str]]) -> list[Part]:
+    """Parts of ``groups`` with pairwise disjoint cluster sets, groups in their given (queue) order within a
+    part, parts ordered by their first group. ``clusters_of(group)``: the clusters it may take devices in."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    wanted = [sorted(set(clusters_of(g))) for g in groups]
+    for names in wanted:
+        if names:
+            find(names[0])  # a one-cluster set is a part of its own too
+        for other in names[1:]:
+            a, b = find(names[0]), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    members: dict[str, set[str]] = {}
+    for name in list(parent):
+        members.setdefault(find(name), set()).add(name)
+    parts: dict[str, Part] = {}
+    for group, names in zip(groups, wanted, strict=True):
+        root = find(names[0]) if names else ""
+        part = parts.get(root)
+        if part is None:
+            part = parts[root] = Part(tuple(sorted(members.get(root, ()))))
+        part.groups.append(group)
+    return list(parts.values())
+
+
+def turn_id(cluster: str) -> int:
+    """The signed 64-bit advisory lock id of a cluster's turn."""
+    digest = hashlib.blake2b(f"allocator-turn\x1f{cluster}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _ids(clusters: tuple[str, ...]) -> list[int]:
+    return [turn_id(c) for c in sorted(clusters)]  # ascending cluster name: the one order everyone waits in
+
+
+def try_take(clusters: tuple[str, ...]) -> bool:
+    """Take every turn of ``clusters`` now, or none (never waits)."""
+    if not clusters:
+        return True
+    ids = _ids(clusters)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT k, pg_try_advisory_lock(k) FROM unnest(%s::bigint[]) WITH ORDINALITY AS t(k, n) "
+                       "ORDER BY n", [ids])
+        got = [k for k, ok in cursor.fetchall() if ok]
+    if len(got) == len(ids):
+        return True
+    _unlock(got)
+    return False
+
+
+def take(clusters: tuple[str, ...]) -> None:
+    """Wait for every turn of ``clusters``, in ascending order (counted as lock wait: ``locking.waiting``)."""
+    if not clusters:
+        return
+    with connection.cursor() as cursor, locking.waiting():
+        cursor.execute("SELECT count(pg_advisory_lock(k)) FROM unnest(%s::bigint[]) AS k", [_ids(clusters)])
+
+
+def release(clusters: tuple[str, ...]) -> None:
+    if clusters:
+        _unlock(_ids(clusters))
+
+
+def _unlock(ids: list[int]) -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(pg_advisory_unlock(k)) FROM unnest(%s::bigint[]) AS k", [ids])
+    except DatabaseError as exc:  # the session is gone, and its locks with it
+        log.warning("could not release allocation turns: %s", exc)
+
+
+def schedule(parts: list[Part]) -> Iterator[Part]:
+    """Yield each part of ``parts`` while holding its turns (released when the caller asks for the next one,
+    or closes the generator: use ``contextlib.closing``). Free parts first, in their order; a worker waits
+    only when every part left is busy."""
+    left = list(parts)
+    while left:
+        index = next((i for i, part in enumerate(left) if try_take(part.clusters)), None)
+        if index is None:
+            index = 0
+            take(left[0].clusters)
+        part = left.pop(index)
+        try:
+            yield part
+        finally:
+            release(part.clusters)
