@@ -76,34 +76,6 @@ def lock(devices: Iterable[DeviceKey], pools: Iterable[PoolKey]) -> None:
         cursor.execute("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", [ids])
 
 
-ALLOCATOR_LOCK = _lock_id("allocator", ("fleet",))
-
-
-def serialize_allocators() -> bool:
-    """Take the allocators' turn lock (PostgreSQL; held to commit).
-
-    Not needed for correctness: the checks above are. But every engine is deterministic and bin-packs the
-    same way, so workers deciding at the same time pick the same devices and all but one lose the race,
-    wasting their work. Taking turns makes each engine see the previous turn's allocations. Workers still
-    select their claims, group them and write in parallel; only decide-and-write is one at a time.
-    Settings ``CLAIMS_SERIALIZE_ALLOCATION = False`` turns it off (the concurrency test does, to race).
-
-    Returns whether writers are serialized. Allocation rows are inserted only by allocation rounds, so
-    while we hold the turn (taken before the devices in use are read) nobody else can add one: the
-    per-device locks and the "new rows" check of step 2 are then skipped, and the partial unique index and
-    step 1 remain.
-    """
-    from django.conf import settings
-
-    if connection.vendor != "postgresql":
-        return True  # SQLite: IMMEDIATE transactions serialize every writer anyway
-    if not getattr(settings, "CLAIMS_SERIALIZE_ALLOCATION", True):
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ALLOCATOR_LOCK])
-    return True
-
-
 def cluster_versions_locked(cluster_ids: Iterable[int]) -> dict[int, tuple]:
     """Current (``inventory_version``, ``stale_since``) of these clusters, share-locked until commit.
 

@@ -11,11 +11,10 @@ app.conf.task_default_queue = os.environ.get("CLAIMS_TEST_QUEUE", "celery")
 app.conf.task_always_eager = False
 
 if os.environ.get("CLAIMS_TEST_RACE") == "1":
-    # Let the workers decide concurrently (no turn lock, no per-cluster turns: claims.services.turns), so
-    # that only the database checks stand between them and a double allocation.
+    # Let the workers decide concurrently (no per-cluster turns: claims.services.turns), so that only the
+    # database checks stand between them and a double allocation.
     from django.conf import settings
 
-    settings.CLAIMS_SERIALIZE_ALLOCATION = False
     settings.CLAIMS_CLUSTER_TURNS = False
 
 if os.environ.get("QUEUES_TEST_ADMIT_DELAY"):

@@ -177,15 +177,12 @@ def test_placement_hints_across_clusters(admin_client, two_clusters):
     assert status(admin_client, "preferred")["cluster"] == "c-h100"
 
 
-@pytest.mark.parametrize("serialized", [False, True], ids=["racing", "turn-lock"])
-def test_lost_race_is_detected_and_retried(admin_client, small_fleet, monkeypatch, settings, serialized):
-    """A worker whose view missed another worker's allocation must not write on top of it.
-
-    Racing (no turn lock), the write-time check under device locks catches it and only that group waits;
-    with the turn lock the check is skipped (nobody else can write then) and the unique index is what
-    refuses the row, rolling the round back.
-    """
-    settings.CLAIMS_SERIALIZE_ALLOCATION = serialized
+@pytest.mark.parametrize("cluster_turns", [False, True], ids=["racing", "cluster-turns"])
+def test_lost_race_is_detected_and_retried(admin_client, small_fleet, monkeypatch, settings, cluster_turns):
+    """A worker whose view missed another worker's allocation must not write on top of it: with or without
+    per-cluster turns (claims.services.turns, an optimisation), the write-time check under device locks
+    catches it and only that group waits."""
+    settings.CLAIMS_CLUSTER_TURNS = cluster_turns
     admin_client.post(f"{NS}/resourceclaims", gpu_claim("first"), format="json")
     run_rounds()
     taken = DeviceAllocation.objects.get()

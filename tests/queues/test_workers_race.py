@@ -1,4 +1,4 @@
-"""Quota holds with four real Celery workers deciding at once (``CLAIMS_SERIALIZE_ALLOCATION=False``) and a
+"""Quota holds with four real Celery workers deciding at once (``CLAIMS_CLUSTER_TURNS=False``) and a
 delay injected between the quota check and the write: only the queue row locks stand between them and an
 over-admission."""
 from __future__ import annotations
