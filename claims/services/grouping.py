@@ -120,28 +120,41 @@ def _closure(by_id: dict[int, ResourceClaim], res: list[tuple[int, int]],
 
 # ------------------------------------------------------------------------------ pure: connected components
 
-def _components(claims_of: dict[int, set[int]], ids) -> list[list[int]]:
-    """Claims linked by a consumer, as lists of claim ids (union-find); every id of ``ids`` is in one."""
-    parent: dict[int, int] = {}
+class DisjointSets:
+    """Union-find over hashable items (claims linked by consumers; clusters a round's groups share)."""
 
-    def find(x: int) -> int:
+    def __init__(self) -> None:
+        self.parent: dict = {}
+
+    def find(self, x):
+        parent = self.parent
         parent.setdefault(x, x)
         while parent[x] != x:
             parent[x] = parent[parent[x]]
             x = parent[x]
         return x
 
+    def union(self, a, b) -> None:
+        self.parent[self.find(b)] = self.find(a)
+
+    def sets(self) -> dict:
+        """Root -> members, every item seen."""
+        out: dict = defaultdict(list)
+        for x in list(self.parent):
+            out[self.find(x)].append(x)
+        return out
+
+
+def _components(claims_of: dict[int, set[int]], ids) -> list[list[int]]:
+    """Claims linked by a consumer, as lists of claim ids (union-find); every id of ``ids`` is in one."""
+    links = DisjointSets()
     for members in claims_of.values():
         members = list(members)
         for other in members[1:]:
-            parent[find(other)] = find(members[0])
+            links.union(members[0], other)
     for cid in ids:
-        find(cid)
-
-    components: dict[int, list[int]] = defaultdict(list)
-    for cid in list(parent):
-        components[find(cid)].append(cid)
-    return list(components.values())
+        links.find(cid)
+    return list(links.sets().values())
 
 
 # ------------------------------------------------------------------------------ blocking rules

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from claims.services import locking
+from claims.services.grouping import DisjointSets
 
 log = logging.getLogger(__name__)
 
@@ -52,29 +53,17 @@ def enabled() -> bool:
 def partition(groups: list, clusters_of: Callable[[object], list[str]]) -> list[Part]:
     """Parts of ``groups`` with pairwise disjoint cluster sets, groups in their given (queue) order within a
     part, parts ordered by their first group. ``clusters_of(group)``: the clusters it may take devices in."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    links = DisjointSets()
     wanted = [sorted(set(clusters_of(g))) for g in groups]
     for names in wanted:
         if names:
-            find(names[0])  # a one-cluster set is a part of its own too
+            links.find(names[0])  # a one-cluster set is a part of its own too
         for other in names[1:]:
-            a, b = find(names[0]), find(other)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    members: dict[str, set[str]] = {}
-    for name in list(parent):
-        members.setdefault(find(name), set()).add(name)
+            links.union(names[0], other)
+    members = links.sets()
     parts: dict[str, Part] = {}
     for group, names in zip(groups, wanted, strict=True):
-        root = find(names[0]) if names else ""
+        root = links.find(names[0]) if names else ""
         part = parts.get(root)
         if part is None:
             part = parts[root] = Part(tuple(sorted(members.get(root, ()))))
