@@ -232,15 +232,18 @@ def _decide_in_turns(view, groups: list[Group], version, budget: float, result: 
     # One screen for the round: a queue's head found in one part holds its node for the parts after it.
     screen = holds.round_screen(engine, queueing.round_screen(engine))
     with closing(turns.schedule(parts)) as scheduled:
-        for part in scheduled:
-            if use_turns and part.clusters and not engines.poisoned:
+        for part, held in scheduled:
+            if held and use_turns and part.clusters and not engines.poisoned:
                 # Under the part's turns: count what other workers committed in its clusters meanwhile.
                 rows = fleet.rows_in_use()
                 result.rows_read += fleet.rows_read_last()
                 engine = engines.engine_for(view, rows)
             mine = {c.id for g in part.groups for c in g.claims} | rest
             rest = set()
-            outcomes = _run_engine(engine, view, part.groups, time.perf_counter() + budget, screen)
+            if held:
+                outcomes = _run_engine(engine, view, part.groups, time.perf_counter() + budget, screen)
+            else:  # its turns stayed busy (turns.TURN_WAIT_SECONDS): hand it back undecided, retried soon
+                outcomes = [DEFERRED] * len(part.groups)
             out = RoundResult()
             with transaction.atomic():
                 commit.begin()

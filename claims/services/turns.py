@@ -13,8 +13,9 @@ never waiting); only when every remaining part's turns are busy does the worker 
 in ascending cluster order. A worker holds at most one part's turns at a time and waits only while holding
 none, so turns never deadlock. A worker killed while holding turns loses them with its database session.
 
-Every claim taken by the round is decided in the round: a part waits for its turns, it is never handed
-back, and the engine, which covers the whole fleet, is only brought up to date between parts (never rebuilt
+Every claim taken by the round is decided in the round, unless waiting for its part's turns takes longer
+than ``TURN_WAIT_SECONDS`` (a holder that hangs): then that part is handed back, its claims Pending and
+retried. The engine, which covers the whole fleet, is only brought up to date between parts (never rebuilt
 for a part). One worker therefore does the same work per round as without turns, plus a few statements per
 part. Turns are an optimisation, not a guarantee: the commit-time checks (``claims.services.commit``, the
 per-device locks and the "new rows" check of ``claims.services.locking``) and the partial unique index
@@ -28,12 +29,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, OperationalError, connection, transaction
 
 from claims.services import locking
 from claims.services.grouping import DisjointSets
 
 log = logging.getLogger(__name__)
+
+# The longest a worker waits for a busy part's turns. A holder keeps them for one part's engine time
+# (``allocation.ENGINE_SECONDS``) and commit (statements bounded by ``commit.LOCK_TIMEOUT``), so this is
+# reached only when the holder hangs without dying (stopped, swapped out, a lost network path): the waiting
+# worker then hands the part back (its claims stay Pending, "Deferred", and are retried) instead of leaving
+# every other cluster's claims behind it. Below ``allocation.TAKE_SECONDS``, so the claims are still ours.
+TURN_WAIT_SECONDS = 10.0
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a lock wait ended by lock_timeout
 
 
 @dataclass
@@ -96,12 +105,33 @@ def try_take(clusters: tuple[str, ...]) -> bool:
     return False
 
 
-def take(clusters: tuple[str, ...]) -> None:
-    """Wait for every turn of ``clusters``, in ascending order (counted as lock wait: ``locking.waiting``)."""
+def take(clusters: tuple[str, ...], timeout: float | None = None) -> bool:
+    """Wait for every turn of ``clusters``, in ascending order (counted as lock wait: ``locking.waiting``), at
+    most ``timeout`` seconds (default ``CLAIMS_TURN_WAIT_SECONDS``). False when the wait timed out: then no turn
+    of ``clusters`` is held."""
     if not clusters:
-        return
-    with connection.cursor() as cursor, locking.waiting():
-        cursor.execute("SELECT count(pg_advisory_lock(k)) FROM unnest(%s::bigint[]) AS k", [_ids(clusters)])
+        return True
+    ids = _ids(clusters)
+    seconds = wait_seconds() if timeout is None else timeout
+    try:
+        # A transaction (a savepoint inside one) scopes the timeout to this wait, and an error to it.
+        with transaction.atomic(), connection.cursor() as cursor, locking.waiting():
+            cursor.execute(f"SET LOCAL lock_timeout = '{max(1, int(seconds * 1000))}ms'")
+            cursor.execute("SELECT count(pg_advisory_lock(k)) FROM unnest(%s::bigint[]) AS k", [ids])
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        # Turns taken before the one the wait timed out on stay held through the rollback (session-level
+        # advisory locks ignore transactions): give back every one (unlocking one not held only warns).
+        _unlock(ids)
+        log.warning("waited %.1f s for the allocation turns of %s: handing the part back", seconds,
+                    ", ".join(clusters))
+        return False
+    return True
+
+
+def wait_seconds() -> float:
+    return float(getattr(settings, "CLAIMS_TURN_WAIT_SECONDS", TURN_WAIT_SECONDS))
 
 
 def release(clusters: tuple[str, ...]) -> None:
@@ -117,18 +147,21 @@ def _unlock(ids: list[int]) -> None:
         log.warning("could not release allocation turns: %s", exc)
 
 
-def schedule(parts: list[Part]) -> Iterator[Part]:
-    """Yield each part of ``parts`` while holding its turns (released when the caller asks for the next one,
-    or closes the generator: use ``contextlib.closing``). Free parts first, in their order; a worker waits
-    only when every part left is busy."""
+def schedule(parts: list[Part]) -> Iterator[tuple[Part, bool]]:
+    """Yield ``(part, held)`` for each part of ``parts``: ``held`` while holding its turns (released when the
+    caller asks for the next one, or closes the generator: use ``contextlib.closing``), False when waiting for
+    them timed out (decide nothing of that part). Free parts first, in their order; a worker waits only when
+    every part left is busy."""
     left = list(parts)
     while left:
         index = next((i for i, part in enumerate(left) if try_take(part.clusters)), None)
+        held = True
         if index is None:
             index = 0
-            take(left[0].clusters)
+            held = take(left[0].clusters)
         part = left.pop(index)
         try:
-            yield part
+            yield part, held
         finally:
-            release(part.clusters)
+            if held:
+                release(part.clusters)
