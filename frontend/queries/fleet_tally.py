@@ -7,9 +7,10 @@ fleet or every push of a big cluster, so it is kept in parts along what changes 
 
 * the inventory, per pool: a unit never spans pools (its name starts with the pool's), so each pool's units,
   with their *idle* state (tainted, invalid or free: what a unit is when no claim holds it), are read on their
-  own. When a cluster's ``inventory_version`` moves, that cluster's pools and slices (not its devices) say
-  which pools moved: a pool's devices are written only with its slices, so its generation, its state and its
-  slices' ids and content hashes change whenever anything the tally reads of it does. Only those pools'
+  own. When a cluster's ``inventory_version`` moves, digests of its pools and slices per bucket of pools say
+  which buckets moved, and those buckets' pools and slices (not their devices) say which pools moved: a
+  pool's devices are written only with its slices, so its generation, its state and its slices' ids and
+  content hashes change whenever anything the tally reads of it does. Only those pools'
   devices are read again; a node's labels read none.
   DeviceTaintRules (few, written by hand) may select any device: a change to them reads everything again.
 * allocations and reservations change with every claim: rows are only ever inserted or deleted, so the
@@ -61,31 +62,53 @@ def snapshot() -> Iterator[None]:
         yield
 
 
-def cluster_digests(cluster_ids: list[int]) -> dict[int, tuple]:
-    """Per cluster: a digest of its slices' (id, content hash) and its pools' (id, generation, state). Slices
-    and pools are few next to devices, and the digest is taken in the database on PostgreSQL."""
+# Pools are spread over buckets by a hash of (driver, pool name), computed alike here and in PostgreSQL
+# (``bucket_of``, ``_BUCKET_SQL``); a digest per cluster and bucket tells which buckets moved, so a push that
+# changes one pool reads the signatures of its bucket's pools (~1/256 of the cluster), not of every pool.
+BUCKET_HEX = 2  # leading md5 hex digits: 256 buckets
+_BUCKET_SQL = "substr(md5({driver} || '/' || {pool}), 1, " + str(BUCKET_HEX) + ")"
+Scope = dict  # cluster id -> the buckets to read (a set), or None for all of them
+
+
+def bucket_of(driver: str, pool: str) -> str:
+    return hashlib.md5(f"{driver}/{pool}".encode()).hexdigest()[:BUCKET_HEX]
+
+
+def cluster_digests(cluster_ids: list[int]) -> dict[int, dict[str, tuple]]:
+    """Per cluster and bucket of its pools: a digest of the bucket's slices' (id, content hash) and pools' (id,
+    generation, state). Slices and pools are few next to devices, and the digests are taken in the database on
+    PostgreSQL."""
     if not cluster_ids:
         return {}
     marks = ", ".join(["%s"] * len(cluster_ids))
-    out: dict[int, list] = {cid: [None, None] for cid in cluster_ids}
-    queries = ((0, T_SLICE, "content_hash"), (1, T_POOL, "generation, state"))
+    out: dict[int, dict[str, list]] = {cid: {} for cid in cluster_ids}
+    queries = ((0, T_SLICE, "driver", "pool_name", "content_hash"), (1, T_POOL, "driver", "name", "generation, state"))
     with connection.cursor() as cursor:
-        for index, table, columns in queries:
+        for index, table, driver, pool, columns in queries:
             if is_postgres():
                 text = " || ':' || ".join(f"{c}::text" for c in ["id"] + columns.split(", "))
-                cursor.execute(f"SELECT cluster_id, COUNT(*), md5(string_agg({text}, ',' ORDER BY id)) FROM {table} "
-                               f"WHERE cluster_id IN ({marks}) GROUP BY cluster_id", cluster_ids)
-                for cid, n, digest in cursor.fetchall():
-                    out[cid][index] = (n, digest)
+                bucket = _BUCKET_SQL.format(driver=driver, pool=pool)
+                cursor.execute(f"SELECT cluster_id, {bucket}, COUNT(*), md5(string_agg({text}, ',' ORDER BY id)) "
+                               f"FROM {table} WHERE cluster_id IN ({marks}) GROUP BY 1, 2", cluster_ids)
+                for cid, key, n, digest in cursor.fetchall():
+                    out[cid].setdefault(key, [None, None])[index] = (n, digest)
             else:
-                cursor.execute(f"SELECT cluster_id, id, {columns} FROM {table} WHERE cluster_id IN ({marks}) "
-                               f"ORDER BY id", cluster_ids)
-                rows: dict[int, list] = {}
+                cursor.execute(f"SELECT cluster_id, {driver}, {pool}, id, {columns} FROM {table} "
+                               f"WHERE cluster_id IN ({marks}) ORDER BY id", cluster_ids)
+                rows: dict[tuple, list] = {}
                 for row in cursor.fetchall():
-                    rows.setdefault(row[0], []).append(row[1:])
-                for cid, listed in rows.items():
-                    out[cid][index] = (len(listed), hashlib.sha256(repr(listed).encode()).hexdigest())
-    return {cid: tuple(parts) for cid, parts in out.items()}
+                    rows.setdefault((row[0], bucket_of(row[1], row[2])), []).append(row[3:])
+                for (cid, key), listed in rows.items():
+                    digest = hashlib.sha256(repr(listed).encode()).hexdigest()
+                    out[cid].setdefault(key, [None, None])[index] = (len(listed), digest)
+    return {cid: {key: tuple(parts) for key, parts in buckets.items()} for cid, buckets in out.items()}
+
+
+def moved_buckets(old: dict[str, tuple] | None, new: dict[str, tuple]) -> set[str] | None:
+    """The buckets whose digest differs (None: all of them, nothing was known)."""
+    if old is None:
+        return None
+    return {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
 
 
 class Unit:
@@ -119,7 +142,7 @@ class FleetTally:
 
     def _reset(self) -> None:
         self.clusters: dict[int, tuple] = {}  # cluster id -> (name, inventory_version) the pools were read at
-        self.cluster_digests: dict[int, tuple] = {}  # cluster id -> its pools' and slices' digest (``cluster_digests``)
+        self.cluster_digests: dict[int, dict[str, tuple]] = {}  # cluster id -> bucket -> digest (``cluster_digests``)
         self.pool_signatures: dict[PoolKey, tuple] = {}
         self.pool_units: dict[PoolKey, list[Unit]] = {}
         self.pool_devices: dict[PoolKey, list[DeviceKey]] = {}
@@ -183,14 +206,20 @@ class FleetTally:
             cursor.execute(f"SELECT id, name, inventory_version FROM {T_CLUSTER}")
             versions = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
         moved_clusters = [cid for cid, version in versions.items() if self.clusters.get(cid) != version]
-        # A node's labels move the version but no pool: one digest per cluster tells, before any pool is read.
+        # A node's labels move the version but no pool: digests per cluster and bucket tell, before any pool
+        # is read, which buckets of pools moved (none for labels).
         digests = cluster_digests(moved_clusters)
-        moved_clusters = [cid for cid in moved_clusters if self.cluster_digests.get(cid) != digests[cid]
-                          or self.clusters.get(cid, ("",))[0] != versions[cid][0]]
-        names = {versions[cid][0] for cid in moved_clusters}
-        names |= {name for cid, (name, _) in self.clusters.items() if cid in moved_clusters or cid not in versions}
-        signatures = self._pool_signatures(moved_clusters) if moved_clusters else {}
-        gone = [key for key in self.pool_signatures if key[0] in names and key not in signatures]
+        scope: Scope = {}
+        for cid in moved_clusters:
+            known = self.clusters.get(cid, ("",))[0] == versions[cid][0]  # not a new (or renamed) cluster
+            buckets = moved_buckets(self.cluster_digests.get(cid) if known else None, digests[cid])
+            if buckets is None or buckets:
+                scope[cid] = buckets
+        by_name = {versions[cid][0]: buckets for cid, buckets in scope.items()}
+        by_name.update({name: None for cid, (name, _) in self.clusters.items() if cid not in versions})
+        signatures = self._pool_signatures(scope) if scope else {}
+        gone = [key for key in self.pool_signatures if key not in signatures and key[0] in by_name
+                and (by_name[key[0]] is None or bucket_of(key[1], key[2]) in by_name[key[0]])]
         moved = [key for key, sig in signatures.items() if self.pool_signatures.get(key) != sig]
         for key in gone + moved:
             self._drop_pool(key)
@@ -202,25 +231,27 @@ class FleetTally:
         self.cluster_digests.update(digests)
         return self._repoint(gone + moved)
 
-    def _pool_signatures(self, cluster_ids: list[int]) -> dict[PoolKey, tuple]:
-        """Per pool of these clusters: what moves whenever anything the tally reads of the pool moves. A
-        pool's devices are written only with its slices (a changed slice is replaced, devices and all, and
-        its content hash rewritten: ``inventory.services.sync``), so its Pool row and its slices' (id,
-        content hash) pairs say whether they moved, without reading the wide device rows (5,000 pools and
-        slices, not 40,000 devices, for a 40,000-GPU cluster)."""
-        marks = ", ".join(["%s"] * len(cluster_ids))
+    def _pool_signatures(self, scope: Scope) -> dict[PoolKey, tuple]:
+        """Per pool of the clusters and buckets in ``scope``: what moves whenever anything the tally reads of
+        the pool moves. A pool's devices are written only with its slices (a changed slice is replaced,
+        devices and all, and its content hash rewritten: ``inventory.services.sync``), so its Pool row and its
+        slices' (id, content hash) pairs say whether they moved, without reading the wide device rows."""
         slices: dict[PoolKey, set[tuple]] = {}
         with connection.cursor() as cursor:
+            where, params = _scope_sql(scope, "s.driver", "s.pool_name")
             cursor.execute(f"""SELECT c.name, s.driver, s.pool_name, s.id, s.content_hash
-                               FROM {T_SLICE} s JOIN {T_CLUSTER} c ON c.id = s.cluster_id
-                               WHERE s.cluster_id IN ({marks})""", cluster_ids)
+                               FROM {T_SLICE} s JOIN {T_CLUSTER} c ON c.id = s.cluster_id WHERE {where}""", params)
             for cluster, driver, pool, slice_id, digest in cursor.fetchall():
                 slices.setdefault((cluster, driver, pool), set()).add((slice_id, digest))
+            where, params = _scope_sql(scope, "p.driver", "p.name")
             cursor.execute(f"""SELECT c.name, p.driver, p.name, p.id, p.generation, p.state
-                               FROM {T_POOL} p JOIN {T_CLUSTER} c ON c.id = p.cluster_id
-                               WHERE p.cluster_id IN ({marks})""", cluster_ids)
-            return {(r[0], r[1], r[2]): (r[3], r[4], r[5], frozenset(slices.get((r[0], r[1], r[2]), ())))
-                    for r in cursor.fetchall()}
+                               FROM {T_POOL} p JOIN {T_CLUSTER} c ON c.id = p.cluster_id WHERE {where}""", params)
+            rows = cursor.fetchall()
+        # SQLite has no md5(): there the scope's clusters are read whole and filtered by bucket here.
+        wanted = {c: b for c, b in scope.items() if b is not None} if not is_postgres() else {}
+        cluster_ids = {name: cid for cid, (name, _) in self.clusters.items()} if wanted else {}
+        return {(r[0], r[1], r[2]): (r[3], r[4], r[5], frozenset(slices.get((r[0], r[1], r[2]), ())))
+                for r in rows if not wanted or _in_scope(wanted, cluster_ids, r)}
 
     def _read_pools(self, pools: list[PoolKey], cluster_ids: dict[str, int] | None) -> None:
         """Makes the units of ``pools`` (dropped before) from their devices: one statement per cluster, or
@@ -390,3 +421,23 @@ class FleetTally:
             counts[unit.state] -= 1
             counts[state] += 1
             unit.state = state
+
+
+def _scope_sql(scope: Scope, driver: str, pool: str) -> tuple[str, list]:
+    """A WHERE clause for the pools (or slices) of ``scope``: whole clusters, or some buckets of them."""
+    parts, params = [], []
+    bucket = _BUCKET_SQL.format(driver=driver, pool=pool)
+    for cid, buckets in scope.items():
+        table = driver.split(".")[0]
+        if buckets is None or not is_postgres():
+            parts.append(f"{table}.cluster_id = %s")
+            params.append(cid)
+        else:
+            parts.append(f"({table}.cluster_id = %s AND {bucket} IN ({', '.join(['%s'] * len(buckets))}))")
+            params += [cid, *sorted(buckets)]
+    return " OR ".join(parts), params
+
+
+def _in_scope(wanted: dict[int, set[str]], cluster_ids: dict[str, int], row: tuple) -> bool:
+    buckets = wanted.get(cluster_ids.get(row[0], -1))
+    return buckets is None or bucket_of(row[1], row[2]) in buckets

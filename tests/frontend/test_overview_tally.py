@@ -199,6 +199,31 @@ def _reading_devices(monkeypatch):
     return read
 
 
+def _signatures_read(monkeypatch):
+    """Pool keys whose signatures each refresh reads (the pools and slices of the buckets that moved)."""
+    read: list[tuple] = []
+    signatures = fleet_q._tally._pool_signatures
+
+    def spy(scope):
+        out = signatures(scope)
+        read.extend(out)
+        return out
+
+    monkeypatch.setattr(fleet_q._tally, "_pool_signatures", spy)
+    return read
+
+
+def test_pool_buckets_agree_between_python_and_postgresql():
+    """The tally finds the pools gone from a bucket by hashing here what PostgreSQL hashed: both must agree."""
+    from frontend.queries.fleet_tally import BUCKET_HEX, bucket_of
+
+    names = [("gpu.nvidia.com", "node-a"), ("gpu.amd.com", "pool-\u00e9t\u00e9-\u6c60"), ("x", ""), ("", "y/z")]
+    with connection.cursor() as cursor:
+        for driver, pool in names:
+            cursor.execute("SELECT substr(md5(%s || '/' || %s), 1, %s)", [driver, pool, BUCKET_HEX])
+            assert cursor.fetchone()[0] == bucket_of(driver, pool), (driver, pool)
+
+
 def _allocated_slice():
     """An allocated GPU in a node-local slice that also has an idle, untainted whole GPU: (allocation, its slice
     row, the idle GPU's name)."""
@@ -235,15 +260,17 @@ def test_an_inventory_change_reads_only_the_pools_that_moved(demo, monkeypatch):
     """A push to one cluster reads the devices of the pools it changed, not the fleet's; a node's labels read
     none. After each change (a taint, an allocated device removed and brought back, a slice deleted, claims
     allocated and released in between) the maintained rows equal a fresh computation."""
-    from inventory.models import Device, Node
+    from inventory.models import Device, Node, Pool
     from inventory.services.sync import delete_resource_slice, put_node, put_resource_slice
 
     first = _check("before")
     read = _reading_devices(monkeypatch)
+    signed = _signatures_read(monkeypatch)
     alloc, row, idle = _allocated_slice()
     cluster = row.cluster.name
     pool = (cluster, row.driver, row.pool_name)
     in_pool = Device.objects.filter(cluster__name=cluster, driver=row.driver, pool_name=row.pool_name).count()
+    pools = Pool.objects.filter(cluster__name=cluster).count()
 
     node = Node.objects.filter(cluster__name=cluster).order_by("name").first()
     put_node(cluster, node.name, {"name": node.name, "labels": {**node.labels, "touched": "1"}})
@@ -258,6 +285,8 @@ def test_an_inventory_change_reads_only_the_pools_that_moved(demo, monkeypatch):
     put_resource_slice(cluster, row.name, tainted)
     shrunk = _check("an idle device tainted and an allocated one removed")
     assert set(read) == {pool} and len(read) == in_pool - 1
+    # Only the moved pool's bucket had its pools' signatures read, not every pool of the cluster.
+    assert pool in signed and len(signed) < pools, (len(signed), pools)
     assert _in_use(shrunk) == _in_use(first) - 1  # the allocation names a device that is gone
     assert sum(r["tainted"] for r in shrunk.values()) > sum(r["tainted"] for r in first.values())
 
