@@ -3,13 +3,16 @@
 A claim the engine could not place waits (``PendingWake`` rows) for a counter of released devices
 (``WakeKey.freed``) to reach a mark. The keys are ``cluster:<name>``, one per cluster where devices matching
 the claim's selectors exist (the engine's explanation counts them), and ``*``, which every release moves. The
-mark is the counter when the claim was tried plus the devices it is short of: ``count - available`` for its
-request hardest to serve (at least 1). A claim that could fit now is always woken:
+mark is the counter when the claim was tried plus the devices it is short of in that cluster: ``count`` minus
+the most one node of it could use then (its best node's devices plus the cluster's network-attached ones:
+a group is placed on one node), for its request hardest to serve (at least 1). A claim that could fit now is
+always woken:
 
-* it fits in some cluster C, so every request's devices match in C: each request has a row on C;
-* the devices available to a request now are at most those available then plus those released in C since
-  (a released exclusive device makes at most itself available); so C's counter moved by at least the
-  shortfall, and by at least 1 (the engine is deterministic: with nothing freed the answer is the same "no").
+* it fits on some node of some cluster C, so every request's devices match in C: each request has a row on C;
+* the devices available to a request on that node now are at most those available to it then plus those
+  released in C since (a released exclusive device makes at most itself available); so C's counter moved by
+  at least the shortfall, and by at least 1 (the engine is deterministic: with nothing freed the answer is
+  the same "no").
 
 Where that bound does not hold (devices blocked by shared counters or consumable capacity, where one release
 can make several devices available; taints, stale clusters, incomplete pools, which change without a
@@ -33,6 +36,7 @@ from claims.models import FleetState, PendingWake, Phase, WakeKey
 
 ANY = "*"
 ANY_RELEASE = ((ANY, 1),)
+BEST_NODES_LISTED = 5  # entries of an explanation's ``best_nodes`` (dra.engine.diagnostics)
 # Drop-out stages that can change without a release in the claim's clusters (see the module docstring).
 VOLATILE = ("cluster_stale", "pool_incomplete", "pool_invalid", "taint", "counters", "capacity",
             "binding_conditions_unsupported", "counters_unsupported")
@@ -59,12 +63,32 @@ def wants(outcome) -> tuple[tuple[str, int], ...]:
         short = 1 if count is None else max(1, count - int(r.get("available") or 0))
         # firstAvailable alternatives ("req/sub") of one request: any of them may be the one that fits.
         rows = per_request.setdefault((r.get("claim"), str(r.get("request", "")).split("/")[0]), [])
-        rows.extend((cluster_key(c), short) for c in r["clusters_matching"])
+        rows.extend((cluster_key(c), short if count is None else max(short, count - _most_on_one_node(r, c)))
+                    for c in r["clusters_matching"])
     if any(not rows for rows in per_request.values()):
         return ()  # a request no device matches: only an inventory or class change can help
     # A fit needs every request, so waiting for one of them is enough: the one hardest to serve.
     hardest = max(per_request.values(), key=lambda rows: (min(n for _, n in rows), -len(rows)))
     return tuple(dict.fromkeys(hardest))
+
+
+def _most_on_one_node(request: dict, cluster: str) -> int:
+    """At most how many devices available to ``request`` one node of ``cluster`` can use now: its best node's
+    own plus the cluster's network-attached ones. A group is placed on one node, so the cluster must free at
+    least ``count`` minus this before the request can fit there: a claim for more devices than any node has
+    free (16 asked, 8 per node) is not woken by every single release. ``best_nodes`` lists the top few of
+    "cluster/node" and "cluster/(network)" by count, highest first; one not listed has at most the last count
+    listed (none, when the list is not full)."""
+    listed = request.get("best_nodes") or []
+    floor = int(listed[-1]["available"]) if len(listed) >= BEST_NODES_LISTED else 0
+    node = network = None
+    for entry in listed:
+        where, available = str(entry["node"]), int(entry["available"])
+        if where == f"{cluster}/(network)":
+            network = available
+        elif node is None and where.startswith(f"{cluster}/"):
+            node = available  # the first of the cluster's nodes listed is its best
+    return (floor if node is None else node) + (floor if network is None else network)
 
 
 def mark(claims, version, keys, head_of: str = "", hold: tuple[str, str] | None = None) -> None:

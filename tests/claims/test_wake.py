@@ -213,3 +213,56 @@ def test_eligible_are_the_never_tried_the_woken_and_all_after_a_wake_all_and_tak
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         assert {c.taken_by for c in ResourceClaim.objects.filter(name__in=["one", "two"])} == {cursor.fetchone()[0]}
+
+
+def test_a_claim_waits_for_what_one_node_lacks_not_for_what_the_cluster_lacks(admin_client):
+    """A group is placed on one node: with 2 + 3 GPUs free on two nodes, a 6-GPU claim lacks 3 on the best
+    node, though only 1 in the cluster. Releases that cannot make one node reach 6 do not wake it. (Its queue's
+    head is an older L4 claim: a head is woken by any release where it could go.)"""
+    load_fleet({"c-h100": [("h100", 2)], "c-l4": [("l4", 1)]})
+    submit(admin_client, *[arch_claim(f"j-{i}", HOPPER) for i in range(13)],
+           *[arch_claim(f"l-{i}", ADA) for i in range(4)])
+    run_rounds()
+    by_node: dict[str, list[str]] = {}
+    for name, node in ResourceClaim.objects.filter(phase=Phase.ALLOCATED, cluster="c-h100").values_list("name",
+                                                                                                       "node"):
+        by_node.setdefault(node, []).append(name)
+    full, other = sorted(by_node, key=lambda n: -len(by_node[n]))
+    assert (len(by_node[full]), len(by_node[other])) == (8, 5)  # bin-packed: 0 and 3 free
+    release(by_node[full].pop())
+    release(by_node[full].pop())  # 2 and 3 free
+    submit(admin_client, arch_claim("head", ADA), arch_claim("want-6", HOPPER, count=6))
+    run_rounds()
+    assert claim("want-6").phase == Phase.PENDING and claim("want-6").attempts == 1
+    assert PendingWake.objects.get(claim=claim("want-6")).short == 3
+
+    release(by_node[full].pop())  # 3 and 3: 6 free in the cluster, at most 3 on one node
+    assert eligible() == set()
+    release(by_node[other].pop())
+    release(by_node[other].pop())  # 3 and 5: three freed since its attempt, what its best node lacked
+    assert eligible() == {"want-6"}
+    run_rounds()
+    assert claim("want-6").phase == Phase.PENDING and claim("want-6").attempts == 2
+    release(by_node[other].pop())  # 6 free on one node
+    assert eligible() == {"want-6"}
+    run_rounds()
+    assert claim("want-6").phase == Phase.ALLOCATED and claim("want-6").node == other
+
+
+def test_what_one_node_lacks_is_bounded_by_the_nodes_not_listed():
+    """``best_nodes`` lists the top 5: a cluster with no node listed may have as many as the last one listed
+    (on a node, and again network-attached), never more; a full list can't be read as 'nothing else'."""
+    class Outcome:
+        reason = "unsatisfiable"
+
+        def __init__(self, best):
+            self.diagnostics = {"requests": [{"claim": "ns/c", "request": "r", "count": 10, "available": 9,
+                                              "dropped": {"allocated": 3}, "best_nodes": best,
+                                              "clusters_matching": {"a": 5, "b": 4}}]}
+
+    top = [{"node": f"a/n{i}", "available": 4 - i // 2} for i in range(5)]  # a/n0..n4: 4 4 3 3 2
+    assert dict(wake.wants(Outcome(top))) == {"cluster:a": 4, "cluster:b": 6}  # a: 4 + 2, b: 2 + 2 at most
+    with_network = [{"node": "b/(network)", "available": 5}, *top[:4]]  # 5 4 4 3 3
+    assert dict(wake.wants(Outcome(with_network))) == {"cluster:a": 3, "cluster:b": 2}  # a: 4+3, b: 3+5
+    short_list = [{"node": "a/n0", "available": 4}]
+    assert dict(wake.wants(Outcome(short_list))) == {"cluster:a": 6, "cluster:b": 10}
