@@ -3,10 +3,11 @@
 Called by ``claims.services.commit`` (through ``claims.services.queueing``) in the commit's transaction, after
 the race checks, with what the engine actually placed. Under locks held to commit:
 
-1. one advisory lock for the root (``ROOT_LOCK``): borrowing reads every queue's usage, so admissions that
-   borrow from the same root must not interleave (they are milliseconds each); then
-2. the queue rows of every unit's queue and its ancestors, ``SELECT ... FOR UPDATE`` in ascending id (the
-   fixed order that rules out deadlocks; a queue update waits for them, so a commit sees one version);
+1. the queue rows of every unit's queue and its ancestors, ``SELECT ... FOR SHARE`` in ascending id (the
+   fixed order that rules out deadlocks; a queue update waits for them, so a commit sees one version); then
+2. one advisory lock for the root (``ROOT_LOCK``): borrowing reads every queue's usage, so admissions that
+   read usage must not interleave with any that charges (they are milliseconds each): exclusive where a
+   queue of the chains has quotas, shared otherwise (``_lock``);
 3. usage is read (charges of Allocated claims; only once a quota entry needs it), each unit checked in order
    (earlier admitted units of the same commit count for the later ones) and the admitted units' charges
    inserted.
@@ -34,7 +35,7 @@ from django.db import connection
 from django.utils import timezone
 
 from claims.placement import clusters_matching
-from claims.services import queueing
+from claims.services import locking, queueing
 from claims.services.engines import engines
 from dra.engine.selectors import MATCH
 from draservice.bulk import bulk_insert
@@ -86,11 +87,25 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
 
 
 def _lock(tree: Tree, names: set[str]) -> None:
+    """Steps 1 and 2 of the module docstring, rows first. The root lock is taken exclusive only when a queue of
+    these chains has a quota entry (only then does admission read usage, its own chains' and, to borrow, the
+    other top-level queues'); a commit whose chains have none (``default`` alone, the common case) admits
+    whatever it placed, so it takes the root lock shared: such commits of different workers do not wait for
+    each other, and an exclusive holder still sees every charge they committed and none in flight. The rows
+    are locked ``FOR SHARE`` (a queue update waits for both kinds; two commits do not), before the root lock,
+    so that the rows decide the mode: an edit that added a quota is seen. Nothing else is locked after the
+    root lock, and queue edits never take it, so the order cannot deadlock."""
     ids = sorted({q.id for name in names for q in tree.chain(name)})
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ROOT_LOCK])
-    fresh = list(Queue.objects.select_for_update().filter(id__in=ids).order_by("id"))
+    if connection.vendor != "postgresql":
+        fresh = list(Queue.objects.filter(id__in=ids).order_by("id"))  # SQLite serializes writers
+    else:
+        table = connection.ops.quote_name(Queue._meta.db_table)
+        with locking.waiting():
+            fresh = list(Queue.objects.raw(f"SELECT * FROM {table} WHERE id = ANY(%s) ORDER BY id FOR SHARE", [ids]))
+            exclusive = any(q.spec.get("quotas") for q in fresh)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)" if exclusive else
+                               "SELECT pg_advisory_xact_lock_shared(%s)", [ROOT_LOCK])
     for q in fresh:  # the rows as they are now that nobody can change them
         tree.queues[q.name] = q
 

@@ -454,3 +454,36 @@ def test_the_heads_node_stays_held_in_rounds_that_do_not_decide_the_head(admin_c
     assert big.phase == Phase.ALLOCATED, (big.reason, big.message)
     assert not ResourceClaim.objects.filter(name__startswith="stream", node=big.node).exists()
     assert i == max(running.index(name) for name in running if where[name] == big.node)
+
+
+def test_commits_without_quota_share_the_root_lock_and_a_quota_check_excludes_them(admin_client, h100_fleet):
+    """Admission takes the root lock shared where no queue of the chains has a quota (it admits what it was
+    given): commits of two workers in ``default`` do not wait for each other. One that reads usage (a queue
+    with quota) takes it exclusive: it waits for a commit in flight that charges, and is never overtaken."""
+    from django.db import OperationalError, connection, connections, transaction
+
+    from queues.services import admission
+    from queues.services.resolve import Tree
+
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=4, borrowing=0))
+    other = connections.create_connection("default")  # another worker, in the middle of a commit in default
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock_shared(%s)", [admission.ROOT_LOCK])
+
+        def lock(queue: str) -> bool:
+            try:
+                with transaction.atomic(), connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL lock_timeout = '300ms'")
+                    admission._lock(Tree.load(), {queue})
+                return True
+            except OperationalError:
+                return False
+
+        assert lock("default")  # shared with the commit in flight
+        assert not lock("team-a")  # exclusive: waits for it
+        other.rollback()
+        assert lock("team-a")
+    finally:
+        other.close()
