@@ -224,8 +224,8 @@ def _decide_in_turns(view, groups: list[Group], version, budget: float, result: 
     engine = engines.engine_for(view, rows)
     use_turns = turns.enabled()
     memo: dict[str, list[str]] = {}  # a queue repeats claim shapes: ask the engine once per shape
-    parts = (turns.partition(groups, lambda g: _device_clusters(engine, view, g, memo)) if use_turns
-             else [turns.Part((), list(groups))])
+    parts = (turns.partition(groups, lambda g: _device_clusters(engine, view, g, memo), lambda g: g.by_quota)
+             if use_turns else [turns.Part((), list(groups))])
     result.parts = len(parts)
     # Claims taken but in no group (members held elsewhere) are handed back with the first part's commit.
     rest = leased - {c.id for g in groups for c in g.claims}

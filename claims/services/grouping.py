@@ -31,6 +31,9 @@ class Group:
     # Set by a round screen that held a node for this group (its queue's head): see claims.services.wake.
     holds_node: str = ""  # the queue whose head this group is
     held_at: tuple[str, str] | None = None  # (cluster, node) held for it
+    # Set by the queue order: admitting it reads quota usage, so it commits in one part with every other such
+    # group of the round (claims.services.turns.partition), in queue order.
+    by_quota: bool = False
 
     @property
     def key(self) -> str:

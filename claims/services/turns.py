@@ -59,14 +59,23 @@ def enabled() -> bool:
     return connection.vendor == "postgresql" and getattr(settings, "CLAIMS_CLUSTER_TURNS", True)
 
 
-def partition(groups: list, clusters_of: Callable[[object], list[str]]) -> list[Part]:
+def partition(groups: list, clusters_of: Callable[[object], list[str]],
+              together: Callable[[object], bool] = lambda group: False) -> list[Part]:
     """Parts of ``groups`` with pairwise disjoint cluster sets, groups in their given (queue) order within a
-    part, parts ordered by their first group. ``clusters_of(group)``: the clusters it may take devices in."""
+    part, parts ordered by their first group. ``clusters_of(group)``: the clusters it may take devices in.
+    ``together(group)``: the groups for which it holds share one part. Quota is admitted at commit in the
+    order of the units committed, so groups whose admission reads quota usage must commit in one part, in
+    queue order: split by cluster, a low-priority claim whose cluster's part came first took the quota of a
+    higher one on another cluster."""
     links = DisjointSets()
     wanted = [sorted(set(clusters_of(g))) for g in groups]
-    for names in wanted:
+    anchor = None
+    for group, names in zip(groups, wanted, strict=True):
         if names:
             links.find(names[0])  # a one-cluster set is a part of its own too
+            if together(group):
+                anchor = anchor or names[0]
+                links.union(anchor, names[0])
         for other in names[1:]:
             links.union(names[0], other)
     members = links.sets()

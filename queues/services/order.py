@@ -63,6 +63,7 @@ def order(groups: list) -> list:
         first = g.claims[0]
         name = queue_of(first, first.namespace.name, tree)
         queue = tree.queues.get(name)
+        g.by_quota = any(q.spec.get("quotas") for q in tree.chain(name))
         prio = max(effective_priority(c, queue) for c in g.claims)
         per_queue[name].append((-prio, min(c.created_at for c in g.claims), first.id, g))
     if len(per_queue) == 1:

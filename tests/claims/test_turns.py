@@ -29,6 +29,11 @@ def test_a_group_that_may_use_several_clusters_joins_their_parts():
         (("tc",), ["m"]), (("ta", "tb"), ["h", "l", "any", "h"]), ((), ["none"])]
 
 
+def test_groups_whose_admission_reads_quota_share_one_part_in_queue_order():
+    joined = turns.partition(["h", "l", "m", "h"], lambda g: CLUSTERS[g], lambda g: g in ("h", "m"))
+    assert [(p.clusters, p.groups) for p in joined] == [(("ta", "tc"), ["h", "m", "h"]), (("tb",), ["l"])]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_turn_is_held_by_one_session_until_released():
     other = connections.create_connection("default")

@@ -487,3 +487,26 @@ def test_commits_without_quota_share_the_root_lock_and_a_quota_check_excludes_th
         assert lock("team-a")
     finally:
         other.close()
+
+
+def test_quota_goes_by_priority_across_clusters_decided_in_separate_turns(admin_client, settings):
+    """A round decides and commits per cluster (claims.services.turns), but a queue's quota must still go in
+    queue order: a low-priority claim on one cluster may not take the quota a higher one on another cluster
+    needs, because its cluster's part happened to commit first."""
+    from tests.claims import fleet as fleet_helpers
+
+    settings.CLAIMS_CLUSTER_TURNS = True
+    fleet_helpers.load_fleet({"ca": [("h100", 1)], "cb": [("l4", 1)]})
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=2, borrowing=0, maxPriority=10))
+    hopper = 'device.attributes["gpu.nvidia.com"].architecture == "Hopper"'
+    ada = 'device.attributes["gpu.nvidia.com"].architecture == "Ada Lovelace"'
+    for name, prio, selector in (("high-ca", "9", hopper), ("mid-cb", "5", ada), ("low-ca", "1", hopper)):
+        body = gpu_claim(name, labels={"draservice.io/priority": prio})
+        body["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": selector}}]
+        resp = admin_client.post(f"{ns('a')}/resourceclaims", body, format="json")
+        assert resp.status_code == 201, resp.content
+    result = allocate_round()
+    assert result.parts >= 1
+    got = phases("a")
+    assert (got["high-ca"], got["mid-cb"], got["low-ca"]) == (Phase.ALLOCATED, Phase.ALLOCATED, Phase.PENDING), got
+    assert ResourceClaim.objects.get(name="low-ca").reason == "WaitingForQuota"
