@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import os
 import random
 import statistics
@@ -117,7 +118,8 @@ class Sim:
         self.snapshot = fleet(nodes)
         self.engine = Engine(self.snapshot)
         self.tree = tree_of(nominals, weights)
-        self.state = _State(self.tree, defaultdict(Fraction), View(self.snapshot))
+        self.state = _State(self.tree, View(self.snapshot), None)
+        self.state._usage = defaultdict(Fraction)  # the simulation's own ledger, not the database's charges
         self.rng = random.Random(seed)
         self.pending: dict[str, list[SimClaim]] = defaultdict(list)
         self.running: list[tuple[int, int, SimClaim]] = []  # (end minute, id, claim)
@@ -137,7 +139,8 @@ class Sim:
         waiting = {q for q, items in self.pending.items() if items} | {name}
         share = fair_fraction(self.tree.queues[name], [self.tree.queues[q] for q in waiting], CLS,
                               sum(n for _, n in ends))
-        claim.estimate = expected_start(ends, claim.count + ahead, now, share)
+        cumulative = list(itertools.accumulate(n for _, n in ends))
+        claim.estimate = expected_start([end for end, _ in ends], cumulative, claim.count + ahead, now, share)
         self.pending[name].append(claim)
         return claim
 

@@ -113,6 +113,9 @@ class ResourceClaim(models.Model):
             models.Index(fields=["cluster", "phase"], name="claims_claim_cluster"),
             models.Index(fields=["cluster"], condition=Q(device_removed_at__isnull=False),
                          name="claims_claim_device_removed"),
+            # The most recently released claims (queues.services.estimate's holding-time sample): released
+            # claims are kept, so anything that scans them grows with uptime.
+            models.Index(fields=["-released_at"], condition=Q(phase="Released"), name="claims_claim_released"),
         ]
 
     def __str__(self) -> str:

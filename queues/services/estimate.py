@@ -6,20 +6,35 @@ devices held by running claims of that class (of its own queue when it waits for
 fleet) are ordered by when each is expected to end: its lease expiry, else its start plus the mean holding
 time of its queue's released claims. The estimate is the moment the ends free ``n + m`` devices. With no
 lease and no history to go on, there is no estimate, and ``status.estimate.reason`` says why.
+
+A pending claim's read asks for its estimate, and clients poll it; what it needs of the fleet (every running
+claim's devices and expected end, the queues' mean holding times) is kept per web process (``_Ends``) and
+read again only when the allocations may have changed: a release (``FleetState.version``) or a new charge
+(the highest ``QuotaCharge`` id; a re-admission inserts its charges anew). A lease renewal moves an end
+without either, so the copy is also read again after ``MAX_AGE_SECONDS``. The holding times come from a
+bounded sample (the ``HISTORY_SAMPLE`` most recent releases of the last ``HISTORY_DAYS``): released claims are
+kept, and averaging all of them made every estimate cost more as the service ran.
 """
 from __future__ import annotations
 
-from datetime import timedelta
+import threading
+import time
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from django.db.models import Avg, DurationField, ExpressionWrapper, F
+from django.db import connection
 from django.utils import timezone
 
-from claims.models import Phase, ResourceClaim
+from claims.models import FleetState, Phase, ResourceClaim
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, QuotaCharge
 from queues.services.usage import requested_devices
 
 HISTORY_DAYS = 7  # released claims of this recent past give a queue's mean holding time
+HISTORY_SAMPLE = 5000  # ... the most recent of them, fleet-wide
+MAX_AGE_SECONDS = 10.0
 
 
 def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], tree=None) -> dict[int, dict]:
@@ -33,11 +48,7 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], t
         for namespace in ResourceClaim.objects.filter(phase=Phase.PENDING).values_list(
                 "namespace__name", flat=True).distinct():
             waiting.add(tree.by_namespace.get(namespace, DEFAULT_QUEUE))
-    classes = {cls for c in pending for cls, _ in requested_devices(c.spec)}
-    running = list(QuotaCharge.objects.filter(claim__phase=Phase.ALLOCATED, unit="devices", device_class__in=classes)
-                   .values_list("claim_id", "device_class", "amount", "queue__name", "claim__lease_expires_at",
-                                "claim__allocated_at"))
-    held_for = _history({r[3] for r in running})
+    running = _ends()
     now = timezone.now()
     out = {}
     for claim in pending:
@@ -47,22 +58,13 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], t
         cls = wanted[0][0]
         need = sum(n for c, n in wanted if c == cls) + ahead.get(claim.id, 0)
         own_queue = claim.reason == "WaitingForQuota"
-        ends = []
-        unknown = 0
-        for _, rcls, amount, queue, lease_end, started in running:
-            if rcls != cls or (own_queue and queue != queues_of[claim.id]):
-                continue
-            end = lease_end or (started + held_for[queue] if queue in held_for and started else None)
-            if end is None:
-                unknown += int(amount)
-            else:
-                ends.append((max(end, now), int(amount)))
+        ends, cumulative, unknown = running.scope(cls, queues_of[claim.id] if own_queue else "")
         share = 1.0
         if tree is not None and not own_queue:
             share = fair_fraction(tree.queues.get(queues_of[claim.id]),
                                   [tree.queues[q] for q in waiting if q in tree.queues], cls,
-                                  sum(n for _, n in ends) + unknown)
-        when = expected_start(sorted(ends), need, now, share)
+                                  (cumulative[-1] if cumulative else 0) + unknown)
+        when = expected_start(ends, cumulative, need, now, share)
         if when is None:
             reason = "NoLeaseOrHistory" if unknown else "NotEnoughRunningClaims"
             out[claim.id] = {"estimate": {"reason": reason, "message": (
@@ -76,16 +78,13 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], t
     return out
 
 
-def expected_start(ends: list, need: int, now, share: float = 1.0):
-    """The first end (of ``(end, devices)`` sorted by end) by which ``need`` devices are freed for this
-    queue, or None. ``share``: the part of what frees up that goes to this queue while others wait too (its
-    weight over the weights of the queues with waiting claims: the fair-share order interleaves them)."""
-    freed = 0.0
-    for end, amount in ends:
-        freed += amount * share
-        if freed >= need:
-            return max(end, now)
-    return None
+def expected_start(ends: list[datetime], cumulative: list[int], need: int, now, share: float = 1.0):
+    """The first of ``ends`` (sorted; ``cumulative``: the devices freed by each and those before it) by which
+    ``need`` devices are freed for this queue, or None. ``share``: the part of what frees up that goes to this
+    queue while others wait too (its weight over the weights of the queues with waiting claims: the
+    fair-share order interleaves them)."""
+    at = bisect_left(range(len(cumulative)), True, key=lambda i: cumulative[i] * share >= need)
+    return max(ends[at], now) if at < len(ends) else None
 
 
 def fair_fraction(queue, waiting: list, cls: str, capacity: float) -> float:
@@ -106,13 +105,86 @@ def fair_fraction(queue, waiting: list, cls: str, capacity: float) -> float:
     return max(0.01, min(1.0, (nominal(queue) + surplus * queue.weight / weights) / capacity))
 
 
-def _history(queues: set[str]) -> dict[str, timedelta]:
-    """Mean time claims of each queue held their devices (those released in the last ``HISTORY_DAYS``)."""
-    if not queues:
-        return {}
-    held = ExpressionWrapper(F("claim__released_at") - F("claim__allocated_at"), output_field=DurationField())
+@dataclass
+class _Ends:
+    """Per device class, and per (class, queue): the running devices' expected ends in order, the devices
+    freed by each end and those before it, and the devices whose end is unknown (no lease, no history)."""
+
+    key: tuple
+    built_at: float
+    scopes: dict[tuple[str, str], tuple[list[datetime], list[int], int]] = field(default_factory=dict)
+
+    def scope(self, cls: str, queue: str) -> tuple[list[datetime], list[int], int]:
+        return self.scopes.get((cls, queue), ([], [], 0))
+
+
+_lock = threading.Lock()
+_cached: _Ends | None = None
+
+
+def _state_key() -> tuple:
+    """Moves whenever a claim's devices are released or charged (one statement, two index reads)."""
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT (SELECT max(id) FROM {qn(QuotaCharge._meta.db_table)}), "
+                       f"(SELECT version FROM {qn(FleetState._meta.db_table)} WHERE id = 1)")
+        return tuple(cursor.fetchone())
+
+
+def _ends() -> _Ends:
+    global _cached
+    key = _state_key()
+    with _lock:
+        cached = _cached
+    if cached is not None and cached.key == key and time.monotonic() - cached.built_at < MAX_AGE_SECONDS:
+        return cached
+    fresh = _build(key)
+    with _lock:
+        _cached = fresh
+    return fresh
+
+
+def _build(key: tuple) -> _Ends:
+    running = list(QuotaCharge.objects.filter(claim__phase=Phase.ALLOCATED, unit="devices")
+                   .values_list("device_class", "amount", "queue__name", "claim__lease_expires_at",
+                                "claim__allocated_at"))
+    held_for = _history()
+    listed: dict[tuple[str, str], list[tuple[datetime, int]]] = defaultdict(list)
+    unknown: dict[tuple[str, str], int] = defaultdict(int)
+    for cls, amount, queue, lease_end, started in running:
+        end = lease_end or (started + held_for[queue] if queue in held_for and started else None)
+        for scope in ((cls, ""), (cls, queue)):
+            if end is None:
+                unknown[scope] += int(amount)
+            else:
+                listed[scope].append((end, int(amount)))
+    out = _Ends(key=key, built_at=time.monotonic())
+    for scope in listed.keys() | unknown.keys():
+        ends = sorted(listed.get(scope, ()), key=lambda e: e[0])
+        cumulative, total = [], 0
+        for _, amount in ends:
+            total += amount
+            cumulative.append(total)
+        out.scopes[scope] = ([end for end, _ in ends], cumulative, unknown.get(scope, 0))
+    return out
+
+
+def _history() -> dict[str, timedelta]:
+    """Mean time claims of each queue held their devices, over the fleet's ``HISTORY_SAMPLE`` most recent
+    releases of the last ``HISTORY_DAYS`` (an index scan of the newest released claims, then their charges)."""
     since = timezone.now() - timedelta(days=HISTORY_DAYS)
-    rows = (QuotaCharge.objects.filter(queue__name__in=queues, claim__phase=Phase.RELEASED,
-                                       claim__released_at__gte=since, claim__allocated_at__isnull=False)
-            .values("queue__name").annotate(mean=Avg(held)).values_list("queue__name", "mean"))
-    return {name: mean for name, mean in rows if mean is not None}
+    claims = ResourceClaim.objects.filter(phase=Phase.RELEASED, released_at__gte=since,
+                                          allocated_at__isnull=False).order_by("-released_at")
+    held = {i: (r, a) for i, r, a in claims.values_list("id", "released_at", "allocated_at")[:HISTORY_SAMPLE]}
+    if not held:
+        return {}
+    totals: dict[str, list] = defaultdict(lambda: [timedelta(0), 0])
+    seen: set[tuple[int, str]] = set()
+    for claim_id, queue in QuotaCharge.objects.filter(claim_id__in=list(held)).values_list("claim_id", "queue__name"):
+        if (claim_id, queue) in seen:
+            continue  # one claim counts once per queue, whatever its number of charges
+        seen.add((claim_id, queue))
+        released, allocated = held[claim_id]
+        totals[queue][0] += released - allocated
+        totals[queue][1] += 1
+    return {queue: total / n for queue, (total, n) in totals.items()}

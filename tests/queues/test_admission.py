@@ -510,3 +510,33 @@ def test_quota_goes_by_priority_across_clusters_decided_in_separate_turns(admin_
     got = phases("a")
     assert (got["high-ca"], got["mid-cb"], got["low-ca"]) == (Phase.ALLOCATED, Phase.ALLOCATED, Phase.PENDING), got
     assert ResourceClaim.objects.get(name="low-ca").reason == "WaitingForQuota"
+
+
+def test_estimates_read_the_running_claims_again_only_when_allocations_change(admin_client, h100_fleet):
+    """A pending claim's estimate is polled: what it needs of the running claims is kept per process and read
+    again when a release or a new charge may have changed it (not on every read)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    submit(admin_client, "ci", "r10", 8, annotations={"draservice.io/lease-ttl": "10m"})
+    submit(admin_client, "ci", "r20", 8, annotations={"draservice.io/lease-ttl": "20m"})
+    rounds(1)
+    submit(admin_client, "ci", "p1", 8)
+    submit(admin_client, "ci", "p2", 8)
+    rounds(1)
+
+    def status(name):
+        return admin_client.get(f"{ns('ci')}/resourceclaims/{name}").json()["status"]
+
+    def running_reads(ctx) -> int:
+        return sum('FROM "queues_quotacharge"' in q["sql"] and '"amount"' in q["sql"] for q in ctx.captured_queries)
+
+    assert "estimatedStartTime" in status("p2")  # both running claims end before it starts
+    with CaptureQueriesContext(connection) as ctx:
+        again = status("p2")
+    assert "estimatedStartTime" in again and running_reads(ctx) == 0
+    claim_services.release_claim(ResourceClaim.objects.get(name="r20").id)  # no round: p1, p2 still wait
+    with CaptureQueriesContext(connection) as ctx:
+        after = status("p2")
+    assert running_reads(ctx) == 1
+    assert after["estimate"]["reason"] == "NotEnoughRunningClaims" and "estimatedStartTime" not in after
