@@ -13,7 +13,8 @@ request hardest to serve (at least 1). A claim that could fit now is always woke
 
 Where that bound does not hold (devices blocked by shared counters or consumable capacity, where one release
 can make several devices available; taints, stale clusters, incomplete pools, which change without a
-release) or the explanation is missing (consumers' errors, held groups, quota), the claim waits for ``*``:
+release) or the explanation is missing (consumers' errors, held groups, quota) or sampled (cut by the engine's
+explanation budget: it counted only part of the available devices), the claim waits for ``*``:
 any release wakes it, as every release did before. Inventory, class and queue changes wake every pending
 claim (``FleetState.wake_all_version``).
 
@@ -53,7 +54,7 @@ def wants(outcome) -> tuple[tuple[str, int], ...]:
     per_request: dict[tuple, list[tuple[str, int]]] = {}
     for r in requests:
         dropped = r.get("dropped") or {}
-        if "clusters_matching" not in r or any(dropped.get(s) for s in VOLATILE):
+        if "clusters_matching" not in r or r.get("sampled") or any(dropped.get(s) for s in VOLATILE):
             return ANY_RELEASE
         count = r.get("count")
         short = 1 if count is None else max(1, count - int(r.get("available") or 0))
