@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 
 from .capacity import consumption, fits
-from .model import REACH_NONE, ClusterModel, Device, Node, device_reaches
+from .model import REACH_NODE, REACH_NONE, ClusterModel, Device, Node, device_reaches
 from .search import taint_blocks
 from .selectors import NO_MATCH, SelectorFailure, SelectorSet
 
@@ -40,7 +40,7 @@ MAX_EXPLAIN_EVALUATIONS = 2_000
 # would hold more devices of its own than this is not remembered.
 MAX_SELECTOR_COUNTS = 256
 MAX_COUNTS = 256
-MAX_OWNED = 20_000
+MAX_OWNED = 4096
 
 
 class ExplainBudget:
@@ -208,7 +208,7 @@ def later_counts(engine, cluster: ClusterModel, alt, static: SelectorCounts, bud
             stage = _free_stage(engine, alt, d)
             if stage is None:
                 available += 1
-                by_node[f"{name}/{d.node_name if d.reach == 'node' else '(network)'}"] += 1
+                by_node[f"{name}/{d.node_name if d.reach == REACH_NODE else '(network)'}"] += 1
             else:
                 dropped[stage] += 1
     if allocated:
