@@ -80,9 +80,8 @@ class Engine:
         self.node_version: dict[tuple[str, str], int] = {}
         self.net_version: dict[str, int] = {}
         self._node_failures: dict[tuple, tuple] = {}
-        # Move on every allocation and release (of the cluster): what was computed about the in-use state
-        # (diagnostics' per-shape device counts, ``explained``) is valid while its cluster's stands still.
-        self.state_version = 0
+        # Per cluster, moves on every allocation and release there: what was computed about a cluster's in-use
+        # state (diagnostics' per-shape device counts, ``explained``) is valid while it stands still.
         self.cluster_version: dict[str, int] = {}
         self.explained = ExplainCache()
         # Per-device work one failure explanation may do (``explain_walk``); past it the explanation is sampled.
@@ -148,7 +147,6 @@ class Engine:
             self._selectors.note(d.cluster, d, 1 if now else -1)
 
     def _apply_record(self, rec: AllocatedDevice, sign: int) -> None:
-        self.state_version += 1
         d = self.by_id.get((rec.cluster, rec.driver, rec.pool, rec.device))
         if d is None:
             key = (rec.cluster, rec.driver, rec.pool, rec.device, rec.share_id)
