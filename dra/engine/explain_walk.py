@@ -190,10 +190,12 @@ def later_counts(engine, cluster: ClusterModel, alt, static: SelectorCounts, bud
     counts: dict = {"considered": static.considered, "available": 0, "_selector_matching": static.matching,
                     "available_by_node": Counter(), "_near": Counter(static.near), "dropped": Counter(static.dropped),
                     "not_examined": static.unevaluated, "unevaluated": static.unevaluated}
-    dropped, by_node = counts["dropped"], counts["available_by_node"]
-    excl, active, admin = engine.excl, engine.active, alt.admin
-    name = cluster.name
+    dropped = counts["dropped"]
+    excl, active, cap_used, admin = engine.excl, engine.active, engine.cap_used, alt.admin
+    consumable, taints_on, admits = engine.features.consumable_capacity, engine.features.device_taints, \
+        engine.capacity_admits
     allocated = available = 0
+    per_node: dict[str | None, int] = {}  # node name (None: network-attached) -> devices available
     for devices in static.passed:
         take = budget.take_checks(len(devices))
         if take < len(devices):
@@ -205,15 +207,22 @@ def later_counts(engine, cluster: ClusterModel, alt, static: SelectorCounts, bud
             if not admin and (excl[i] or (not d.allow_multiple and i in active)):
                 allocated += 1
                 continue
-            stage = _free_stage(engine, alt, d)
+            if d.consumes or (taints_on and d.taints) or cap_used.get(i):
+                stage = _free_stage(engine, alt, d)
+            else:  # what ``_free_stage`` comes to for a device without counters, taints or shares
+                stage = "capacity" if consumable and not admits(alt, d) else None
             if stage is None:
                 available += 1
-                by_node[f"{name}/{d.node_name if d.reach == REACH_NODE else '(network)'}"] += 1
+                where = d.node_name if d.reach == REACH_NODE else None
+                per_node[where] = per_node.get(where, 0) + 1
             else:
                 dropped[stage] += 1
     if allocated:
         dropped["allocated"] += allocated
     counts["available"] = available
+    by_node = counts["available_by_node"]
+    for where, n in per_node.items():
+        by_node[f"{cluster.name}/{where if where is not None else '(network)'}"] += n
     return counts
 
 

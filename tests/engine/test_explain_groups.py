@@ -386,3 +386,27 @@ def test_counts_outlive_changes_in_other_clusters():
     out = e.allocate(big)
     assert (cache.recounted, cache.walks) == (3, 2)  # only "other" counted again; selector stage kept for both
     assert out.diagnostics["requests"][0]["available"] == 8
+
+
+def test_selectors_read_per_device_are_evaluated_within_the_budget():
+    """A selector that reads each GPU's uuid: the engine keeps no partition for it, so an explanation evaluates
+    device by device, at most ``explain_evaluations`` of them; the ones left are not examined and their cluster
+    counts as matching (an upper bound). Once allocation has evaluated every device, the answers are known and
+    the explanation is exact again."""
+    e = _full_fleet(20)
+    for n in range(20):
+        e.release([AllocatedDevice("bench", DRIVER, f"node-{n:04d}", f"gpu-{i}") for i in range(8)])
+    e.explain_evaluations = 10
+    pin = ClaimGroup(key="pin", claims=[bench_claim("pin", [exact("gpu", "gpu", 1, [
+        f'device.attributes["{DRIVER}"].uuid == "GPU-none"'])])])
+    clusters, plans, skipped = _inputs(e, pin)
+    before = e.cel_cache.stats()["evaluations"]
+    got = explain(e, pin, clusters, plans, skipped, [], [], None, "unsatisfiable")
+    assert e.cel_cache.stats()["evaluations"] - before <= 11  # the class selector once, the uuid 10 times
+    r = got["requests"][0]
+    assert got["sampled"] and r["not_examined"] == 150 and r["dropped"] == {"request_selector": 10}
+    assert r["clusters_matching"] == {"bench": 150}
+    out = e.allocate(pin)
+    assert not out.allocated and "sampled" not in out.diagnostics
+    r = out.diagnostics["requests"][0]
+    assert r["dropped"] == {"request_selector": 160} and r["clusters_matching"] == {}
