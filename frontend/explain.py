@@ -104,6 +104,12 @@ def explain_request(entry: dict) -> RequestExplanation:
             remaining -= n
             r.funnel.append(FunnelStep(f"{n:,} {label}", n, remaining,
                                        100.0 * remaining / considered if considered else 0))
+    # An explanation cut by the engine's budget (``dra.engine.explain_walk``) says how many devices it left out.
+    left = int(entry.get("not_examined") or 0)
+    if left:
+        remaining -= left
+        r.funnel.append(FunnelStep(f"{left:,} not examined (the explanation's budget ran out: these counts are "
+                                   "partial)", left, remaining, 100.0 * remaining / considered if considered else 0))
     matching = considered - sum(dropped.get(s, 0) for s in PRE_SELECTOR + SELECTOR)
     taken = [(dropped[s], s) for s, _, _ in STAGES if s not in PRE_SELECTOR + SELECTOR and dropped.get(s)]
     need = r.count
@@ -134,6 +140,8 @@ def explain_request(entry: dict) -> RequestExplanation:
             advice = next(a for s, _, a in STAGES if s == stage)
             if advice:
                 r.advice.append(advice)
+    if left:
+        r.verdict += f" (In part: {left:,} devices were not examined.)"
     if r.nearest_miss:  # the nearest miss itself is shown above the advice; point at it, do not repeat it
         best = max(r.nearest_miss, key=lambda m: m["would_match"])
         r.advice.append(f"selector #{best['selector']} is the one holding it back (see the nearest miss)")

@@ -16,7 +16,8 @@ always woken:
 
 Where that bound does not hold (devices blocked by shared counters or consumable capacity, where one release
 can make several devices available; taints, stale clusters, incomplete pools, which change without a
-release) or the explanation is missing (consumers' errors, held groups, quota), the claim waits for ``*``:
+release) or the explanation is missing (consumers' errors, held groups, quota) or sampled (cut by the engine's
+explanation budget: it counted only part of the available devices), the claim waits for ``*``:
 any release wakes it, as every release did before. Inventory, class and queue changes wake every pending
 claim (``FleetState.wake_all_version``).
 
@@ -33,10 +34,10 @@ from django.db import connection
 from django.db.models import F, Subquery
 
 from claims.models import FleetState, PendingWake, Phase, WakeKey
+from dra.engine.diagnostics import BEST_NODES_LISTED
 
 ANY = "*"
 ANY_RELEASE = ((ANY, 1),)
-BEST_NODES_LISTED = 5  # entries of an explanation's ``best_nodes`` (dra.engine.diagnostics)
 # Drop-out stages that can change without a release in the claim's clusters (see the module docstring).
 VOLATILE = ("cluster_stale", "pool_incomplete", "pool_invalid", "taint", "counters", "capacity",
             "binding_conditions_unsupported", "counters_unsupported")
@@ -57,7 +58,7 @@ def wants(outcome) -> tuple[tuple[str, int], ...]:
     per_request: dict[tuple, list[tuple[str, int]]] = {}
     for r in requests:
         dropped = r.get("dropped") or {}
-        if "clusters_matching" not in r or any(dropped.get(s) for s in VOLATILE):
+        if "clusters_matching" not in r or r.get("sampled") or any(dropped.get(s) for s in VOLATILE):
             return ANY_RELEASE
         count = r.get("count")
         short = 1 if count is None else max(1, count - int(r.get("available") or 0))

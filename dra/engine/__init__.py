@@ -36,6 +36,8 @@ incrementally. An engine is not thread-safe: one thread at a time.
   count dropped at each check (class selector, request selector, CEL error, taint, allocated, counters,
   capacity, node mismatch, pool incomplete/invalid, cluster stale), the devices available and the best nodes,
   the nearest miss per request selector; per examined node why it failed; unusable pools; ineligible clusters.
+  The per-device part of an explanation has a budget: past it the devices left are counted as ``not_examined``
+  and the explanation and the request say ``"sampled": true`` (``dra.engine.explain_walk``).
 * input errors (unknown class, CEL compile/runtime error, limits, ``All`` over an incomplete pool, a feature
   in use but disabled, invalid pools when nothing else fits) raise ``AllocationError`` with the upstream
   wording; ``allocate(group, raise_errors=False)`` returns them as ``GroupOutcome.error`` instead. Errors that

@@ -1,7 +1,7 @@
 """Why a group could not be placed: structured counts per request, per cluster and per node, and a nearest miss.
 
-Runs only after a failure, so it may look at every device of the eligible clusters. For each request (and each
-``firstAvailable`` alternative) every device is charged to the first check it fails, in this order:
+Runs only after a failure. For each request (and each ``firstAvailable`` alternative) every device of the eligible
+clusters is charged to the first check it fails, in this order:
 
     cluster_stale, pool_incomplete, pool_invalid, node_mismatch, class_selector, request_selector, cel_error,
     binding_conditions_unsupported, counters_unsupported, allocated, capacity, counters, taint
@@ -9,27 +9,30 @@ Runs only after a failure, so it may look at every device of the eligible cluste
 Devices that pass all of them are ``available``: they could serve the request on their own, so the failure is
 about combining them (not enough on one node, a constraint, other requests of the group). ``nearest_miss``
 counts, for each request selector, the devices that would match if that one selector were dropped.
+
+The cost does not grow with the fleet for the selectors: they are evaluated once per group of devices they
+cannot tell apart (``explain_walk``). The per-device checks have a budget per explanation; past it the
+devices left are ``not_examined`` and the explanation and its requests say ``"sampled": true``.
 """
 from __future__ import annotations
 
 from collections import Counter
 
-from .capacity import consumption, fits
-from .model import REACH_NONE, device_reaches
-from .search import taint_blocks
-from .selectors import NO_MATCH, SelectorFailure
+from .explain_walk import ExplainBudget, stale_counts
 
 STAGES = ("cluster_stale", "pool_incomplete", "pool_invalid", "node_mismatch", "class_selector", "request_selector",
           "cel_error", "binding_conditions_unsupported", "counters_unsupported", "allocated", "capacity", "counters",
           "taint")
 
 MAX_NODES_LISTED = 20
-# Explanations remembered per engine state (see ``_count_alt``).
-MAX_EXPLAINED = 256
+# Nodes (or "(network)") with the most available devices listed per request; the claims service's wake-ups
+# read a node not listed as having at most the last count listed.
+BEST_NODES_LISTED = 5
 
 
 def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budget, reason) -> dict:
     requests: dict[tuple, dict] = {}
+    spend = ExplainBudget(engine.explain_checks, engine.explain_evaluations)
     stale = [engine.clusters[s["cluster"]] for s in skipped if s.get("reason") == "cluster_stale"]
     for cluster in list(clusters) + stale:
         plan = plans.get(cluster.name)
@@ -47,17 +50,21 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
                     "count": None if alt.all_mode else alt.count, "considered": 0,
                     "dropped": {s: 0 for s in STAGES}, "available": 0, "available_by_node": Counter(),
                     "_near": Counter(), "_exprs": alt.sel.request_exprs, "_selector_matching": 0,
-                    "clusters_matching": Counter()}
-            _count_alt(engine, group, cluster, alt, entry, cluster in stale, plan.fp)
+                    "clusters_matching": Counter(), "not_examined": 0}
+            _count_alt(engine, group, cluster, alt, entry, cluster in stale, plan.fp, spend)
     out_requests = []
     for entry in requests.values():
         by_node = entry.pop("available_by_node")
         near = entry.pop("_near")
         exprs = entry.pop("_exprs")
         matching = entry.pop("_selector_matching")
+        if entry["not_examined"]:
+            entry["sampled"] = True
+        else:
+            del entry["not_examined"]
         entry["dropped"] = {k: v for k, v in entry["dropped"].items() if v}
         entry["best_nodes"] = [{"node": n, "available": c} for n, c in
-                               sorted(by_node.items(), key=lambda kv: (-kv[1], kv[0]))[:5]]
+                               sorted(by_node.items(), key=lambda kv: (-kv[1], kv[0]))[:BEST_NODES_LISTED]]
         entry["nearest_miss"] = [{"selector": i, "expression": exprs[i], "would_match": c}
                                  for i, c in sorted(near.items())]
         entry["summary"] = _summary(entry, matching)
@@ -73,7 +80,7 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
               "state": "incomplete" if p.incomplete else "invalid",
               "detail": p.invalid_reason if p.invalid else f"{len(p.slices)} slice(s) of generation {p.generation}"}
              for c in clusters for p in c.pools if not p.usable][:MAX_NODES_LISTED]
-    return {
+    out = {
         "reason": reason,
         "policy": "BinPack",
         "unusable_pools": pools,
@@ -86,93 +93,34 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
         "errors": [e.message for e in node_errors[:MAX_NODES_LISTED]],
         "search": {"steps": budget.steps if budget else 0},
     }
+    if any(r.get("sampled") for r in out_requests):
+        out["sampled"] = True
+    return out
 
 
-def _count_alt(engine, group, cluster, alt, entry, stale: bool, plan_fp: tuple) -> None:
+def _count_alt(engine, group, cluster, alt, entry, stale: bool, plan_fp: tuple, spend: ExplainBudget) -> None:
     """Charge every device of ``cluster`` to the first check it fails for ``alt``, into ``entry``.
 
-    This walks the whole cluster, so the counts are remembered per engine state: a round in which many claims
-    of one shape fail (a CI burst against a full fleet) walks the cluster once per shape, not once per claim.
-    The key is the claim shape (identical specs share a plan fingerprint) and nothing about names, so the
-    counts are reused while the claim names in the text are the claim's own."""
-    key = (plan_fp or None, alt.claim_idx, alt.request_idx, alt.sub_idx, cluster.name,
-           group.node, stale)
-    cache = engine.explained
-    if cache.get("_version") != engine.state_version or len(cache) > MAX_EXPLAINED:
-        cache.clear()
-        cache["_version"] = engine.state_version
-    counts = cache.get(key) if key[0] is not None else None
-    if counts is None:
-        counts = _walk_cluster(engine, group, cluster, alt, stale)
-        if key[0] is not None:
-            cache[key] = counts
+    The counts are remembered (``explain_walk.ExplainCache``) while nothing changes in the cluster: a round in
+    which many claims of one shape fail (a CI burst against a full fleet) counts once per shape, not once per
+    claim. The key is the claim shape (identical specs share a plan fingerprint) and nothing about names, so
+    the counts are reused while the claim names in the text are the claim's own."""
+    if stale:
+        counts = stale_counts(cluster)
+    else:
+        node = cluster.nodes.get(group.node) if group.node is not None else None
+        key = (plan_fp, alt.claim_idx, alt.request_idx, alt.sub_idx, cluster.name, group.node) if plan_fp else None
+        counts = engine.explained.final_counts(engine, cluster, alt, node, key, spend)
     entry["considered"] += counts["considered"]
     entry["available"] += counts["available"]
+    entry["not_examined"] += counts["not_examined"]
     entry["_selector_matching"] += counts["_selector_matching"]
-    entry["clusters_matching"][cluster.name] += counts["_selector_matching"]
+    # Devices whose selectors were not evaluated may match: counted, so that this never under-counts.
+    entry["clusters_matching"][cluster.name] += counts["_selector_matching"] + counts["unevaluated"]
     entry["available_by_node"].update(counts["available_by_node"])
     entry["_near"].update(counts["_near"])
     for stage, n in counts["dropped"].items():
         entry["dropped"][stage] += n
-
-
-def _walk_cluster(engine, group, cluster, alt, stale: bool) -> dict:
-    counts: dict = {"considered": 0, "available": 0, "_selector_matching": 0, "available_by_node": Counter(),
-                    "_near": Counter(), "dropped": Counter()}
-    node = cluster.nodes.get(group.node) if group.node is not None else None
-    for d in cluster.devices:
-        counts["considered"] += 1
-        stage = _stage(engine, cluster, alt, d, stale, node, group, counts)
-        if stage is None:
-            counts["available"] += 1
-            where = d.node_name if d.reach == "node" else "(network)"
-            counts["available_by_node"][f"{cluster.name}/{where}"] += 1
-        else:
-            counts["dropped"][stage] += 1
-    return counts
-
-
-def _stage(engine, cluster, alt, d, stale, node, group, entry):
-    features = engine.features
-    if stale:
-        return "cluster_stale"
-    if d.pool_ref.incomplete:
-        return "pool_incomplete"
-    if d.pool_ref.invalid:
-        return "pool_invalid"
-    if d.reach == REACH_NONE or (node is not None and not device_reaches(d, node)):
-        return "node_mismatch"
-    st = alt.sel.evaluate(d)
-    if isinstance(st, SelectorFailure):
-        return "cel_error"
-    if st is NO_MATCH:
-        stage = alt.sel.stage_of(d)
-        if stage == "request_selector":
-            for i in range(len(alt.sel.request_exprs)):
-                if alt.sel.evaluate_partial(d, i) is not NO_MATCH:
-                    entry["_near"][i] += 1
-        return stage
-    entry["_selector_matching"] += 1
-    if d.binding_conditions and not features.device_binding_and_status:
-        return "binding_conditions_unsupported"
-    if d.consumes and not features.partitionable_devices:
-        return "counters_unsupported"
-    if not alt.admin and not engine.is_free(d):
-        return "allocated"
-    if features.consumable_capacity:
-        amounts = consumption(alt.cap_requests, d)
-        if amounts is None or fits(amounts, d, engine.cap_used.get(d.idx)) is not None:
-            return "capacity"
-    if d.consumes and not (d.allow_multiple and engine.active.get(d.idx)):
-        pool = d.pool_ref
-        for set_name, counters in d.consumes:
-            used = engine.counters_used.get((pool.uid, set_name), {})
-            total = pool.counter_sets.get(set_name, {})
-            if any(amount > total.get(c, 0) - used.get(c, 0) for c, amount in counters.items()):
-                return "counters"
-    if features.device_taints and d.taints and taint_blocks(d.taints, alt.tolerations):
-        return "taint"
-    return None
 
 
 def _no_requests(reason: str, skipped: list[dict]) -> str:
@@ -211,4 +159,6 @@ def _summary(entry: dict, matching: int) -> str:
     for s in ("pool_incomplete", "pool_invalid", "cluster_stale", "cel_error"):
         if dropped.get(s):
             parts.append(f"{dropped[s]} skipped: {s.replace('_', ' ')}")
+    if entry.get("not_examined"):
+        parts.append(f"sampled: {entry['not_examined']} device(s) not examined (explanation budget)")
     return "; ".join(parts)

@@ -13,8 +13,10 @@ from dra.cel import CELCompileError, SelectorCache
 
 from .capacity import consumption, fits
 from .diagnostics import explain
+from .explain_walk import MAX_EXPLAIN_CHECKS, MAX_EXPLAIN_EVALUATIONS, ExplainCache
 from .index import KeyIndex
 from .model import REACH_NODE, ClusterModel, Device, Node
+from .partition import Partition
 from .plan import GroupPlan, build_plan
 from .quantity import Amount, Q, QuantityError, format_quantity
 from .results import build_allocation, share_id
@@ -78,10 +80,13 @@ class Engine:
         self.node_version: dict[tuple[str, str], int] = {}
         self.net_version: dict[str, int] = {}
         self._node_failures: dict[tuple, tuple] = {}
-        # Moves on every allocation and release: what was computed about the in-use state (diagnostics'
-        # per-shape device counts, ``explained``) is valid while it stands still.
-        self.state_version = 0
-        self.explained: dict = {}
+        # Per cluster, moves on every allocation and release there: what was computed about a cluster's in-use
+        # state (diagnostics' per-shape device counts, ``explained``) is valid while it stands still.
+        self.cluster_version: dict[str, int] = {}
+        self.explained = ExplainCache()
+        # Per-device work one failure explanation may do (``explain_walk``); past it the explanation is sampled.
+        self.explain_checks = MAX_EXPLAIN_CHECKS
+        self.explain_evaluations = MAX_EXPLAIN_EVALUATIONS
         self._share_seq = 0
         self._selectors = SelectorState(self, max_selector_sets, max_key_indexes)
         self._plans: OrderedDict[tuple, GroupPlan] = OrderedDict()
@@ -142,7 +147,6 @@ class Engine:
             self._selectors.note(d.cluster, d, 1 if now else -1)
 
     def _apply_record(self, rec: AllocatedDevice, sign: int) -> None:
-        self.state_version += 1
         d = self.by_id.get((rec.cluster, rec.driver, rec.pool, rec.device))
         if d is None:
             key = (rec.cluster, rec.driver, rec.pool, rec.device, rec.share_id)
@@ -150,6 +154,7 @@ class Engine:
             return
         if rec.admin_access:
             return
+        self.cluster_version[d.cluster] = self.cluster_version.get(d.cluster, 0) + 1
         was_allocated = self._device_allocated(d)
         if rec.share_id is not None or rec.consumed_capacity is not None:
             amounts: dict[str, Amount] = {}
@@ -244,6 +249,10 @@ class Engine:
 
     def key_index(self, sel: SelectorSet, cluster: ClusterModel) -> KeyIndex:
         return self._selectors.key_index(sel, cluster)
+
+    def selector_partition(self, sel: SelectorSet, cluster: ClusterModel) -> Partition | None:
+        """The groups of ``cluster``'s usable devices that ``sel`` cannot tell apart (None: about one per device)."""
+        return self._selectors.partition(sel, cluster)
 
     def selector_stats(self) -> dict:
         """How much per-selector state the engine holds (bounded) and how much it evicted."""

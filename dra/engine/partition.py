@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 
-from .model import ClusterModel, Device
+from .model import REACH_NONE, ClusterModel, Device
 from .selectors import NO_MATCH, SelectorSet, cel_device_of
 
 _serials = itertools.count(1)
@@ -29,11 +29,21 @@ class Partition:
     """Groups of a cluster's usable devices, each in cluster order; ``serial`` names it in index keys (a rebuilt
     partition gets a new one, so an index of an evicted partition is never mistaken for a current one)."""
 
-    __slots__ = ("serial", "groups")
+    __slots__ = ("serial", "groups", "_placed")
 
     def __init__(self, groups: list[list[Device]]):
         self.serial = next(_serials)
         self.groups = groups
+        self._placed: list[list[Device]] | None = None
+
+    def placed(self) -> list[list[Device]]:
+        """Per group, the members that some node can reach (a device of a slice without any node field reaches
+        none); the group's own list when that is all of them, as it nearly always is. Made once per partition,
+        for failure explanations (``explain_walk``), which would otherwise look at every device per new text."""
+        if self._placed is None:
+            self._placed = [g if all(d.reach != REACH_NONE for d in g) else [d for d in g if d.reach != REACH_NONE]
+                            for g in self.groups]
+        return self._placed
 
     def chosen(self, sel: SelectorSet) -> tuple[int, ...]:
         """The groups whose devices ``sel`` does not rule out (a CEL error keeps a device in, as per device: the

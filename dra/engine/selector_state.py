@@ -117,7 +117,7 @@ class SelectorState:
 
     def _choice(self, sel: SelectorSet, cluster: ClusterModel):
         """(index key, devices of the index) for ``sel`` in ``cluster``; the devices are listed on demand."""
-        part = self._partition(sel, cluster)
+        part = self.partition(sel, cluster)
         if part is None:
             def members() -> list[Device]:
                 return [d for d in partition.usable_devices(self.engine, cluster) if sel.evaluate(d) is not NO_MATCH]
@@ -125,7 +125,7 @@ class SelectorState:
         chosen = part.chosen(sel)
         return (("groups", part.serial, chosen), cluster.name), lambda: part.members(chosen)
 
-    def _partition(self, sel: SelectorSet, cluster: ClusterModel) -> Partition | None:
+    def partition(self, sel: SelectorSet, cluster: ClusterModel) -> Partition | None:
         pk = (cluster.name, self.engine.cel_cache.footprint_key(sel.class_exprs + sel.request_exprs))
         if pk in self.partitions:
             self.partitions.move_to_end(pk)

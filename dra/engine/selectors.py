@@ -113,6 +113,10 @@ class SelectorSet:
             return self.failures.get(idx) or self._evaluate(device)[1]
         return NO_MATCH
 
+    def known(self, device: Device) -> bool:
+        """Is the answer for ``device`` remembered (``evaluate`` costs a lookup, no CEL)?"""
+        return device.idx < self.size and self.codes[device.idx] != _UNKNOWN
+
     def stage_of(self, device: Device) -> str:
         code = self.codes[device.idx] if device.idx < self.size else _UNKNOWN
         if code == _UNKNOWN:

@@ -7,9 +7,12 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from benchmarks.engine_bench import claim as bench_claim
+from benchmarks.engine_bench import exact, gpu_fleet
 from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim, WakeKey
 from claims.services import allocation, commit, wake
 from claims.services import claims as claim_services
+from dra.engine import ClaimGroup, Engine
 from tests.claims.fleet import gpu_claim, load_fleet, mig_pair_claim
 from tests.queues.conftest import queue_body
 
@@ -266,3 +269,21 @@ def test_what_one_node_lacks_is_bounded_by_the_nodes_not_listed():
     assert dict(wake.wants(Outcome(with_network))) == {"cluster:a": 3, "cluster:b": 2}  # a: 4+3, b: 3+5
     short_list = [{"node": "a/n0", "available": 4}]
     assert dict(wake.wants(Outcome(short_list))) == {"cluster:a": 6, "cluster:b": 10}
+
+
+def test_a_sampled_explanation_waits_for_any_release():
+    """An explanation cut by the engine's budget (dra.engine.explain_walk) counted only some of the available
+    devices, so the shortfall it implies may be too large: the claim waits for any release. The same failure
+    explained in full waits for its cluster."""
+    engine = Engine(gpu_fleet(4, 8))
+    for n in range(3):
+        assert engine.allocate(ClaimGroup(key=f"f{n}", claims=[bench_claim(f"f{n}", [exact("gpu", "gpu", 8)])])
+                               ).allocated
+    big = ClaimGroup(key="big", claims=[bench_claim("big", [exact("gpu", "gpu", 9)])])
+    full = engine.allocate(big)
+    assert not full.allocated and "sampled" not in full.diagnostics
+    assert wake.wants(full) == (("cluster:bench", 1),)  # 8 available, 9 wanted
+    engine.explain_checks = 4
+    cut = engine.allocate(ClaimGroup(key="bigger", claims=[bench_claim("bigger", [exact("gpu", "gpu", 10)])]))
+    assert cut.diagnostics["sampled"] and cut.diagnostics["requests"][0]["available"] < 8
+    assert wake.wants(cut) == wake.ANY_RELEASE

@@ -8,12 +8,19 @@ import weakref
 import pytest
 
 from benchmarks.engine_bench import claim, exact, gpu_fleet
+from dra.cel import compile_expression
+from dra.cel.cache import reset_shared_caches
 from dra.engine import ClaimGroup, Engine, memory
 
 
 @pytest.fixture
 def policy(monkeypatch):
-    """This test process plays a worker; its thresholds stay as they are and nothing stays frozen after."""
+    """This test process plays a worker; its thresholds stay as they are and nothing stays frozen after. The
+    process-wide CEL caches start empty: full of earlier tests' entries, the new texts would evict (free) some
+    that get frozen here, and the frozen count would say less than the rounds kept."""
+    compile_expression.cache_clear()
+    reset_shared_caches()
+    gc.collect()
     monkeypatch.setattr(memory, "_tuned", True)
     monkeypatch.setattr(memory, "_freezing", False)
     monkeypatch.setattr(memory, "_engine_frozen", False)
