@@ -19,7 +19,6 @@ import dataclasses
 
 from claims.models import PendingWake
 from claims.services import queueing
-from dra.engine.selectors import MATCH
 from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
 
@@ -73,30 +72,43 @@ class RoundReservations(queueing.Screen):
                     "elsewhere", diagnostics={"heldFor": holder, "node": where[1], "cluster": where[0]})
 
     def _reserve(self, group, queue: str) -> None:
+        """Hold the node with the most free devices that the head's first device class (and its requests'
+        selectors, where they agree) selects, among the nodes that could ever hold it. The free counts come
+        from the engine's per-selector indexes (kept up to date per change, not recounted): only the nodes
+        tried in that order have their devices looked at, until one can hold the head -- a full fleet walk
+        here cost 0.3-0.45 s of CPU per round at 40,000 devices."""
         wanted = [r for c in group.claims for r in requested_devices(c.spec)]
         if sum(n for _, n in wanted) < 2 or not wanted:
             return  # a one-device head needs no node held back: any freed device fits it
         cls = wanted[0][0]
+        need = sum(n for c, n in wanted if c == cls)
+        sel = self._selector_set(group, cls)
+        if sel is None:
+            return
+        ranked = []
+        for order, model in enumerate(self.engine.clusters.values()):
+            index = self.engine.key_index(sel, model)
+            ranked.extend((-index.free_on(name), order, position, model, name)
+                          for position, name in enumerate(model.node_order) if (model.name, name) not in self.held)
+        for *_, model, name in sorted(ranked, key=lambda r: r[:3]):
+            if len(self.engine.node_selector_candidates(model, model.nodes[name], sel)) >= need:
+                self.held[(model.name, name)] = queue
+                group.holds_node, group.held_at = queue, (model.name, name)  # kept for the next rounds (wake rows)
+                return
+
+    def _selector_set(self, group, cls: str):
+        """The head's selector set for ``cls``: the class's selectors, plus its requests' own when every request
+        of that class has the same ones (a node is held only where the head's devices are)."""
         klass = self.engine.get_class(None, cls)
         if klass is None:
-            return
-        exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
-                      for s in (klass.get("spec") or {}).get("selectors") or [])
-        sel = self.engine.selector_set(cls, exprs, ())
-        best: tuple[int, tuple[str, str]] | None = None
-        for model in self.engine.clusters.values():
-            for name in model.node_order:
-                if (model.name, name) in self.held:
-                    continue
-                devices = [d for d in model.node_candidates(model.nodes[name]) if sel.evaluate(d) is MATCH]
-                if len(devices) < sum(n for c, n in wanted if c == cls):
-                    continue  # this node can never hold the head
-                free = sum(1 for d in devices if self.engine.is_free(d))
-                if best is None or free > best[0]:
-                    best = (free, (model.name, name))
-        if best is not None:
-            self.held[best[1]] = queue
-            group.holds_node, group.held_at = queue, best[1]  # kept for the next rounds (wake rows)
+            return None
+        class_exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
+                            for s in (klass.get("spec") or {}).get("selectors") or [])
+        request_sets = {tuple(((s or {}).get("cel") or {}).get("expression", "") for s in exact.get("selectors") or [])
+                        for c in group.claims for r in ((c.spec.get("devices") or {}).get("requests") or [])
+                        if (exact := r.get("exactly")) and exact.get("deviceClassName") == cls}
+        request_exprs = next(iter(request_sets)) if len(request_sets) == 1 else ()
+        return self.engine.selector_set(cls, class_exprs, request_exprs)
 
 
 def round_screen(engine) -> RoundReservations:
