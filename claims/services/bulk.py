@@ -67,20 +67,43 @@ def update_rows(objs: list, fields: list[str]) -> None:
     qn = connection.ops.quote_name
     table, pk = qn(model._meta.db_table), qn(model._meta.pk.column)
     if connection.vendor == "postgresql":
-        sets, selects, params = [], [], [[obj.pk for obj in objs]]
-        for i, f in enumerate(model_fields):
-            array, cast = _pg_type(f)
-            selects.append(f"unnest(%b::{array}) AS c{i}")
-            sets.append(f"{qn(f.column)} = v.c{i}" + (f"::{cast}" if cast else ""))
-            params.append(_column_values(f, objs))
-        pg_execute(f"UPDATE {table} AS t SET {', '.join(sets)} FROM (SELECT unnest(%b::bigint[]) AS id, "
-                    f"{', '.join(selects)}) AS v WHERE t.{pk} = v.id", params).close()
+        pg_execute(*_update_sql(objs, fields)).close()
         return
     sql = f"UPDATE {table} SET " + ", ".join(f"{qn(f.column)} = %s" for f in model_fields) + f" WHERE {pk} = %s"
     rows = [[f.get_db_prep_save(getattr(obj, f.attname), connection) for f in model_fields] + [obj.pk]
             for obj in objs]
     with connection.cursor() as cursor:
         cursor.executemany(sql, rows)
+
+
+def _update_sql(objs: list, fields: list[str]) -> tuple[str, list]:
+    """PostgreSQL: the statement and parameters of ``update_rows``."""
+    model = type(objs[0])
+    qn = connection.ops.quote_name
+    table, pk = qn(model._meta.db_table), qn(model._meta.pk.column)
+    sets, selects, params = [], [], [[obj.pk for obj in objs]]
+    for i, name in enumerate(fields):
+        f = model._meta.get_field(name)
+        array, cast = _pg_type(f)
+        selects.append(f"unnest(%b::{array}) AS c{i}")
+        sets.append(f"{qn(f.column)} = v.c{i}" + (f"::{cast}" if cast else ""))
+        params.append(_column_values(f, objs))
+    return (f"UPDATE {table} AS t SET {', '.join(sets)} FROM (SELECT unnest(%b::bigint[]) AS id, "
+            f"{', '.join(selects)}) AS v WHERE t.{pk} = v.id"), params
+
+
+def update_and_insert(objs: list, fields: list[str], new: list) -> None:
+    """``update_rows(objs, fields)`` and ``insert_rows(new)``; on PostgreSQL in one statement (the update as
+    a data-modifying WITH query, the tables distinct): a release writes its claim and its event so, one
+    round trip and one statement's driver CPU fewer on every release."""
+    if connection.vendor != "postgresql" or not objs or not new:
+        update_rows(objs, fields)
+        insert_rows(new)
+        return
+    set_auto_times(new)
+    update_sql, update_params = _update_sql(objs, fields)
+    insert_sql, insert_params = _insert_sql(new)
+    pg_execute(f"WITH updated AS ({update_sql}) {insert_sql}", update_params + insert_params).close()
 
 
 def set_auto_times(objs: list, now=None) -> None:
@@ -138,6 +161,13 @@ def _insert_plan(model) -> list[tuple]:
     return plan
 
 
+def _insert_sql(objs: list) -> tuple[str, list]:
+    """PostgreSQL: ``INSERT INTO t (columns) SELECT expressions`` of ``objs`` and its parameters."""
+    columns, selects, params = insert_select(objs)
+    table = connection.ops.quote_name(type(objs[0])._meta.db_table)
+    return f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(selects)}", params
+
+
 def insert_rows(objs: list, returning: tuple[str, ...] = (), skip_conflicts: bool = False) -> list[tuple]:
     """Insert unsaved objects (every concrete field but the auto primary key); ``auto_now_add`` fields are
     set here. Returns the ``returning`` columns of the inserted rows (PostgreSQL: in no promised order, so
@@ -156,8 +186,7 @@ def insert_rows(objs: list, returning: tuple[str, ...] = (), skip_conflicts: boo
         model.objects.bulk_create(objs, batch_size=500)
         return [tuple(getattr(obj, name) for name in returning) for obj in objs] if returning else []
     qn = connection.ops.quote_name
-    columns, selects, params = insert_select(objs)
-    sql = f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) SELECT {', '.join(selects)}"
+    sql, params = _insert_sql(objs)
     if skip_conflicts:
         sql += " ON CONFLICT DO NOTHING"
     if returning:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
@@ -305,6 +306,12 @@ _LOCKED = Prepared(lambda pk: ResourceClaim.objects.select_for_update(of=("self"
                    .filter(pk=pk).order_by(), (-7_000_000_001,))
 
 
+# The same lock by name, with the owner (what the API's answer renders). Stand-ins: no name holds a NUL.
+_LOCKED_BY_NAME = Prepared(lambda ns, name: ResourceClaim.objects.select_for_update(of=("self",))
+                           .select_related("namespace", "owner").filter(namespace__name=ns, name=name).order_by(),
+                           ("\x00ns", "\x00name"))
+
+
 def _locked(claim_id: int) -> ResourceClaim:
     """The claim, its row locked (inside the caller's transaction); DoesNotExist as ``get`` raises it."""
     claim = _LOCKED.first(claim_id)
@@ -318,9 +325,7 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     live = [c for c in claims if c.phase in (Phase.PENDING, Phase.ALLOCATED)]
     if not live:
         return []
-    freed = _delete_allocations([c.id for c in live])
-    wake.forget(c.id for c in live)
-    ledger.close_intervals([c.id for c in live], now)  # same transaction: the ledger matches the rows
+    freed = _free_rows([c.id for c in live], now)
     events = []
     for c in live:
         had = c.phase == Phase.ALLOCATED
@@ -337,9 +342,9 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
             c.conditions = set_condition(c.conditions, RELEASING, False, reason, message, now)
         events.append(ev.event(c, ev.LEASE_EXPIRED if reason == LEASE_EXPIRED else ev.RELEASED, reason, message,
                                {"wasAllocated": had, "cluster": c.cluster or None, "node": c.node or None}))
-    bulk.update_rows(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
-                            "resource_version", "updated_at", "conditions"])
-    ev.record(events)
+    # The rows and their events (as ev.record writes them) in one statement on PostgreSQL.
+    bulk.update_and_insert(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
+                                  "resource_version", "updated_at", "conditions"], events)
     if freed:
         wake.released(freed)  # wakes only the pending claims these devices could serve
         transaction.on_commit(dispatch.request_allocation)
@@ -348,28 +353,51 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     return live
 
 
-def _delete_allocations(claim_ids: list[int]) -> Counter:
-    """Delete the claims' DeviceAllocation rows; devices freed per cluster. On PostgreSQL one statement
-    (DELETE ... RETURNING) instead of a count and a delete, each compiled by the ORM on every release."""
-    if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {table} WHERE claim_id = ANY(%s) RETURNING cluster", [claim_ids])
-            return Counter(cluster for (cluster,) in cursor.fetchall())
-    rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
-    freed = Counter(rows.values_list("cluster", flat=True))
-    rows.delete()
-    return freed
+def _free_rows(claim_ids: list[int], now) -> Counter:
+    """Delete the claims' DeviceAllocation rows and their wake rows (``wake.forget``), and close their usage
+    intervals (``ledger.close_intervals``; same transaction: the ledger matches the rows). Returns the devices
+    freed per cluster. On PostgreSQL one statement (the other two as data-modifying WITH queries, which run
+    whether or not the main query reads them): every release runs it, and each statement costs the web a
+    round trip and the driver's and Django's per-statement CPU."""
+    if connection.vendor != "postgresql":
+        rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
+        freed = Counter(rows.values_list("cluster", flat=True))
+        rows.delete()
+        wake.forget(claim_ids)
+        ledger.close_intervals(claim_ids, now)
+        return freed
+    table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), closed AS ({ledger.close_intervals_sql()}) "
+                       f"DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) RETURNING cluster",
+                       {"ids": claim_ids, "now": now})
+        return Counter(cluster for (cluster,) in cursor.fetchall())
 
 
 def release_claim(claim_id: int, *, if_match: str | None = None, reason: str = "Released",
                   message: str = "released by its holder") -> ResourceClaim:
     """Free the claim's devices at once. Releasing a released claim is a no-op (retries are safe)."""
     with transaction.atomic():
-        claim = _locked(claim_id)
-        check_precondition(claim, if_match)
-        if claim.phase == Phase.FAILED:
-            return claim
+        return _release_one(_locked(claim_id), if_match, reason, message)
+
+
+def release_named_claim(namespace: str, name: str, check: Callable[[ResourceClaim], None], *,
+                        if_match: str | None = None) -> ResourceClaim | None:
+    """``release_claim`` of the claim ``namespace``/``name`` (None: there is none), read once: its row is
+    locked and read by name, ``check(claim)`` (the caller's permission check) may refuse by raising, and
+    the claim is released. The API's release read the claim for its check and then locked it by id: two
+    reads (and its reservations) for one."""
+    with transaction.atomic():
+        claim = _LOCKED_BY_NAME.first(namespace, name)
+        if claim is None:
+            return None
+        check(claim)
+        return _release_one(claim, if_match, "Released", "released by its holder")
+
+
+def _release_one(claim: ResourceClaim, if_match: str | None, reason: str, message: str) -> ResourceClaim:
+    check_precondition(claim, if_match)
+    if claim.phase != Phase.FAILED:
         _release_locked([claim], reason, message, timezone.now())
     return claim
 
