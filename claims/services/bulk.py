@@ -40,6 +40,16 @@ def _pg_type(field) -> tuple[str, str | None]:
     raise TypeError(f"claims.services.bulk: no PostgreSQL array type for {field!r}")
 
 
+def _encoder(field):
+    """What ``_column_values`` does to one non-null value of ``field`` (None: nothing)."""
+    if isinstance(field, models.JSONField):
+        encoder = field.encoder
+        return _dumps if encoder is None else (lambda v: json.dumps(v, cls=encoder))
+    if isinstance(field, (models.CharField, models.TextField)) and not isinstance(field, models.UUIDField):
+        return str
+    return None
+
+
 def _column_values(field, objs) -> list:
     values = [getattr(obj, field.attname) for obj in objs]
     if isinstance(field, models.JSONField):
@@ -127,14 +137,15 @@ def insert_select(objs: list, replace: dict[str, str] | None = None) -> tuple[li
     """
     replace = replace or {}
     columns, selects, params = [], [], []
-    single = len(objs) == 1
-    for f, column, scalar_sql, array_sql in _insert_plan(type(objs[0])):
+    single = objs[0] if len(objs) == 1 else None
+    for f, column, scalar_sql, array_sql, encode in _insert_plan(type(objs[0])):
         columns.append(column)
         if f.attname in replace:
             selects.append(replace[f.attname])
-        elif single:
+        elif single is not None:  # every claim POST: the field's encoder, no per-field type tests
             selects.append(scalar_sql)
-            params.append(_column_values(f, objs)[0])
+            value = getattr(single, f.attname)
+            params.append(value if encode is None or value is None else encode(value))
         else:
             selects.append(array_sql)
             params.append(_column_values(f, objs))
@@ -145,8 +156,9 @@ _insert_plans: dict[type, list[tuple]] = {}
 
 
 def _insert_plan(model) -> list[tuple]:
-    """(field, quoted column, one-row expression, many-rows expression) per inserted field of ``model``: the
-    same for every insert, and worked out per field on every claim POST before it was kept here."""
+    """(field, quoted column, one-row expression, many-rows expression, encoder of one non-null value or None)
+    per inserted field of ``model``: the same for every insert, and worked out per field on every claim POST
+    before it was kept here. The encoders are ``_column_values``'s."""
     plan = _insert_plans.get(model)
     if plan is None:
         qn = connection.ops.quote_name
@@ -156,7 +168,8 @@ def _insert_plan(model) -> list[tuple]:
                 continue
             array, cast = _pg_type(f)
             suffix = f"::{cast}" if cast else ""
-            plan.append((f, qn(f.column), f"%b::{array[:-2]}{suffix}", f"unnest(%b::{array}){suffix}"))
+            plan.append((f, qn(f.column), f"%b::{array[:-2]}{suffix}", f"unnest(%b::{array}){suffix}",
+                         _encoder(f)))
         _insert_plans[model] = plan
     return plan
 
