@@ -88,18 +88,30 @@ def update_rows(objs: list, fields: list[str]) -> None:
 
 def _update_sql(objs: list, fields: list[str]) -> tuple[str, list]:
     """PostgreSQL: the statement and parameters of ``update_rows``."""
-    model = type(objs[0])
-    qn = connection.ops.quote_name
-    table, pk = qn(model._meta.db_table), qn(model._meta.pk.column)
-    sets, selects, params = [], [], [[obj.pk for obj in objs]]
-    for i, name in enumerate(fields):
-        f = model._meta.get_field(name)
-        array, cast = _pg_type(f)
-        selects.append(f"unnest(%b::{array}) AS c{i}")
-        sets.append(f"{qn(f.column)} = v.c{i}" + (f"::{cast}" if cast else ""))
-        params.append(_column_values(f, objs))
-    return (f"UPDATE {table} AS t SET {', '.join(sets)} FROM (SELECT unnest(%b::bigint[]) AS id, "
-            f"{', '.join(selects)}) AS v WHERE t.{pk} = v.id"), params
+    sql, model_fields = _update_plan(type(objs[0]), tuple(fields))
+    return sql, [[obj.pk for obj in objs], *(_column_values(f, objs) for f in model_fields)]
+
+
+_update_plans: dict[tuple, tuple[str, list]] = {}
+
+
+def _update_plan(model, fields: tuple[str, ...]) -> tuple[str, list]:
+    """(statement, fields) of ``update_rows`` on ``model``'s ``fields``: the same text for every release
+    (built per call before it was kept here)."""
+    plan = _update_plans.get((model, fields))
+    if plan is None:
+        qn = connection.ops.quote_name
+        table, pk = qn(model._meta.db_table), qn(model._meta.pk.column)
+        model_fields = [model._meta.get_field(name) for name in fields]
+        sets, selects = [], []
+        for i, f in enumerate(model_fields):
+            array, cast = _pg_type(f)
+            selects.append(f"unnest(%b::{array}) AS c{i}")
+            sets.append(f"{qn(f.column)} = v.c{i}" + (f"::{cast}" if cast else ""))
+        plan = _update_plans[(model, fields)] = (
+            f"UPDATE {table} AS t SET {', '.join(sets)} FROM (SELECT unnest(%b::bigint[]) AS id, "
+            f"{', '.join(selects)}) AS v WHERE t.{pk} = v.id", model_fields)
+    return plan
 
 
 def update_and_insert(objs: list, fields: list[str], new: list) -> None:
