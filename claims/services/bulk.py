@@ -10,6 +10,7 @@ server, so nothing is quoted in Python. Elsewhere (SQLite, the embedded default)
 from __future__ import annotations
 
 import json
+from collections.abc import Container
 from datetime import datetime
 
 import orjson
@@ -146,22 +147,31 @@ def insert_select(objs: list, replace: dict[str, str] | None = None) -> tuple[li
 
     One row: plain scalar parameters (no array to build and unnest); several: one array per column.
     ``replace``: attname -> SQL expression used instead of a parameter (e.g. a value from a CTE).
+    The columns and expressions are the same for any one-row insert and for any insert of several rows:
+    a caller that keeps its statement asks ``insert_params`` for the parameters alone.
     """
     replace = replace or {}
-    columns, selects, params = [], [], []
-    single = objs[0] if len(objs) == 1 else None
-    for f, column, scalar_sql, array_sql, encode in _insert_plan(type(objs[0])):
+    columns, selects = [], []
+    single = len(objs) == 1
+    for f, column, scalar_sql, array_sql, _ in _insert_plan(type(objs[0])):
         columns.append(column)
-        if f.attname in replace:
-            selects.append(replace[f.attname])
-        elif single is not None:  # every claim POST: the field's encoder, no per-field type tests
-            selects.append(scalar_sql)
+        selects.append(replace.get(f.attname, scalar_sql if single else array_sql))
+    return columns, selects, insert_params(objs, replace)
+
+
+def insert_params(objs: list, replaced: Container[str] = ()) -> list:
+    """The parameters of ``insert_select(objs, replace)``, ``replaced``: its keys."""
+    params = []
+    single = objs[0] if len(objs) == 1 else None
+    for f, _, _, _, encode in _insert_plan(type(objs[0])):
+        if f.attname in replaced:
+            continue
+        if single is not None:  # every claim POST: the field's encoder, no per-field type tests
             value = getattr(single, f.attname)
             params.append(value if encode is None or value is None else encode(value))
         else:
-            selects.append(array_sql)
             params.append(_column_values(f, objs))
-    return columns, selects, params
+    return params
 
 
 _insert_plans: dict[type, list[tuple]] = {}

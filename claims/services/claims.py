@@ -196,9 +196,35 @@ def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple
     now = timezone.now()
     bulk.set_auto_times(claims, now)
     bulk.set_auto_times(events, now)
+    single = len(claims) == 1
+    sql = _INSERT_SQL.get(single)  # the same text for every one-claim POST, and for every batch
+    if sql is None:
+        sql = _INSERT_SQL[single] = _insert_sql(claims, events)
+    params = [ns_name, *bulk.insert_params(claims, _CLAIM_FROM_CTE), *bulk.insert_params(events, _EVENT_FROM_CTE)]
+    cursor = pg_execute(sql, params)
+    try:
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    if not rows:
+        return {}, None
+    ns_id, labels, created_at = rows[0][:3]
+    ns_row = Namespace.from_db(connection.alias, ["id", "name", "labels", "created_at"],
+                               [ns_id, ns_name, json.loads(labels) if labels else {}, created_at])
+    return {name: pk for *_, pk, name in rows if pk is not None}, ns_row
+
+
+_CLAIM_FROM_CTE = {"namespace_id": "ns.id"}
+_EVENT_FROM_CTE = {"claim_id": "NULL"}
+_INSERT_SQL: dict[bool, str] = {}  # one claim or several -> the statement of _insert_pg
+
+
+def _insert_sql(claims: list[ResourceClaim], events: list) -> str:
+    """The statement of ``_insert_pg`` (its parameters: the namespace name, ``bulk.insert_params`` of the claims,
+    then of the events)."""
     qn = connection.ops.quote_name
-    c_cols, c_sel, c_params = bulk.insert_select(claims, replace={"namespace_id": "ns.id"})
-    e_cols, e_sel, e_params = bulk.insert_select(events, replace={"claim_id": "NULL"})
+    c_cols, c_sel, _ = bulk.insert_select(claims, replace=_CLAIM_FROM_CTE)
+    e_cols, e_sel, _ = bulk.insert_select(events, replace=_EVENT_FROM_CTE)
     claim_uid = e_cols.index(qn("claim_uid"))
     e_names = [f"e{i}" for i in range(len(e_cols))]
     e_values = ", ".join(f"{sel} AS {n}" for sel, n in zip(e_sel, e_names, strict=False))
@@ -210,17 +236,7 @@ def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple
            f"e AS (INSERT INTO {qn(ClaimEvent._meta.db_table)} ({', '.join(e_cols)}) "
            f"SELECT {e_out} FROM (SELECT {e_values}) AS v JOIN c ON c.uid = v.{e_names[claim_uid]}) "
            f"SELECT ns.id, ns.labels, ns.created_at, c.id, c.name FROM ns LEFT JOIN c ON true")
-    cursor = pg_execute(sql, [ns_name, *c_params, *e_params])
-    try:
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    if not rows:
-        return {}, None
-    ns_id, labels, created_at = rows[0][:3]
-    ns_row = Namespace.from_db(connection.alias, ["id", "name", "labels", "created_at"],
-                               [ns_id, ns_name, json.loads(labels) if labels else {}, created_at])
-    return {name: pk for *_, pk, name in rows if pk is not None}, ns_row
+    return sql
 
 
 def _check_duplicates(names: list[tuple[str, str]]) -> dict[str, str]:
