@@ -11,6 +11,8 @@ What it does:
 3. measures, each phase on its own namespace, freeing all devices in between:
    * single: one claim per POST from CLIENTS threads, as fast as they go;
    * batch: the batch endpoint, BATCH claims per POST;
+   * lifecycle: the web CPU per request of the rest of a placed claim's life, each kind timed on its own:
+     BENCH_LIFECYCLE claims POSTed, then (allocated) each read by a GET, then each released over HTTP;
    * steady: an open-loop 50 claims/s, each followed by ``GET …?wait=30s`` as a CI job would do.
    Throughput is claims / (first POST -> last claim allocated). Latency submit->allocated is measured on the
    server (``created_at`` -> ``allocated_at``, one clock) and, in the steady phase, also by the client
@@ -19,7 +21,8 @@ What it does:
 
 Knobs (environment): BENCH_NODES (500), BENCH_SINGLE (1500), BENCH_BATCHED (3000), BENCH_BATCH (100),
 BENCH_CLIENTS (16), BENCH_STEADY_RATE (50), BENCH_STEADY_SECONDS (20), BENCH_WEB_WORKERS (2),
-BENCH_WEB_THREADS (32), BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (single,batch,steady). Results are printed and
+BENCH_WEB_THREADS (32), BENCH_CELERY_CONCURRENCY (1), BENCH_LIFECYCLE (1000), BENCH_PHASES
+(single,batch,lifecycle,steady). Results are printed and
 written to bench-results/claims_e2e.json.
 
 Everything runs on this one machine, so clients, web server, worker and PostgreSQL share its CPUs.
@@ -57,7 +60,8 @@ RATE = float(os.environ.get("BENCH_STEADY_RATE", "50"))
 STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "20"))
 WEB_WORKERS = int(os.environ.get("BENCH_WEB_WORKERS", "2"))
 WEB_THREADS = int(os.environ.get("BENCH_WEB_THREADS", "32"))
-PHASES = os.environ.get("BENCH_PHASES", "single,batch,steady").split(",")
+PHASES = os.environ.get("BENCH_PHASES", "single,batch,lifecycle,steady").split(",")
+LIFECYCLE = int(os.environ.get("BENCH_LIFECYCLE", "1000"))
 CELERY_CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", "1"))
 
 os.environ.update(DATABASE_URL=DB_URL, CELERY_BROKER_URL=BROKER, LOG_LEVEL="WARNING")
@@ -219,6 +223,51 @@ def phase_batch(stack: Stack, token: str) -> dict:
     return out
 
 
+def _each(stack: Stack, token: str, n: int, call) -> float:
+    """``call(client, i)`` for i < n from CLIENTS threads; the web server's CPU per call in ms."""
+    names = iter(range(n))
+    lock = threading.Lock()
+
+    def run():
+        client = Client(stack.port, token)
+        while True:
+            with lock:
+                i = next(names, None)
+            if i is None:
+                return
+            call(client, i)
+
+    before = stack_cpu(stack)[0]
+    threads = [threading.Thread(target=run) for _ in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return round((stack_cpu(stack)[0] - before) * 1000 / n, 2)
+
+
+def phase_lifecycle(stack: Stack, token: str) -> dict:
+    """A placed claim's web requests, each kind timed on its own: its POST, a GET once it is allocated (what a
+    holder's poll ends with) and its release (POST …/release). Web CPU per request of each kind."""
+    ns, n = "bench-lifecycle", LIFECYCLE
+    path = f"/api/v1/namespaces/{ns}/resourceclaims"
+    errors: list = []
+
+    def expect(status: int, body: dict, want: int) -> None:
+        if status != want:
+            errors.append((status, body))
+
+    out = {"claims": n, "post_web_cpu_ms": _each(stack, token, n, lambda c, i: expect(
+        *c.call("POST", path, claim(f"l-{i}")), 201))}
+    wait_all_allocated(ns, n)
+    out["get_web_cpu_ms"] = _each(stack, token, n, lambda c, i: expect(*c.call("GET", f"{path}/l-{i}"), 200))
+    out["release_web_cpu_ms"] = _each(stack, token, n, lambda c, i: expect(
+        *c.call("POST", f"{path}/l-{i}/release"), 200))
+    if errors:
+        raise SystemExit(f"lifecycle: {len(errors)} errors, first {errors[0]}")
+    return out
+
+
 def phase_steady(stack: Stack, token: str) -> dict:
     port = stack.port
     from django.utils import timezone
@@ -272,7 +321,8 @@ def main() -> None:
                "celery_concurrency": CELERY_CONCURRENCY, "load_average_before": os.getloadavg()}
     try:
         warm_up(stack.port, token)
-        for name, phase in (("single", phase_single), ("batch", phase_batch), ("steady", phase_steady)):
+        for name, phase in (("single", phase_single), ("batch", phase_batch), ("lifecycle", phase_lifecycle),
+                            ("steady", phase_steady)):
             if name in PHASES:
                 results[name] = phase(stack, token)
                 print(f"{name}:", results[name])
@@ -294,6 +344,10 @@ def main() -> None:
               f"{r.get('web_cpu_ms_per_claim', ''):>17} {r.get('worker_cpu_ms_per_claim', ''):>10}")
     print(f"load average (1/5/15 min) before {results['load_average_before']}, after {results['load_average_after']} "
           f"on {os.cpu_count()} CPUs shared by clients, web, worker and PostgreSQL")
+    if "lifecycle" in results:
+        r = results["lifecycle"]
+        print(f"web CPU per request (ms): POST {r['post_web_cpu_ms']}, GET of an allocated claim "
+              f"{r['get_web_cpu_ms']}, release {r['release_web_cpu_ms']}")
     if "steady" in results:
         print(f"steady, client-side submit->allocated: p50 {results['steady']['client_p50_ms']} ms, "
               f"p99 {results['steady']['client_p99_ms']} ms")
