@@ -11,14 +11,18 @@ What it does:
 3. measures, each phase on its own namespace, freeing all devices in between:
    * single: one claim per POST from CLIENTS threads, as fast as they go;
    * batch: the batch endpoint, BATCH claims per POST;
+   * lifecycle: the web CPU per request of the rest of a placed claim's life, each kind timed on its own:
+     BENCH_LIFECYCLE claims POSTed, then (allocated) each read by a GET, then each released over HTTP;
    * steady: an open-loop 50 claims/s, each followed by ``GET …?wait=30s`` as a CI job would do.
    Throughput is claims / (first POST -> last claim allocated). Latency submit->allocated is measured on the
    server (``created_at`` -> ``allocated_at``, one clock) and, in the steady phase, also by the client
-   (POST sent -> long poll answered "Allocated").
+   (POST sent -> long poll answered "Allocated"). The single and batch phases also report the CPU the web
+   server and the Celery worker spent per claim (their processes' user + system time over the phase).
 
 Knobs (environment): BENCH_NODES (500), BENCH_SINGLE (1500), BENCH_BATCHED (3000), BENCH_BATCH (100),
 BENCH_CLIENTS (16), BENCH_STEADY_RATE (50), BENCH_STEADY_SECONDS (20), BENCH_WEB_WORKERS (2),
-BENCH_WEB_THREADS (32), BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (single,batch,steady). Results are printed and
+BENCH_WEB_THREADS (32), BENCH_CELERY_CONCURRENCY (1), BENCH_LIFECYCLE (1000), BENCH_PHASES
+(single,batch,lifecycle,steady). Results are printed and
 written to bench-results/claims_e2e.json.
 
 Everything runs on this one machine, so clients, web server, worker and PostgreSQL share its CPUs.
@@ -39,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._live import Client, Stack, bench_database, pct, release_all  # noqa: E402
 from benchmarks._live import recreate_database as _recreate  # noqa: E402
 from benchmarks._live import wait_all_decided as wait_all_allocated  # noqa: E402
+from benchmarks._soak import cpu_seconds, process_tree  # noqa: E402
 
 BASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/draservice")
 if not BASE_URL.startswith("postgres"):
@@ -55,7 +60,8 @@ RATE = float(os.environ.get("BENCH_STEADY_RATE", "50"))
 STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "20"))
 WEB_WORKERS = int(os.environ.get("BENCH_WEB_WORKERS", "2"))
 WEB_THREADS = int(os.environ.get("BENCH_WEB_THREADS", "32"))
-PHASES = os.environ.get("BENCH_PHASES", "single,batch,steady").split(",")
+PHASES = os.environ.get("BENCH_PHASES", "single,batch,lifecycle,steady").split(",")
+LIFECYCLE = int(os.environ.get("BENCH_LIFECYCLE", "1000"))
 CELERY_CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", "1"))
 
 os.environ.update(DATABASE_URL=DB_URL, CELERY_BROKER_URL=BROKER, LOG_LEVEL="WARNING")
@@ -115,6 +121,18 @@ def server_stats(namespace: str, started_wall) -> dict:
             "p99_ms": round(pct(lat, 99), 1), "max_ms": round(max(lat), 1)}
 
 
+def stack_cpu(stack: Stack) -> tuple[float, float]:
+    """CPU seconds used so far by the web server (gunicorn's arbiter and workers) and by the Celery worker."""
+    return tuple(sum(cpu_seconds(p) for p in process_tree(stack.pid(name))) for name in ("web", "worker"))
+
+
+def cpu_per_claim(stack: Stack, before: tuple[float, float], claims: int) -> dict:
+    """Web and worker CPU per claim since ``before``: what a phase cost the service, whatever else ran."""
+    after = stack_cpu(stack)
+    return {f"{name}_cpu_ms_per_claim": round((a - b) * 1000 / claims, 2)
+            for name, a, b in zip(("web", "worker"), after, before, strict=True)}
+
+
 def warm_up(port: int, token: str) -> None:
     """Let the worker build its fleet snapshot and engine (done once per process) before measuring."""
     client = Client(port, token)
@@ -124,7 +142,8 @@ def warm_up(port: int, token: str) -> None:
     release_all("bench-warmup")
 
 
-def phase_single(port: int, token: str) -> dict:
+def phase_single(stack: Stack, token: str) -> dict:
+    port = stack.port
     from django.utils import timezone
 
     ns = "bench-single"
@@ -144,6 +163,7 @@ def phase_single(port: int, token: str) -> dict:
                 errors.append((status, body))
 
     start = timezone.now()
+    cpu_before = stack_cpu(stack)
     t0, cpu0 = time.perf_counter(), time.process_time()
     threads = [threading.Thread(target=run) for _ in range(CLIENTS)]
     for t in threads:
@@ -155,14 +175,15 @@ def phase_single(port: int, token: str) -> dict:
     if errors:
         raise SystemExit(f"single: {len(errors)} errors, first {errors[0]}")
     wait_all_allocated(ns, SINGLE)
-    out = server_stats(ns, start)
+    out = server_stats(ns, start) | cpu_per_claim(stack, cpu_before, SINGLE)
     out["submit_per_s"] = round(SINGLE / submit_s, 1)
     out["client_cpu_share"] = round(client_cpu / submit_s, 2)  # CPUs the load generator itself used
     release_all(ns)
     return out
 
 
-def phase_batch(port: int, token: str) -> dict:
+def phase_batch(stack: Stack, token: str) -> dict:
+    port = stack.port
     from django.utils import timezone
 
     ns = "bench-batch"
@@ -184,6 +205,7 @@ def phase_batch(port: int, token: str) -> dict:
                 errors.append((status, body))
 
     start = timezone.now()
+    cpu_before = stack_cpu(stack)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=run) for _ in range(4)]
     for t in threads:
@@ -194,14 +216,60 @@ def phase_batch(port: int, token: str) -> dict:
     if errors:
         raise SystemExit(f"batch: {len(errors)} errors, first {errors[0]}")
     wait_all_allocated(ns, BATCHED)
-    out = server_stats(ns, start)
+    out = server_stats(ns, start) | cpu_per_claim(stack, cpu_before, BATCHED)
     out["submit_per_s"] = round(BATCHED / submit_s, 1)
     out["batch_size"] = BATCH
     release_all(ns)
     return out
 
 
-def phase_steady(port: int, token: str) -> dict:
+def _each(stack: Stack, token: str, n: int, call) -> float:
+    """``call(client, i)`` for i < n from CLIENTS threads; the web server's CPU per call in ms."""
+    names = iter(range(n))
+    lock = threading.Lock()
+
+    def run():
+        client = Client(stack.port, token)
+        while True:
+            with lock:
+                i = next(names, None)
+            if i is None:
+                return
+            call(client, i)
+
+    before = stack_cpu(stack)[0]
+    threads = [threading.Thread(target=run) for _ in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return round((stack_cpu(stack)[0] - before) * 1000 / n, 2)
+
+
+def phase_lifecycle(stack: Stack, token: str) -> dict:
+    """A placed claim's web requests, each kind timed on its own: its POST, a GET once it is allocated (what a
+    holder's poll ends with) and its release (POST …/release). Web CPU per request of each kind."""
+    ns, n = "bench-lifecycle", LIFECYCLE
+    path = f"/api/v1/namespaces/{ns}/resourceclaims"
+    errors: list = []
+
+    def expect(status: int, body: dict, want: int) -> None:
+        if status != want:
+            errors.append((status, body))
+
+    out = {"claims": n, "post_web_cpu_ms": _each(stack, token, n, lambda c, i: expect(
+        *c.call("POST", path, claim(f"l-{i}")), 201))}
+    wait_all_allocated(ns, n)
+    out["get_web_cpu_ms"] = _each(stack, token, n, lambda c, i: expect(*c.call("GET", f"{path}/l-{i}"), 200))
+    out["release_web_cpu_ms"] = _each(stack, token, n, lambda c, i: expect(
+        *c.call("POST", f"{path}/l-{i}/release"), 200))
+    if errors:
+        raise SystemExit(f"lifecycle: {len(errors)} errors, first {errors[0]}")
+    return out
+
+
+def phase_steady(stack: Stack, token: str) -> dict:
+    port = stack.port
     from django.utils import timezone
 
     ns = "bench-steady"
@@ -253,9 +321,10 @@ def main() -> None:
                "celery_concurrency": CELERY_CONCURRENCY, "load_average_before": os.getloadavg()}
     try:
         warm_up(stack.port, token)
-        for name, phase in (("single", phase_single), ("batch", phase_batch), ("steady", phase_steady)):
+        for name, phase in (("single", phase_single), ("batch", phase_batch), ("lifecycle", phase_lifecycle),
+                            ("steady", phase_steady)):
             if name in PHASES:
-                results[name] = phase(stack.port, token)
+                results[name] = phase(stack, token)
                 print(f"{name}:", results[name])
     finally:
         stack.stop()
@@ -268,12 +337,17 @@ def main() -> None:
     results["goals"] = goals
     (ROOT / "bench-results" / "claims_e2e.json").write_text(json.dumps(results, indent=2))
     print()
-    print(f"{'phase':<10} {'claims/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'phase':<10} {'claims/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'web CPU ms/claim':>17} {'worker CPU':>10}")
     for name in (p for p in ("single", "batch", "steady") if p in results):
         r = results[name]
-        print(f"{name:<10} {r['claims_per_s']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}")
+        print(f"{name:<10} {r['claims_per_s']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+              f"{r.get('web_cpu_ms_per_claim', ''):>17} {r.get('worker_cpu_ms_per_claim', ''):>10}")
     print(f"load average (1/5/15 min) before {results['load_average_before']}, after {results['load_average_after']} "
           f"on {os.cpu_count()} CPUs shared by clients, web, worker and PostgreSQL")
+    if "lifecycle" in results:
+        r = results["lifecycle"]
+        print(f"web CPU per request (ms): POST {r['post_web_cpu_ms']}, GET of an allocated claim "
+              f"{r['get_web_cpu_ms']}, release {r['release_web_cpu_ms']}")
     if "steady" in results:
         print(f"steady, client-side submit->allocated: p50 {results['steady']['client_p50_ms']} ms, "
               f"p99 {results['steady']['client_p99_ms']} ms")

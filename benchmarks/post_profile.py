@@ -62,7 +62,7 @@ class Queries:
         total_n = sum(n for n, _ in self.stats.values())
         total_s = sum(s for _, s in self.stats.values())
         print(f"\n== {title}: {total_n / per:.2f} queries and {total_s / per * 1000:.2f} ms of database per claim")
-        for key, (n, s) in sorted(self.stats.items(), key=lambda kv: -kv[1][1])[:15]:
+        for key, (n, s) in sorted(self.stats.items(), key=lambda kv: -kv[1][1])[:20]:
             print(f"  {n / per:7.3f}/claim {s / per * 1000:7.3f} ms/claim  {key}")
 
 
@@ -71,8 +71,14 @@ def claim(name: str) -> dict:
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
 
 
-def _count_raw(queries: Queries):
-    """Statements run on psycopg directly (``draservice.bulk.pg_execute``) pass no Django wrapper: count them."""
+# Every module that runs statements on psycopg directly (``draservice.bulk.pg_execute``, imported by name).
+RAW_USERS = ("claims.services.claims", "claims.services.bulk")
+
+
+def _count_raw(queries: Queries) -> None:
+    """Statements run on psycopg directly pass no Django wrapper: count them (``_uncount_raw`` undoes it)."""
+    import importlib
+
     from draservice import bulk
 
     original = bulk.pg_execute
@@ -80,16 +86,24 @@ def _count_raw(queries: Queries):
     def timed(sql, params):
         return queries(lambda *a: original(sql, params), sql, params, False, None)
 
-    return original, timed
+    for name in RAW_USERS:
+        importlib.import_module(name).pg_execute = timed
+
+
+def _uncount_raw() -> None:
+    import importlib
+
+    from draservice import bulk
+
+    for name in RAW_USERS:
+        importlib.import_module(name).pg_execute = bulk.pg_execute
 
 
 def measure(title: str, per: int, fn) -> None:
     from django.db import connection
 
-    from claims.services import claims as claim_services
-
     queries = Queries()
-    original, claim_services.pg_execute = _count_raw(queries)
+    _count_raw(queries)
     profiler = cProfile.Profile(time.process_time) if PROFILE else None  # CPU: a busy machine inflates wall time
     t0, c0 = time.perf_counter(), time.process_time()
     with connection.execute_wrapper(queries):
@@ -99,7 +113,7 @@ def measure(title: str, per: int, fn) -> None:
         if profiler:
             profiler.disable()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    claim_services.pg_execute = original
+    _uncount_raw()
     queries.report(per, title)
     print(f"  wall {wall / per * 1000:.2f} ms/claim, CPU of this process {cpu / per * 1000:.2f} ms/claim")
     if profiler:

@@ -48,8 +48,8 @@ class Prepared:
 
 class _Compiled:
     def __init__(self, qs: QuerySet, stand_ins: tuple, using: str):
-        if qs._prefetch_related_lookups or qs.query.annotation_select or qs._known_related_objects:  # type: ignore[attr-defined]
-            raise ValueError("Prepared: prefetch_related, annotations and known related objects are not supported")
+        if qs._prefetch_related_lookups or qs._known_related_objects:  # type: ignore[attr-defined]
+            raise ValueError("Prepared: prefetch_related and known related objects are not supported")
         self.using = using
         self.compiler = qs.query.get_compiler(using=using)
         self.sql, params = self.compiler.as_sql()
@@ -68,6 +68,8 @@ class _Compiled:
         self.init_list = [f[0].target.attname for f in select[self.start:self.end]]
         self.populators = get_related_populators(klass_info, select, using)  # type: ignore[call-arg]  # Django 5.2
         self.converters = self.compiler.get_converters([s[0] for s in select[0:self.compiler.col_count]])
+        # Annotations become attributes of the objects, as the queryset sets them.
+        self.annotations = list(self.compiler.annotation_col_map.items())
 
     def run(self, values: tuple) -> list[Model]:
         params = list(self.params)
@@ -83,6 +85,8 @@ class _Compiled:
             obj = self.model.from_db(self.using, self.init_list, row[self.start:self.end])
             for populator in self.populators:
                 populator.populate(row, obj)
+            for attr, pos in self.annotations:
+                setattr(obj, attr, row[pos])
             out.append(obj)
         return out
 

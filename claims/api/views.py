@@ -243,13 +243,13 @@ class ClaimReleaseView(ClaimsBase):
     @extend_schema(operation_id="resourceclaims_release", request=None, responses={200: s.KubeObjectSerializer},
                    summary="Release the claim's devices now (the claim stays, phase Released)")
     def post(self, request, namespace, name):
-        claim = _claim_or_404(namespace, name)
-        self.check_object_permissions(request, claim)
-        released = claim_services.release_claim(claim.pk, if_match=request.META.get("HTTP_IF_MATCH"))
-        # The row as the release wrote it (read under its lock, changed in memory as written): no second
-        # read of the claim. Its owner cannot change; its reservations are read again, after the commit.
-        if released.owner_id == claim.owner_id:
-            released.owner = claim.owner
+        # One read of the claim: locked by name, checked, released; the answer is the row as the release
+        # wrote it (changed in memory as written), its reservations read after the commit.
+        released = claim_services.release_named_claim(
+            namespace, name, lambda claim: self.check_object_permissions(request, claim),
+            if_match=request.META.get("HTTP_IF_MATCH"))
+        if released is None:  # get_object_or_404's words
+            raise Http404("No ResourceClaim matches the given query.")
         s.load_reservations(released)
         return _etag(Response(s.render_claim(released, list(released.reservations.all()))), released)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
@@ -195,9 +196,35 @@ def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple
     now = timezone.now()
     bulk.set_auto_times(claims, now)
     bulk.set_auto_times(events, now)
+    single = len(claims) == 1
+    sql = _INSERT_SQL.get(single)  # the same text for every one-claim POST, and for every batch
+    if sql is None:
+        sql = _INSERT_SQL[single] = _insert_sql(claims, events)
+    params = [ns_name, *bulk.insert_params(claims, _CLAIM_FROM_CTE), *bulk.insert_params(events, _EVENT_FROM_CTE)]
+    cursor = pg_execute(sql, params)
+    try:
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    if not rows:
+        return {}, None
+    ns_id, labels, created_at = rows[0][:3]
+    ns_row = Namespace.from_db(connection.alias, ["id", "name", "labels", "created_at"],
+                               [ns_id, ns_name, json.loads(labels) if labels else {}, created_at])
+    return {name: pk for *_, pk, name in rows if pk is not None}, ns_row
+
+
+_CLAIM_FROM_CTE = {"namespace_id": "ns.id"}
+_EVENT_FROM_CTE = {"claim_id": "NULL"}
+_INSERT_SQL: dict[bool, str] = {}  # one claim or several -> the statement of _insert_pg
+
+
+def _insert_sql(claims: list[ResourceClaim], events: list) -> str:
+    """The statement of ``_insert_pg`` (its parameters: the namespace name, ``bulk.insert_params`` of the claims,
+    then of the events)."""
     qn = connection.ops.quote_name
-    c_cols, c_sel, c_params = bulk.insert_select(claims, replace={"namespace_id": "ns.id"})
-    e_cols, e_sel, e_params = bulk.insert_select(events, replace={"claim_id": "NULL"})
+    c_cols, c_sel, _ = bulk.insert_select(claims, replace=_CLAIM_FROM_CTE)
+    e_cols, e_sel, _ = bulk.insert_select(events, replace=_EVENT_FROM_CTE)
     claim_uid = e_cols.index(qn("claim_uid"))
     e_names = [f"e{i}" for i in range(len(e_cols))]
     e_values = ", ".join(f"{sel} AS {n}" for sel, n in zip(e_sel, e_names, strict=False))
@@ -209,17 +236,7 @@ def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple
            f"e AS (INSERT INTO {qn(ClaimEvent._meta.db_table)} ({', '.join(e_cols)}) "
            f"SELECT {e_out} FROM (SELECT {e_values}) AS v JOIN c ON c.uid = v.{e_names[claim_uid]}) "
            f"SELECT ns.id, ns.labels, ns.created_at, c.id, c.name FROM ns LEFT JOIN c ON true")
-    cursor = pg_execute(sql, [ns_name, *c_params, *e_params])
-    try:
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    if not rows:
-        return {}, None
-    ns_id, labels, created_at = rows[0][:3]
-    ns_row = Namespace.from_db(connection.alias, ["id", "name", "labels", "created_at"],
-                               [ns_id, ns_name, json.loads(labels) if labels else {}, created_at])
-    return {name: pk for *_, pk, name in rows if pk is not None}, ns_row
+    return sql
 
 
 def _check_duplicates(names: list[tuple[str, str]]) -> dict[str, str]:
@@ -305,6 +322,12 @@ _LOCKED = Prepared(lambda pk: ResourceClaim.objects.select_for_update(of=("self"
                    .filter(pk=pk).order_by(), (-7_000_000_001,))
 
 
+# The same lock by name, with the owner (what the API's answer renders). Stand-ins: no name holds a NUL.
+_LOCKED_BY_NAME = Prepared(lambda ns, name: ResourceClaim.objects.select_for_update(of=("self",))
+                           .select_related("namespace", "owner").filter(namespace__name=ns, name=name).order_by(),
+                           ("\x00ns", "\x00name"))
+
+
 def _locked(claim_id: int) -> ResourceClaim:
     """The claim, its row locked (inside the caller's transaction); DoesNotExist as ``get`` raises it."""
     claim = _LOCKED.first(claim_id)
@@ -318,9 +341,7 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     live = [c for c in claims if c.phase in (Phase.PENDING, Phase.ALLOCATED)]
     if not live:
         return []
-    freed = _delete_allocations([c.id for c in live])
-    wake.forget(c.id for c in live)
-    ledger.close_intervals([c.id for c in live], now)  # same transaction: the ledger matches the rows
+    freed = _free_rows([c.id for c in live], now)
     events = []
     for c in live:
         had = c.phase == Phase.ALLOCATED
@@ -337,9 +358,9 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
             c.conditions = set_condition(c.conditions, RELEASING, False, reason, message, now)
         events.append(ev.event(c, ev.LEASE_EXPIRED if reason == LEASE_EXPIRED else ev.RELEASED, reason, message,
                                {"wasAllocated": had, "cluster": c.cluster or None, "node": c.node or None}))
-    bulk.update_rows(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
-                            "resource_version", "updated_at", "conditions"])
-    ev.record(events)
+    # The rows and their events (as ev.record writes them) in one statement on PostgreSQL.
+    bulk.update_and_insert(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
+                                  "resource_version", "updated_at", "conditions"], events)
     if freed:
         wake.released(freed)  # wakes only the pending claims these devices could serve
         transaction.on_commit(dispatch.request_allocation)
@@ -348,28 +369,51 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     return live
 
 
-def _delete_allocations(claim_ids: list[int]) -> Counter:
-    """Delete the claims' DeviceAllocation rows; devices freed per cluster. On PostgreSQL one statement
-    (DELETE ... RETURNING) instead of a count and a delete, each compiled by the ORM on every release."""
-    if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {table} WHERE claim_id = ANY(%s) RETURNING cluster", [claim_ids])
-            return Counter(cluster for (cluster,) in cursor.fetchall())
-    rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
-    freed = Counter(rows.values_list("cluster", flat=True))
-    rows.delete()
-    return freed
+def _free_rows(claim_ids: list[int], now) -> Counter:
+    """Delete the claims' DeviceAllocation rows and their wake rows (``wake.forget``), and close their usage
+    intervals (``ledger.close_intervals``; same transaction: the ledger matches the rows). Returns the devices
+    freed per cluster. On PostgreSQL one statement (the other two as data-modifying WITH queries, which run
+    whether or not the main query reads them): every release runs it, and each statement costs the web a
+    round trip and the driver's and Django's per-statement CPU."""
+    if connection.vendor != "postgresql":
+        rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
+        freed = Counter(rows.values_list("cluster", flat=True))
+        rows.delete()
+        wake.forget(claim_ids)
+        ledger.close_intervals(claim_ids, now)
+        return freed
+    table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), closed AS ({ledger.close_intervals_sql()}) "
+                       f"DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) RETURNING cluster",
+                       {"ids": claim_ids, "now": now})
+        return Counter(cluster for (cluster,) in cursor.fetchall())
 
 
 def release_claim(claim_id: int, *, if_match: str | None = None, reason: str = "Released",
                   message: str = "released by its holder") -> ResourceClaim:
     """Free the claim's devices at once. Releasing a released claim is a no-op (retries are safe)."""
     with transaction.atomic():
-        claim = _locked(claim_id)
-        check_precondition(claim, if_match)
-        if claim.phase == Phase.FAILED:
-            return claim
+        return _release_one(_locked(claim_id), if_match, reason, message)
+
+
+def release_named_claim(namespace: str, name: str, check: Callable[[ResourceClaim], None], *,
+                        if_match: str | None = None) -> ResourceClaim | None:
+    """``release_claim`` of the claim ``namespace``/``name`` (None: there is none), read once: its row is
+    locked and read by name, ``check(claim)`` (the caller's permission check) may refuse by raising, and
+    the claim is released. The API's release read the claim for its check and then locked it by id: two
+    reads (and its reservations) for one."""
+    with transaction.atomic():
+        claim = _LOCKED_BY_NAME.first(namespace, name)
+        if claim is None:
+            return None
+        check(claim)
+        return _release_one(claim, if_match, "Released", "released by its holder")
+
+
+def _release_one(claim: ResourceClaim, if_match: str | None, reason: str, message: str) -> ResourceClaim:
+    check_precondition(claim, if_match)
+    if claim.phase != Phase.FAILED:
         _release_locked([claim], reason, message, timezone.now())
     return claim
 

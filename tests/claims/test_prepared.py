@@ -1,8 +1,11 @@
-"""The compiled-once claim reads (draservice.prepared) load what the ORM querysets they replace load, and a
-release, which answers without reading the claim again, answers what a read after it would."""
+"""The compiled-once claim reads (draservice.prepared) load what the ORM querysets they replace load (a claim's
+reservations read only when it has some), and a release, which reads the claim once (locked, by name) and
+answers without reading it again, answers what a read after it would."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from claims.api import serializers as s
 from claims.models import ResourceClaim
@@ -67,3 +70,47 @@ def test_release_answers_the_claim_as_a_read_after_it_does(admin_client, small_f
     assert released.json()["status"]["reservedFor"][0]["name"] == "pod"
     again = admin_client.post(f"{NS}/resourceclaims/held/release")  # a no-op: the same answer
     assert again.status_code == 200 and again.json() == read.json()
+
+
+def _sqls(fn) -> tuple[object, list[str]]:
+    with CaptureQueriesContext(connection) as ctx:
+        out = fn()
+    return out, [q["sql"] for q in ctx.captured_queries]
+
+
+def _reads_of(table: str, sqls: list[str], where: str = "") -> list[str]:
+    """Reads of ``table``'s rows (not subqueries of other reads that mention it)."""
+    return [q for q in sqls if q.lstrip().startswith(f'SELECT "{table}".') and where in q]
+
+
+BY_NAME = '"claims_resourceclaim"."name" = '
+
+
+def test_a_read_asks_for_reservations_only_when_the_claim_has_some(admin_client, small_fleet):
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("alone"), format="json").status_code == 201
+    resp, sqls = _sqls(lambda: admin_client.get(f"{NS}/resourceclaims/alone"))
+    assert resp.status_code == 200 and "reservedFor" not in resp.json()["status"]
+    assert len(_reads_of("claims_resourceclaim", sqls, BY_NAME)) == 1, sqls
+    assert not _reads_of("claims_reservation", sqls), sqls
+    assert s.render_claim(s.load_claim("team-a", "alone"), []) == s.render_claim(_orm("alone"), [])
+    consumer = {"kind": "Consumer", "metadata": {"name": "pod"}, "spec": {"resourceClaims": [
+        {"name": "alone", "resourceClaimName": "alone"}]}}
+    assert admin_client.post(f"{NS}/consumers", consumer, format="json").status_code == 201
+    resp, sqls = _sqls(lambda: admin_client.get(f"{NS}/resourceclaims/alone"))
+    assert [r["name"] for r in resp.json()["status"]["reservedFor"]] == ["pod"]
+    assert len(_reads_of("claims_reservation", sqls)) == 1, sqls
+
+
+def test_a_release_reads_the_claim_once_and_answers_as_a_read_after_it(admin_client, small_fleet):
+    from claims.services import allocation
+
+    assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("one"), format="json").status_code == 201
+    assert allocation.allocate_round().taken == 1
+    released, sqls = _sqls(lambda: admin_client.post(f"{NS}/resourceclaims/one/release"))
+    assert released.status_code == 200, released.content
+    claim_reads = _reads_of("claims_resourceclaim", sqls)
+    assert len(claim_reads) == 1 and BY_NAME in claim_reads[0] and "FOR UPDATE" in claim_reads[0], sqls
+    read = admin_client.get(f"{NS}/resourceclaims/one")
+    assert released.json() == read.json() and released["ETag"] == read["ETag"]
+    assert read.json()["status"]["phase"] == "Released"
+    assert admin_client.post(f"{NS}/resourceclaims/missing/release").status_code == 404

@@ -287,3 +287,27 @@ def test_a_sampled_explanation_waits_for_any_release():
     cut = engine.allocate(ClaimGroup(key="bigger", claims=[bench_claim("bigger", [exact("gpu", "gpu", 10)])]))
     assert cut.diagnostics["sampled"] and cut.diagnostics["requests"][0]["available"] < 8
     assert wake.wants(cut) == wake.ANY_RELEASE
+
+
+def test_a_release_counts_its_devices_and_moves_the_clock_even_without_the_fleet_state_row(admin_client):
+    from claims.models import FleetState
+    from usage.models import UsageInterval
+
+    load_fleet({"c1": [("h100", 2)]})
+    submit(admin_client, gpu_claim("a", count=3), gpu_claim("b", count=2))
+    run_rounds()
+    version = FleetState.objects.get().version
+    freed = {k: WakeKey.objects.get(key=k).freed if WakeKey.objects.filter(key=k).exists() else 0
+             for k in (wake.ANY, wake.cluster_key("c1"))}
+    assert UsageInterval.objects.filter(claim_id=claim("a").id, ended_at__isnull=True).count() == 3
+    release("a")  # one statement moves the clock and upserts both counters
+    assert FleetState.objects.get().version == version + 1
+    assert {k: WakeKey.objects.get(key=k).freed for k in freed} == {k: n + 3 for k, n in freed.items()}
+    assert WakeKey.objects.get(key=wake.ANY).version == version + 1
+    assert not DeviceAllocation.objects.filter(claim=claim("a")).exists()
+    assert not UsageInterval.objects.filter(claim_id=claim("a").id, ended_at__isnull=True).exists()
+    FleetState.objects.all().delete()  # a flushed database: the release creates the row, as before
+    release("b")
+    assert FleetState.objects.get().version == 2
+    assert WakeKey.objects.get(key=wake.ANY).freed == freed[wake.ANY] + 5
+    assert WakeKey.objects.get(key=wake.ANY).version == 2

@@ -73,16 +73,22 @@ def open_intervals(held: list[Held], snapshot, now) -> int:
     return len(rows)
 
 
+def close_intervals_sql() -> str:
+    """``close_intervals`` as one PostgreSQL statement on ``%(ids)s`` and ``%(now)s``, for a caller that runs it
+    with its own statements (a release: ``claims.services.claims``)."""
+    table = connection.ops.quote_name(UsageInterval._meta.db_table)
+    return (f"UPDATE {table} SET ended_at = GREATEST(started_at, %(now)s) "
+            "WHERE claim_id = ANY(%(ids)s) AND ended_at IS NULL")
+
+
 def close_intervals(claim_ids: list[int], now) -> int:
     """End the open intervals of ``claim_ids`` at ``now`` (never before they started: the release may run on
     a host whose clock is a little behind the committing worker's)."""
     if not claim_ids:
         return 0
     if connection.vendor == "postgresql":  # every release runs this: one statement, no ORM compile
-        table = connection.ops.quote_name(UsageInterval._meta.db_table)
         with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {table} SET ended_at = GREATEST(started_at, %s) "
-                           "WHERE claim_id = ANY(%s) AND ended_at IS NULL", [now, list(claim_ids)])
+            cursor.execute(close_intervals_sql(), {"ids": list(claim_ids), "now": now})
             return cursor.rowcount
     return (UsageInterval.objects.filter(claim_id__in=claim_ids, ended_at__isnull=True)
             .update(ended_at=Greatest(F("started_at"), Value(now))))
