@@ -142,7 +142,7 @@ def release_phase(port: int, token: str, h100_nodes: int, pending: int) -> dict:
 
     from django.utils import timezone
 
-    from claims.models import AllocationRound, ResourceClaim
+    from claims.models import AllocationRound, PendingWake, ResourceClaim
 
     h100 = SHAPES[0]
     gpus = h100_nodes * h100.slots_per_node
@@ -156,9 +156,14 @@ def release_phase(port: int, token: str, h100_nodes: int, pending: int) -> dict:
     wait_quiet(timeout=1800)
     first_pass_s = time.monotonic() - t
     waiting = ResourceClaim.objects.filter(namespace__name="pending", phase="Pending").count()
+    # The queue's head (the oldest 2-GPU claim) holds a node (queues.services.reservation): a GPU freed there is
+    # kept for it, as it should be. Free one elsewhere, where the 1-GPU claim may go.
+    held = set(PendingWake.objects.exclude(hold_node="").values_list("hold_node", flat=True))
+    victim = (ResourceClaim.objects.filter(namespace__name="fill", phase="Allocated").exclude(node__in=held)
+              .order_by("id").values_list("name", flat=True).first())
     time.sleep(1)
     released_at = timezone.now()
-    status, _ = Client(port, token).call("POST", CLAIMS.format(ns="fill") + "/f-0/release", {})
+    status, _ = Client(port, token).call("POST", CLAIMS.format(ns="fill") + f"/{victim}/release", {})
     deadline = time.monotonic() + 600
     while True:
         fit = ResourceClaim.objects.filter(namespace__name="pending", name="fit").values("phase", "allocated_at")[0]
@@ -166,7 +171,7 @@ def release_phase(port: int, token: str, h100_nodes: int, pending: int) -> dict:
             break
         time.sleep(0.005)
     wait_quiet(timeout=1800)
-    out = {"pending": waiting, "h100_gpus": gpus, "filled": full, "release_status": status,
+    out = {"pending": waiting, "h100_gpus": gpus, "filled": full, "release_status": status, "held_nodes": len(held),
            "fit_phase": fit["phase"], "first_pass_s": round(first_pass_s, 1)}
     if fit["allocated_at"] is None:
         return {**out, "worker_ms": float("inf"), "rounds": 0, "wall_ms": float("inf")}
