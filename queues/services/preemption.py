@@ -23,7 +23,7 @@ from collections import defaultdict
 from datetime import timedelta
 from fractions import Fraction
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
@@ -36,6 +36,7 @@ from dra.engine.types import AllocatedDevice
 from draservice.celery import app
 from queues import spec as queue_spec
 from queues.models import Preemption, PreemptionState, Queue, QuotaCharge
+from queues.services.position import PRIORITY_SQL
 from queues.services.resolve import Tree, effective_priority, queue_of
 from queues.services.usage import requested_devices
 
@@ -51,18 +52,30 @@ def nominal_of(queue: Queue, cls: str) -> Fraction:
     return Fraction(0)
 
 
-def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None) -> list[ResourceClaim]:
+def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None,
+                   hopeless: dict | None = None) -> list[ResourceClaim]:
     """The victims whose devices, freed, let ``claim`` fit (the engine says so), or []. ``coming``: (queue,
-    class) -> devices being reclaimed for other waiting claims (counted as used)."""
+    class) -> devices being reclaimed for other waiting claims (counted as used). ``hopeless``: kept by the
+    caller over one pass, (queue, class, priority) -> the least need for which there was no candidate at all:
+    a claim alike that needs as much or more has none either (its selectors play no part before the engine's
+    check, and ``coming`` only grows in a pass), so it is not looked at again -- a queue of thousands of alike
+    claims read every allocated claim of their class once per claim and pass."""
     wanted = requested_devices(claim.spec)
     if not wanted:
         return []
     cls = wanted[0][0]
-    found = candidates(claim, sum(n for c, n in wanted if c == cls), cls, tree, coming)
-    if found is None:
+    need = sum(n for c, n in wanted if c == cls)
+    queue_name = queue_of(claim, claim.namespace.name, tree)
+    key = (queue_name, cls, effective_priority(claim, tree.queues.get(queue_name)))
+    if hopeless is not None and key in hopeless and need >= hopeless[key]:
+        return []
+    found = candidates(claim, need, cls, tree, coming)
+    if found is None or not found[0]:
+        if hopeless is not None:
+            hopeless[key] = min(need, hopeless.get(key, need))
         return []
     pool, held, used, nominal, own = found
-    return _confirm(claim, pool, sum(n for c, n in wanted if c == cls), held, used, nominal, own)
+    return _confirm(claim, pool, need, held, used, nominal, own)
 
 
 def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: dict | None):
@@ -84,17 +97,28 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     within = used[queue.id] + (coming or {}).get((name, cls), 0) + need <= nominal_of(queue, cls)
     borrowers = {qid for qid, amount in used.items()
                  if qid != queue.id and qid in by_id and amount > nominal_of(by_id[qid], cls)}
-    ids = [cid for cid, (qid, _) in held.items()
-           if (within and policy.get("reclaimBorrowed", "Always") == "Always" and qid in borrowers)
-           or (qid == queue.id and policy.get("withinQueue", "LowerPriority") == "LowerPriority")]
+    reclaim = within and policy.get("reclaimBorrowed", "Always") == "Always"
+    own = policy.get("withinQueue", "LowerPriority") == "LowerPriority"
+    ids = [cid for cid, (qid, _) in held.items() if (reclaim and qid in borrowers) or (own and qid == queue.id)]
+    if not ids:
+        return [], held, used, {}, queue.id
     busy = set(Preemption.objects.filter(state=PreemptionState.PENDING).values_list("victim_id", flat=True))
     mine = effective_priority(claim, queue)
     now = timezone.now()
     pool = []
     # Only what the choice reads: a queue's allocated claims can be tens of thousands, and their spec,
-    # allocation and conditions (the wide JSON columns) are not needed to rank them.
-    for v in (ResourceClaim.objects.filter(id__in=ids, phase=Phase.ALLOCATED).exclude(id__in=busy)
-              .only("id", "labels", "annotations", "allocated_at", "namespace_id")):
+    # allocation and conditions (the wide JSON columns) are not needed to rank them. Its own queue's claims of
+    # no lower priority never give way: on PostgreSQL they are left out by the query (a queue of equals read
+    # every one of them, as model objects, for each waiting claim), and the ids go as one array parameter.
+    victims = ResourceClaim.objects.filter(phase=Phase.ALLOCATED).exclude(id__in=busy)
+    if connection.vendor == "postgresql":
+        victims = victims.extra(where=[f'"claims_resourceclaim"."id" = ANY(%s) AND ({PRIORITY_SQL} < %s OR '
+                                       f'NOT "claims_resourceclaim"."id" = ANY(%s))'],
+                                params=[ids, queue.max_priority, mine,
+                                        [cid for cid in ids if held[cid][0] == queue.id]])
+    else:
+        victims = victims.filter(id__in=ids)
+    for v in victims.only("id", "labels", "annotations", "allocated_at", "namespace_id"):
         vq = by_id[held[v.id][0]]
         prio = effective_priority(v, vq)
         min_run = (vq.spec.get("preemption") or {}).get("minRuntimeSeconds", 0)

@@ -36,12 +36,13 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
         for cls, n in requested_devices(p.spec):
             coming[(queue_of(p, p.namespace.name, tree), cls)] += n
     decided = 0
+    hopeless: dict = {}  # see preemption.choose_victims
     for claim in candidates:
         if decided and time.perf_counter() - started > budget:  # at least one per pass: the oldest moves on
             out["deferred"] = out.get("deferred", 0) + 1
             continue
         decided += 1
-        victims = preemption.choose_victims(claim, tree, coming)
+        victims = preemption.choose_victims(claim, tree, coming, hopeless)
         if victims:
             out["preemptions"] += 1
             out["victims"] += preemption.mark(claim, victims, tree)

@@ -166,3 +166,32 @@ def test_a_pass_decides_the_oldest_waiting_claim_and_defers_the_rest_past_its_ti
     out = reclaim.run()  # the next pass, with time to spare: the younger one's turn
     assert out["preemptions"] == 1 and "deferred" not in out, out
     assert {p.preemptor.name for p in Preemption.objects.all()} == {"first", "second"}
+
+
+def test_a_queue_of_alike_claims_reads_the_running_claims_once_per_pass(admin_client, h100_fleet, monkeypatch):
+    """Thousands of pending claims of one queue and priority, none of which may preempt anyone (equals do not
+    give way): a pass looks for candidates once, not once per claim; a higher-priority claim is still looked
+    at, and finds its lower-priority victims."""
+    resp = admin_client.patch("/api/v1/queues/default", {"spec": {"maxPriority": 10}}, format="json")
+    assert resp.status_code == 200, resp.content
+    for i in range(16):
+        submit(admin_client, "ci", f"run{i}")
+    rounds(1)
+    for i in range(6):
+        submit(admin_client, "ci", f"wait{i}", 2)
+    rounds(1)
+    looked = []
+    real = preemption.candidates
+
+    def spy(claim, *args, **kwargs):
+        looked.append(claim.name)
+        return real(claim, *args, **kwargs)
+
+    monkeypatch.setattr(preemption, "candidates", spy)
+    out = reclaim.run()
+    assert looked == ["wait0"] and out["victims"] == 0  # wait1..wait5 need as much: no candidate either
+    submit(admin_client, "ci", "urgent", 2, labels={"draservice.io/priority": "5"})
+    rounds(1)
+    looked.clear()
+    out = reclaim.run()
+    assert "urgent" in looked and out["victims"] == 2
