@@ -134,44 +134,42 @@ def window_stats(claims, lo: float, hi: float) -> dict:
             "max_ms": round(max(lat, default=float("nan")), 1)}
 
 
-def release_phase(port: int, token: str, h100_nodes: int, pending: int) -> dict:
-    """The H100 cluster full; ``pending - 1`` 2-GPU claims (distinct selector texts, so no two share a
-    decision) and, last, one 1-GPU claim wait. One GPU is released: only the last claim fits the hole. Worker
+def release_phase(port: int, token: str, h100_nodes: int, l4_nodes: int, pending: int) -> dict:
+    """The H100 and L4 clusters full; ``pending - 1`` 2-GPU H100 claims (distinct selector texts, so no two
+    share a decision) and, last, one 1-GPU L4 claim wait. One L4 GPU is released: only the last claim can use
+    it. (The hole is in another cluster than the 2-GPU claims' on purpose: their queue's head holds the node
+    with the most free devices of its cluster, so a GPU freed there is kept for it, as it should be.) Worker
     time = the rounds (``AllocationRound.seconds``) that ran between the release and its placement."""
     from datetime import UTC, datetime
 
     from django.utils import timezone
 
-    from claims.models import AllocationRound, PendingWake, ResourceClaim
+    from claims.models import AllocationRound, ResourceClaim
 
-    h100 = SHAPES[0]
-    gpus = h100_nodes * h100.slots_per_node
-    post_batches(port, token, "fill", [claim(f"f-{i}", h100, None) for i in range(gpus)])
+    h100, l4 = SHAPES[0], SHAPES[2]
+    gpus = h100_nodes * h100.slots_per_node + l4_nodes * l4.slots_per_node
+    post_batches(port, token, "fill", [claim(f"f-{i}", h100, None) for i in range(h100_nodes * h100.slots_per_node)]
+                 + [claim(f"g-{i}", l4, None) for i in range(l4_nodes * l4.slots_per_node)])
     wait_quiet(timeout=900)
     full = ResourceClaim.objects.filter(namespace__name="fill", phase="Allocated").count()
     bodies = [claim(f"b-{i}", h100, 20_000 + i, count=2) for i in range(pending - 1)]
-    bodies.append(claim("fit", h100, 20_000 + pending, count=1))
+    bodies.append(claim("fit", l4, 20_000 + pending, count=1))
     t = time.monotonic()
     post_batches(port, token, "pending", bodies, threads=1)
     wait_quiet(timeout=1800)
     first_pass_s = time.monotonic() - t
     waiting = ResourceClaim.objects.filter(namespace__name="pending", phase="Pending").count()
-    # The queue's head (the oldest 2-GPU claim) holds a node (queues.services.reservation): a GPU freed there is
-    # kept for it, as it should be. Free one elsewhere, where the 1-GPU claim may go.
-    held = set(PendingWake.objects.exclude(hold_node="").values_list("hold_node", flat=True))
-    victim = (ResourceClaim.objects.filter(namespace__name="fill", phase="Allocated").exclude(node__in=held)
-              .order_by("id").values_list("name", flat=True).first())
     time.sleep(1)
     released_at = timezone.now()
-    status, _ = Client(port, token).call("POST", CLAIMS.format(ns="fill") + f"/{victim}/release", {})
-    deadline = time.monotonic() + 600
+    status, _ = Client(port, token).call("POST", CLAIMS.format(ns="fill") + "/g-0/release", {})
+    deadline = time.monotonic() + 120
     while True:
         fit = ResourceClaim.objects.filter(namespace__name="pending", name="fit").values("phase", "allocated_at")[0]
         if fit["phase"] != "Pending" or time.monotonic() > deadline:
             break
         time.sleep(0.005)
     wait_quiet(timeout=1800)
-    out = {"pending": waiting, "h100_gpus": gpus, "filled": full, "release_status": status, "held_nodes": len(held),
+    out = {"pending": waiting, "gpus": gpus, "filled": full, "release_status": status,
            "fit_phase": fit["phase"], "first_pass_s": round(first_pass_s, 1)}
     if fit["allocated_at"] is None:
         return {**out, "worker_ms": float("inf"), "rounds": 0, "wall_ms": float("inf")}

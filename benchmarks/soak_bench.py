@@ -15,8 +15,8 @@ serve`` (gunicorn), a real ``celery worker`` and ``celery beat`` (lease expiry),
    (``draservice.io/lease-ttl``), half by ``POST …/release``; lifetimes follow Little's law and are corrected
    every 5 s to keep the fleet 70-90 % full;
 3. burst: BENCH_BURST_SECONDS (60) at twice the rate, to report p99 there;
-4. release: the H100 cluster filled, BENCH_PENDING (4,000) claims pending (2-GPU claims that one freed GPU
-   cannot hold, and last one 1-GPU claim that it can), one GPU released: worker time until that claim is placed;
+4. release: the H100 and L4 clusters filled, BENCH_PENDING (4,000) claims pending (2-GPU H100 claims, and last
+   one 1-GPU L4 claim), one L4 GPU released: worker time until that claim is placed;
 5. drain: BENCH_DRAIN (20,000) claims over the 4 clusters submitted with the worker stopped, then drained by a
    worker with 1 process, again with 2 processes.
 
@@ -253,7 +253,7 @@ def main() -> int:
             print_soak(results, args.rate)  # now: the phases after it take long, and may be interrupted
         phases.release_everything()
         if "release" in PHASES:
-            results["release"] = phases.release_phase(stack.port, token, nodes["h100"], PENDING)
+            results["release"] = phases.release_phase(stack.port, token, nodes["h100"], nodes["l4"], PENDING)
             print(time.strftime('%H:%M:%S'), "release:", results["release"], flush=True)
             phases.release_everything()
         if "drain" in PHASES:
