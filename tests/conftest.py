@@ -13,6 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.apps import apps as django_apps
 from django.conf import settings
+from django.core.management import sql as management_sql
+from django.core.management.commands import flush as flush_command
 from django.db.models.signals import post_migrate
 
 SHARED_LOCATION = os.path.join(os.path.dirname(__file__), "..", "..", "shared")
@@ -27,6 +29,12 @@ def pytest_configure(config):
     name = os.environ.get("TEST_DATABASE_NAME")
     name = f"{name}_gw{worker}" if name and worker is not None else name
     default.setdefault("TEST", {})["NAME"] = name or f"test_{default['NAME']}_{os.getpid()}"
+    # The tests' sessions commit without waiting for the WAL flush: a commit is then ~0.5 ms instead of the
+    # disk's fsync (4 ms and more on this shared machine; the suite commits tens of thousands of times: every
+    # request of a transactional test, every worker round, every migration). Visibility, locking and isolation
+    # are unchanged; only a PostgreSQL crash could lose the last commits, which no test does. In os.environ
+    # (libpq reads PGOPTIONS), so the Celery workers and live services the tests start commit the same way.
+    os.environ.setdefault("PGOPTIONS", "-c synchronous_commit=off")
     if worker is not None and os.environ.get("TEST_BROKER_URL"):
         # In os.environ, so that every reader (fixtures, tests, the Celery workers they start) sees it.
         os.environ["TEST_BROKER_URL"] = broker_url_for_worker(os.environ["TEST_BROKER_URL"], worker)
@@ -54,30 +62,37 @@ def broker_url_for_worker(url: str, worker: int) -> str:
 REDIS_LAST_DB = 15  # Redis' default `databases 16`
 
 # Test files that must run in one xdist worker, because they share a session-wide live service that takes many
-# seconds to start (tests/kube/conftest.py kube_service): split across workers, each would start its own.
-SHARED_SERVICE_DIRS = ("tests/kube/",)
+# seconds to start (the fixture named): split across workers, each would start its own. Only those files: the
+# rest of their folder (tests/kube's in-process door and workload tests, minutes of them) is free to go to
+# another worker. pytest_collection_modifyitems refuses a test that uses the fixture from a file not listed.
+SHARED_SERVICES = {"kube_service": ("tests/kube/test_kubectl.py", "tests/kube/test_workloads_kubectl.py")}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """With ``--dist loadfile``: a file is one unit of work (module-scoped services start once), the files under
-    SHARED_SERVICE_DIRS one unit together, and units are handed out in collection order (see
+    """With ``--dist loadfile``: a file is one unit of work (module-scoped services start once), the files of
+    one SHARED_SERVICES entry one unit together, and units are handed out in collection order (see
     pytest_collection_modifyitems) rather than by their number of tests."""
     if config.getoption("dist") != "loadfile":
         return None
     from tests.parallel import ServiceScheduling
 
-    return ServiceScheduling(config, log, SHARED_SERVICE_DIRS)
+    return ServiceScheduling(config, log, SHARED_SERVICES)
 
 
 def pytest_collection_modifyitems(config, items):
     """Under xdist, the files with slow tests first: a long file handed out last would keep one worker busy
     while the others idle. (A stable sort: within a file, and among fast files, the order is unchanged.)"""
+    shared_files = tuple(file for files in SHARED_SERVICES.values() for file in files)
+    for item in items:
+        for fixture, files in SHARED_SERVICES.items():
+            if fixture in getattr(item, "fixturenames", ()) and not item.nodeid.startswith(files):
+                raise pytest.UsageError(f"{item.nodeid} uses {fixture}: list its file in tests/conftest.py "
+                                        "SHARED_SERVICES, so that xdist runs it in the worker that has the service")
     if xdist_worker_index(config) is None:
         return
     slow_files = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
-    slow_files |= {item.nodeid.split("::", 1)[0] for item in items
-                   if item.nodeid.startswith(SHARED_SERVICE_DIRS)}
+    slow_files |= {item.nodeid.split("::", 1)[0] for item in items if item.nodeid.startswith(shared_files)}
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow_files)
 
 
@@ -94,7 +109,26 @@ def _require_postgresql():
 def django_db_setup(_require_postgresql, django_db_setup):
     """pytest-django's test database, behind the PostgreSQL gate (only tests that use the database get here)."""
     post_migrate.connect(_restore_migration_rows, dispatch_uid="tests-restore-migration-rows")
+    flush_command.sql_flush = _sql_flush_tables_with_rows
     yield
+    flush_command.sql_flush = management_sql.sql_flush
+
+
+def _sql_flush_tables_with_rows(style, connection, reset_sequences=True, allow_cascade=False):
+    """Django's flush (a transactional test's teardown), truncating only the tables that have a row, with
+    CASCADE (PostgreSQL refuses to truncate a table that an untruncated one references, even an empty one).
+    The end is the same, every table empty; but a TRUNCATE costs by the table (new files for it and each of
+    its indexes), and the whole schema's ~70 took 1-3 s after each of the suite's ~160 transactional tests
+    where the dozen a test wrote take a fraction of that."""
+    tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
+    if connection.vendor == "postgresql" and tables:
+        with connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join(
+                f"SELECT %s WHERE EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})" for table in tables),
+                tables)
+            tables = [row[0] for row in cursor.fetchall()]
+        allow_cascade = True
+    return connection.ops.sql_flush(style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
 
 
 # The rows the data migrations create (the ``default`` queue, the fleet state singleton). A transactional test

@@ -130,22 +130,29 @@ def _run(base: str, token: str, label: str, facts: dict, workdir: Path) -> dict:
 
 
 def _tally(report: Path) -> dict:
-    """Requests sent, check failures (deduplicated) and transport errors, from schemathesis' ndjson events."""
-    requests, failures, errors = 0, {}, []
+    """Requests sent, check failures (deduplicated), transport errors, the schema's operations and those sent
+    at least one request, from schemathesis' ndjson events."""
+    requests, failures, errors, operations, exercised = 0, {}, [], 0, set()
     for line in report.read_text().splitlines():
         event = json.loads(line)
+        if "LoadingFinished" in event:
+            operations = event["LoadingFinished"]["statistic"]["operations"]["selected"]
         if "NonFatalError" in event:
             error = event["NonFatalError"]
             errors.append(f"{error.get('label')}: {error['value']['type']}: {error['value']['message'][:300]}")
-        recorder = (event.get("ScenarioFinished") or {}).get("recorder") or {}
+        scenario = event.get("ScenarioFinished") or {}
+        recorder = scenario.get("recorder") or {}
         requests += len(recorder.get("interactions") or {})
+        if recorder.get("interactions") and scenario["phase"] != "stateful":  # stateful: one scenario in all
+            exercised.add(recorder["label"])
         for checks in (recorder.get("checks") or {}).values():
             for check in checks:
                 if check["status"] == "failure":
                     failure = check["failure_info"]["failure"]
                     key = f"{failure['operation']}: {failure['title']}: {failure['message'][:600]}"
                     failures[key] = failures.get(key, 0) + 1
-    return {"requests": requests, "failures": failures, "errors": errors}
+    return {"requests": requests, "failures": failures, "errors": errors, "operations": operations,
+            "exercised": len(exercised)}
 
 
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_service, tmp_path):
@@ -160,13 +167,16 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_service
         shutil.copy(log, keep / "service.log")
     total = sum(r["requests"] for r in runs)
     for r in runs:
-        print(f"schemathesis ({r['label']} token): {r['requests']} requests in {r['seconds']:.0f} s, "
+        print(f"schemathesis ({r['label']} token): {r['requests']} requests to {r['exercised']} of "
+              f"{r['operations']} operations in {r['seconds']:.0f} s, "
               f"{sum(r['failures'].values())} check failures, {len(r['errors'])} errors, exit {r['exit']}")
     print(f"schemathesis: {total} requests in all, seed {SEED}")
     for r in runs:
         assert not r["failures"], f"{r['label']}:\n" + "\n".join(r["failures"])
         # A request without an answer (a timeout, a reset) is as bad as a 500.
         assert not r["errors"], f"{r['label']}: {r['errors']}"
+        # The time budget must not end a run before its coverage phase has sent every operation something.
+        assert r["operations"] and r["exercised"] == r["operations"], (r["label"], r["exercised"], r["operations"])
     assert total >= MIN_REQUESTS, [r["output"][-2000:] for r in runs]
 
 

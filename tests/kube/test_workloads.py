@@ -22,7 +22,8 @@ from tests.gangs import fleet
 from workloads.services import podgroups
 from workloads.services import workloads as workload_services
 
-pytestmark = pytest.mark.django_db(transaction=True)  # on_commit work (allocation, gang placement) runs
+# on_commit work (allocation, gang placement) runs; slow: minutes in all, handed out first under xdist
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 NS = "team"
 APPS = f"/k8s/apis/apps/v1/namespaces/{NS}"
 CORE = f"/k8s/api/v1/namespaces/{NS}"
