@@ -85,7 +85,7 @@ class Stack:
     def start_worker(self, concurrency: int) -> None:
         self._spawn("worker", [sys.executable, "-m", "celery", "-A", "draservice", "worker", "--pool", "prefork",
                                "-c", str(concurrency), "--without-gossip", "--without-mingle",
-                               "--without-heartbeat", "--loglevel", "WARNING"])
+                               "--without-heartbeat", "--loglevel", os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")])
 
     def start_beat(self) -> None:
         schedule = self.logdir / f"{self.prefix}celerybeat-schedule"

@@ -161,7 +161,9 @@ def release_phase(port: int, token: str, h100_nodes: int, l4_nodes: int, pending
     waiting = ResourceClaim.objects.filter(namespace__name="pending", phase="Pending").count()
     time.sleep(1)
     released_at = timezone.now()
+    sent = time.monotonic()
     status, _ = Client(port, token).call("POST", CLAIMS.format(ns="fill") + "/g-0/release", {})
+    release_request_ms = round(1000 * (time.monotonic() - sent), 1)
     deadline = time.monotonic() + 120
     while True:
         fit = ResourceClaim.objects.filter(namespace__name="pending", name="fit").values("phase", "allocated_at")[0]
@@ -170,6 +172,7 @@ def release_phase(port: int, token: str, h100_nodes: int, l4_nodes: int, pending
         time.sleep(0.005)
     wait_quiet(timeout=1800)
     out = {"pending": waiting, "gpus": gpus, "filled": full, "release_status": status,
+           "release_request_ms": release_request_ms,
            "fit_phase": fit["phase"], "first_pass_s": round(first_pass_s, 1)}
     if fit["allocated_at"] is None:
         return {**out, "worker_ms": float("inf"), "rounds": 0, "wall_ms": float("inf")}

@@ -29,7 +29,9 @@ date (mean and max), and the share of round time spent in statements that take l
 reports the same per worker count, with the claims lost at commit to another worker.
 
 Other knobs (environment): BENCH_CLIENTS (32), BENCH_WEB_WORKERS (2), BENCH_WEB_THREADS (32),
-BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (soak,burst,release,drain). Results: bench-results/soak.json.
+BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (soak,burst,release,drain), BENCH_LOG_LEVEL and
+BENCH_CELERY_LOGLEVEL (WARNING: the service's and the worker's logs in bench-results/). Results:
+bench-results/soak.json.
 Everything runs on this one machine: clients, web server, worker, beat and PostgreSQL share its CPUs.
 """
 from __future__ import annotations
@@ -229,7 +231,8 @@ def main() -> int:
     args = parser.parse_args()
     if not BASE_URL.startswith("postgres"):
         sys.exit("soak_bench needs PostgreSQL: set DATABASE_URL=postgresql://...")
-    os.environ.update(DATABASE_URL=DB_URL, CELERY_BROKER_URL=BROKER, LOG_LEVEL="WARNING")
+    os.environ.update(DATABASE_URL=DB_URL, CELERY_BROKER_URL=BROKER,
+                      LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "WARNING"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
     recreate_database(BASE_URL, BENCH_DB)
     token, slots, nodes = setup_fleet()
