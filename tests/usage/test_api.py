@@ -140,6 +140,10 @@ def test_history_of_a_node_and_of_a_device(admin_client, ns_client, used):
     later = admin_client.get("/api/v1/usage/history", {"cluster": "c1", "node": node,
                                                        "since": "2026-03-02T10:30:00Z"}).json()["items"]
     assert {i["namespace"] for i in later} == {"team-a"}
+    # RFC 3339 allows offsets up to +/-23:59 (PostgreSQL only +/-15:59): 10:30 UTC written at +23:59.
+    far = admin_client.get("/api/v1/usage/history", {"cluster": "c1", "node": node,
+                                                     "since": "2026-03-03T10:29:00+23:59"})
+    assert far.status_code == 200 and {i["namespace"] for i in far.json()["items"]} == {"team-a"}
     paged = admin_client.get("/api/v1/usage/history", {"cluster": "c1", "node": node, "limit": 2}).json()
     assert len(paged["items"]) == 2 and paged["metadata"]["continue"]
     missing = admin_client.get("/api/v1/usage/history", {"node": node})

@@ -75,8 +75,9 @@ def parse_time(raw: str | None, name: str) -> datetime | None:
                                  "(e.g. 2026-01-31T00:00:00Z)")], status_code=400, title="Bad Request")
     try:
         value = datetime.fromisoformat(raw.strip().upper().replace("Z", "+00:00"))
-        value.astimezone(UTC)  # year 1 at +01:00 or year 9999 at -01:00 is outside what can be rendered
-        return value
+        # In UTC: RFC 3339 allows offsets up to +/-23:59, PostgreSQL only +/-15:59 (a 500 schemathesis found);
+        # year 1 at +01:00 or year 9999 at -01:00 is outside what can be rendered (OverflowError).
+        return value.astimezone(UTC)
     except (ValueError, OverflowError):
         raise FieldError([(name, f"Invalid value: {raw!r}: not a valid date-time")], status_code=400,
                          title="Bad Request") from None
