@@ -238,12 +238,12 @@ class FleetTally:
         slices' (id, content hash) pairs say whether they moved, without reading the wide device rows."""
         slices: dict[PoolKey, set[tuple]] = {}
         with connection.cursor() as cursor:
-            where, params = _scope_sql(scope, "s.driver", "s.pool_name")
+            where, params = _scope_sql(scope, "s", "pool_name")
             cursor.execute(f"""SELECT c.name, s.driver, s.pool_name, s.id, s.content_hash
                                FROM {T_SLICE} s JOIN {T_CLUSTER} c ON c.id = s.cluster_id WHERE {where}""", params)
             for cluster, driver, pool, slice_id, digest in cursor.fetchall():
                 slices.setdefault((cluster, driver, pool), set()).add((slice_id, digest))
-            where, params = _scope_sql(scope, "p.driver", "p.name")
+            where, params = _scope_sql(scope, "p", "name")
             cursor.execute(f"""SELECT c.name, p.driver, p.name, p.id, p.generation, p.state
                                FROM {T_POOL} p JOIN {T_CLUSTER} c ON c.id = p.cluster_id WHERE {where}""", params)
             rows = cursor.fetchall()
@@ -423,17 +423,17 @@ class FleetTally:
             unit.state = state
 
 
-def _scope_sql(scope: Scope, driver: str, pool: str) -> tuple[str, list]:
-    """A WHERE clause for the pools (or slices) of ``scope``: whole clusters, or some buckets of them."""
+def _scope_sql(scope: Scope, alias: str, pool: str) -> tuple[str, list]:
+    """A WHERE clause for the pools (or slices, ``alias``) of ``scope``: whole clusters, or some buckets of
+    them (``pool``: the alias's pool name column)."""
     parts, params = [], []
-    bucket = _BUCKET_SQL.format(driver=driver, pool=pool)
+    bucket = _BUCKET_SQL.format(driver=f"{alias}.driver", pool=f"{alias}.{pool}")
     for cid, buckets in scope.items():
-        table = driver.split(".")[0]
         if buckets is None or not is_postgres():
-            parts.append(f"{table}.cluster_id = %s")
+            parts.append(f"{alias}.cluster_id = %s")
             params.append(cid)
         else:
-            parts.append(f"({table}.cluster_id = %s AND {bucket} IN ({', '.join(['%s'] * len(buckets))}))")
+            parts.append(f"({alias}.cluster_id = %s AND {bucket} IN ({', '.join(['%s'] * len(buckets))}))")
             params += [cid, *sorted(buckets)]
     return " OR ".join(parts), params
 

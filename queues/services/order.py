@@ -59,11 +59,14 @@ def order(groups: list) -> list:
     tree = Tree.load()
     fill_labels([c for g in groups for c in g.claims])
     per_queue: dict[str, list] = defaultdict(list)
+    by_quota: dict[str, bool] = {}  # per queue name: a round has hundreds of groups and a handful of queues
     for g in groups:
         first = g.claims[0]
         name = queue_of(first, first.namespace.name, tree)
         queue = tree.queues.get(name)
-        g.by_quota = any(q.spec.get("quotas") for q in tree.chain(name))
+        if name not in by_quota:
+            by_quota[name] = any(q.spec.get("quotas") for q in tree.chain(name))
+        g.by_quota = by_quota[name]
         prio = max(effective_priority(c, queue) for c in g.claims)
         per_queue[name].append((-prio, min(c.created_at for c in g.claims), first.id, g))
     if len(per_queue) == 1:
