@@ -36,15 +36,19 @@ class EngineCache:
 
     def engine_for(self, view, rows: dict[int, AllocatedDevice]) -> Engine:
         if self.engine is None or self.key != view.key or self.poisoned:
+            # The clusters the new view did not rebuild (fleet.current_view keeps their inventory objects)
+            # keep their device models: an inventory push costs its cluster's build, not the fleet's. Not after
+            # a failure half-way (poisoned): then everything is built afresh.
+            reuse = self.engine.clusters if self.engine is not None and not self.poisoned else None
             self.poisoned = False
             self.engine = self.placer = None
             if self.long_lived:  # the old engine was frozen out of the collector's sight: free it now
                 memory.release_frozen()
                 with memory.collector_paused():
-                    self.engine = Engine(view.snapshot, list(rows.values()))
+                    self.engine = Engine(view.snapshot, list(rows.values()), reuse=reuse)
                 memory.freeze_long_lived(self.engine)
             else:
-                self.engine = Engine(view.snapshot, list(rows.values()))
+                self.engine = Engine(view.snapshot, list(rows.values()), reuse=reuse)
             self.key = view.key
             self.rows = dict(rows)
         else:

@@ -18,12 +18,13 @@ from django.db import connection
 from django.utils import timezone
 
 from claims.models import DeviceAllocation
-from dra.engine import AllocatedDevice, memory
+from dra.engine import AllocatedDevice, FleetSnapshot, memory
 from draservice import changes
 from inventory.snapshot import build_fleet_snapshot
 
-# A backstop: even with an unchanged fingerprint, rebuild now and then (e.g. a class edited in place by
-# someone who forgot to bump anything).
+# A backstop: even with an unchanged fingerprint, check this often that the stored slices and nodes are what the
+# view was built from (a slice or node edited by someone who forgot to bump the cluster's inventory version).
+# A check is one aggregate query; only a cluster that differs is rebuilt.
 SNAPSHOT_MAX_AGE_SECONDS = 60.0
 
 
@@ -34,7 +35,10 @@ class FleetView:
     cluster_versions: dict[str, tuple[int, tuple]]  # name -> (cluster id, (inventory_version, stale_since))
     cluster_labels: list[tuple[str, dict]]
     counter_pools: set[tuple[str, str, str]] = field(default_factory=set)  # pools with sharedCounters
-    built_at: float = 0.0
+    built_at: float = 0.0  # when the backstop last found the stored inventory as built (monotonic)
+    # Per cluster name: the fingerprint part its ClusterInventory was built for, and the stored digest then.
+    parts: dict[str, tuple] = field(default_factory=dict)
+    digests: dict[str, tuple] = field(default_factory=dict)
 
 
 _cache_lock = threading.Lock()
@@ -72,21 +76,87 @@ def fingerprint() -> tuple[tuple, dict[str, tuple[int, tuple]], list[tuple[str, 
 
 
 def current_view() -> FleetView:
-    """The fleet as of now (cached per process while the fingerprint holds)."""
+    """The fleet as of now (cached per process while the fingerprint holds). A changed fingerprint rebuilds
+    only the clusters whose part of it changed (all of them when the fleet-wide classes or rules did): the
+    others keep their ``ClusterInventory`` objects, and the engine cache its device models for them."""
     global _cache
     key, versions, labels = fingerprint()
     with _cache_lock:
         cached = _cache
-    if cached is not None and cached.key == key and time.monotonic() - cached.built_at < SNAPSHOT_MAX_AGE_SECONDS:
-        return cached
-    with memory.collector_paused():  # a million objects that live on: no collection finds garbage among them
-        snapshot = build_fleet_snapshot()
-    _rows.reset()  # a new view (inventory change, or the periodic backstop): the rows are read afresh too
-    view = FleetView(key=key, snapshot=snapshot, cluster_versions=versions, cluster_labels=labels,
-                     counter_pools=_counter_pools(snapshot), built_at=time.monotonic())
+    drifted: set[str] = set()
+    if cached is not None and cached.key == key:
+        if time.monotonic() - cached.built_at < SNAPSHOT_MAX_AGE_SECONDS:
+            return cached
+        drifted = _drifted(cached)
+        if not drifted:
+            cached.built_at = time.monotonic()
+            return cached
+    view = _build_view(key, versions, labels, cached, drifted)
     with _cache_lock:
         _cache = view
     return view
+
+
+def _build_view(key: tuple, versions: dict, labels: list, cached: FleetView | None, drifted: set[str]) -> FleetView:
+    parts = {name: part for name, part in zip((n for n, _ in labels), key[0], strict=True)}
+    keep = {}
+    if cached is not None and cached.key[1] == key[1]:  # the fleet-wide part (classes, rules) is unchanged
+        keep = {inv.name: inv for inv in cached.snapshot.clusters
+                if inv.name not in drifted and cached.parts.get(inv.name) == parts.get(inv.name)}
+    changed = [name for name in parts if name not in keep]
+    digests = {name: d for name, d in (cached.digests.items() if cached is not None else ()) if name in keep}
+    digests.update(_digests(changed))  # before the build: a later edit shows as drift at the next check
+    with memory.collector_paused():  # a million objects that live on: no collection finds garbage among them
+        built = build_fleet_snapshot(clusters=changed) if changed or not keep else None
+    if built is not None:
+        by_name = {inv.name: inv for inv in built.clusters} | keep
+        snapshot = FleetSnapshot(clusters=[by_name[n] for n in sorted(by_name)], device_classes=built.device_classes)
+    else:
+        assert cached is not None
+        snapshot = FleetSnapshot(clusters=[keep[n] for n in sorted(keep)],
+                                 device_classes=cached.snapshot.device_classes)
+    if drifted or cached is None or {p[0] for p in cached.parts.values()} != {p[0] for p in parts.values()}:
+        # Someone wrote around the service, or clusters came or went (rare; in tests, a new database world
+        # whose truncated rows no log entry reports): read the rows afresh too. A push to a known cluster
+        # does not: the change log carries every allocation row written since.
+        _rows.reset()
+    return FleetView(key=key, snapshot=snapshot, cluster_versions=versions, cluster_labels=labels,
+                     counter_pools=_counter_pools(snapshot), built_at=time.monotonic(), parts=parts, digests=digests)
+
+
+def _digests(names: list[str] | None = None) -> dict[str, tuple]:
+    """Per cluster name: what its stored slices and nodes are, as one comparable value (counts and a hash of
+    slice names with their content hashes and of node names with their labels), from one aggregate query."""
+    from inventory.models import Cluster, Node, ResourceSlice
+
+    clusters = Cluster.objects.all() if names is None else Cluster.objects.filter(name__in=names)
+    ids = dict(clusters.values_list("id", "name"))
+    out: dict[str, list] = {name: [0, 0, 0, 0] for name in ids.values()}
+    if not ids:
+        return {}
+    if connection.vendor == "postgresql":
+        sql = ("SELECT cluster_id, count(*), sum(('x' || substr(md5(name || ':' || {col}), 1, 15))::bit(60)::bigint) "
+               "FROM {table} WHERE cluster_id = ANY(%s) GROUP BY cluster_id")
+        for slot, (model, col) in enumerate(((ResourceSlice, "content_hash"), (Node, "labels::text"))):
+            with connection.cursor() as cursor:
+                cursor.execute(sql.format(col=col, table=model._meta.db_table), [list(ids)])
+                for cluster_id, n, total in cursor.fetchall():
+                    out[ids[cluster_id]][2 * slot:2 * slot + 2] = [n, int(total or 0)]
+    else:  # SQLite (the embedded demo): small fleets, hashed here
+        for slot, rows in enumerate((ResourceSlice.objects.filter(cluster_id__in=ids).values_list(
+                "cluster_id", "name", "content_hash"), Node.objects.filter(cluster_id__in=ids).values_list(
+                "cluster_id", "name", "labels"))):
+            for cluster_id, name, content in rows:
+                entry = out[ids[cluster_id]]
+                entry[2 * slot] += 1
+                entry[2 * slot + 1] ^= hash((name, json.dumps(content, sort_keys=True)))
+    return {name: tuple(v) for name, v in out.items()}
+
+
+def _drifted(view: FleetView) -> set[str]:
+    """Clusters whose stored slices or nodes differ from what ``view`` was built from."""
+    now = _digests(list(view.digests))
+    return {name for name, digest in view.digests.items() if now.get(name) != digest}
 
 
 def invalidate() -> None:

@@ -229,6 +229,7 @@ class ClusterModel:
     """Pools, devices and nodes of one cluster."""
 
     def __init__(self, inv: ClusterInventory, features: Features, first_idx: int):
+        self.inventory = inv  # what it was built from: an engine built from the same object may reuse it
         self.name = inv.name
         self.labels = dict(inv.labels or {})
         self.stale = bool(inv.stale)
@@ -241,6 +242,13 @@ class ClusterModel:
         self.node_order = sorted(self.nodes)
         self.has_network_devices = False
         self._build(inv, first_idx)
+
+    def renumber(self, first_idx: int) -> None:
+        """Give the devices indexes from ``first_idx`` on (in the order ``_build`` gave them), for a new engine
+        that reuses this model because its cluster did not change. The engine that numbered them before must
+        not be used any more: its state arrays are indexed by the old numbers."""
+        for offset, d in enumerate(self.devices):
+            d.idx = first_idx + offset
 
     # -------------------------------------------------------------------------------------------- building
     def _build(self, inv: ClusterInventory, first_idx: int) -> None:

@@ -1,0 +1,64 @@
+"""An engine built over the models of the engine it replaces (``Engine(..., reuse=...)``): the clusters whose
+inventory object is unchanged keep their models, renumbered; the result is the engine a fresh build gives."""
+from __future__ import annotations
+
+import random
+
+from dra.engine import AllocatedDevice, Engine, FleetSnapshot
+
+from .builders import claim, cluster, device_class, gpus, group, picked, request
+
+
+def _fleet(rng: random.Random, names: list[str]) -> dict:
+    return {name: cluster(name, {f"{name}-n{i}": gpus(rng.randint(0, 4)) for i in range(rng.randint(1, 4))})
+            for name in names}
+
+
+def _place_all(engine: Engine, n: int) -> list:
+    out = []
+    for i in range(n):
+        outcome = engine.allocate(group(claim(f"c{i}", [request("r", count=1 + i % 2)])), raise_errors=False)
+        out.append(picked(outcome) if outcome.allocated else outcome.reason)
+    return out
+
+
+def test_unchanged_clusters_keep_their_models_and_the_engine_equals_a_fresh_one():
+    classes = [device_class()]
+    for seed in range(30):
+        rng = random.Random(seed)
+        names = ["a", "b", "c", "d"]
+        first = _fleet(rng, names)
+        old = Engine(FleetSnapshot([first[n] for n in names], classes))
+        # One cluster pushes new slices (a new ClusterInventory object), one goes, one is added; the rest stay.
+        changed = rng.choice(names)
+        second = dict(first)
+        second.update(_fleet(rng, [changed]))
+        gone = rng.choice([n for n in names if n != changed])
+        del second[gone]
+        second.update(_fleet(rng, ["e"]))
+        snapshot = FleetSnapshot([second[n] for n in sorted(second)], classes)
+        kept = {n: old.clusters[n] for n in second if n in old.clusters and n != changed}
+        devices = [d for d in old.devices if d.cluster in second]
+        used = [AllocatedDevice(d.cluster, d.driver, d.pool, d.name) for d in rng.sample(devices, len(devices) // 3)]
+        reused = Engine(snapshot, used, reuse=old.clusters)
+        fresh = Engine(snapshot, used)
+        for name, model in kept.items():
+            assert reused.clusters[name] is model, (seed, name)
+        assert reused.clusters[changed] is not old.clusters[changed]
+        assert [(d.idx, d.cluster, d.name) for d in reused.devices] == [(d.idx, d.cluster, d.name)
+                                                                          for d in fresh.devices]
+        assert all(reused.devices[i].idx == i for i in range(len(reused.devices)))
+        assert bytes(reused.excl) == bytes(fresh.excl) and bytes(reused.avail) == bytes(fresh.avail)
+        assert _place_all(reused, 12) == _place_all(fresh, 12), seed
+
+
+def test_a_model_built_with_other_features_is_not_reused():
+    from dra.engine import Features
+
+    inv = cluster("a", {"n": gpus(2)})
+    old = Engine(FleetSnapshot([inv], [device_class()]))
+    other = Engine(FleetSnapshot([inv], [device_class()]), features=Features(partitionable_devices=False),
+                   reuse=old.clusters)
+    assert other.clusters["a"] is not old.clusters["a"]
+    same = Engine(FleetSnapshot([inv], [device_class()]), reuse=old.clusters)
+    assert same.clusters["a"] is old.clusters["a"]
