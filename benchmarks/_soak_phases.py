@@ -2,6 +2,7 @@
 pre-submitted claims with one and two worker processes). Django is set up by soak_bench.py before any call."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -159,7 +160,8 @@ def release_phase(port: int, token: str, h100_nodes: int, l4_nodes: int, pending
     wait_quiet(timeout=1800)
     first_pass_s = time.monotonic() - t
     waiting = ResourceClaim.objects.filter(namespace__name="pending", phase="Pending").count()
-    time.sleep(1)
+    # BENCH_RELEASE_HOLD: seconds to wait before the release (to attach a profiler to the quiet worker).
+    time.sleep(float(os.environ.get("BENCH_RELEASE_HOLD", "1")))
     released_at = timezone.now()
     sent = time.monotonic()
     status, _ = Client(port, token).call("POST", CLAIMS.format(ns="fill") + "/g-0/release", {})

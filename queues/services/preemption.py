@@ -24,6 +24,7 @@ from datetime import timedelta
 from fractions import Fraction
 
 from django.db import connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
@@ -86,39 +87,37 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     if queue is None:
         return None
     policy = queue.spec.get("preemption") or {}
-    charges = list(QuotaCharge.objects.filter(claim__phase=Phase.ALLOCATED, unit="devices", device_class=cls)
-                   .values_list("claim_id", "queue_id", "amount"))
+    charged = QuotaCharge.objects.filter(claim__phase=Phase.ALLOCATED, unit="devices", device_class=cls)
+    # Use per queue summed by the database: the allocated claims of a class are tens of thousands of rows.
     used: dict[int, Fraction] = defaultdict(Fraction)
-    held: dict[int, tuple[int, Fraction]] = {}
-    for claim_id, queue_id, amount in charges:
-        used[queue_id] += Fraction(amount)
-        held[claim_id] = (queue_id, Fraction(amount))
+    for queue_id, total in charged.values("queue_id").annotate(total=Sum("amount")).values_list("queue_id", "total"):
+        used[queue_id] = Fraction(total)
     by_id = {q.id: q for q in tree.queues.values()}
     within = used[queue.id] + (coming or {}).get((name, cls), 0) + need <= nominal_of(queue, cls)
     borrowers = {qid for qid, amount in used.items()
                  if qid != queue.id and qid in by_id and amount > nominal_of(by_id[qid], cls)}
     reclaim = within and policy.get("reclaimBorrowed", "Always") == "Always"
     own = policy.get("withinQueue", "LowerPriority") == "LowerPriority"
-    ids = [cid for cid, (qid, _) in held.items() if (reclaim and qid in borrowers) or (own and qid == queue.id)]
-    if not ids:
-        return [], held, used, {}, queue.id
-    busy = set(Preemption.objects.filter(state=PreemptionState.PENDING).values_list("victim_id", flat=True))
+    victim_queues = (borrowers if reclaim else set()) | ({queue.id} if own else set())
+    if not victim_queues:
+        return [], {}, used, {}, queue.id
     mine = effective_priority(claim, queue)
+    rows = charged.filter(queue_id__in=victim_queues).exclude(
+        claim_id__in=Preemption.objects.filter(state=PreemptionState.PENDING).values("victim_id"))
+    if connection.vendor == "postgresql":
+        # Its own queue's claims of no lower priority never give way: left out by the query (a queue of
+        # equals is every allocated claim of the class). A join, not id arrays: ``NOT id = ANY(array)`` is
+        # a scan of the array per row, and took seconds per pass at 18,000 allocated claims.
+        rows = rows.extra(where=[f'(NOT "queues_quotacharge"."queue_id" = %s OR {PRIORITY_SQL} < %s)'],
+                          params=[queue.id, queue.max_priority, mine])
+    held = {cid: (qid, Fraction(amount)) for cid, qid, amount in rows.values_list("claim_id", "queue_id", "amount")}
+    if not held:
+        return [], held, used, {}, queue.id
     now = timezone.now()
     pool = []
-    # Only what the choice reads: a queue's allocated claims can be tens of thousands, and their spec,
-    # allocation and conditions (the wide JSON columns) are not needed to rank them. Its own queue's claims of
-    # no lower priority never give way: on PostgreSQL they are left out by the query (a queue of equals read
-    # every one of them, as model objects, for each waiting claim), and the ids go as one array parameter.
-    victims = ResourceClaim.objects.filter(phase=Phase.ALLOCATED).exclude(id__in=busy)
-    if connection.vendor == "postgresql":
-        victims = victims.extra(where=[f'"claims_resourceclaim"."id" = ANY(%s) AND ({PRIORITY_SQL} < %s OR '
-                                       f'NOT "claims_resourceclaim"."id" = ANY(%s))'],
-                                params=[ids, queue.max_priority, mine,
-                                        [cid for cid in ids if held[cid][0] == queue.id]])
-    else:
-        victims = victims.filter(id__in=ids)
-    for v in victims.only("id", "labels", "annotations", "allocated_at", "namespace_id"):
+    # Only what the choice reads: the spec, allocation and conditions (the wide JSON columns) are not needed.
+    for v in (ResourceClaim.objects.filter(phase=Phase.ALLOCATED, id__in=list(held))
+              .only("id", "labels", "annotations", "allocated_at", "namespace_id", "cluster", "node")):
         vq = by_id[held[v.id][0]]
         prio = effective_priority(v, vq)
         min_run = (vq.spec.get("preemption") or {}).get("minRuntimeSeconds", 0)
