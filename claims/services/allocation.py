@@ -50,6 +50,7 @@ from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
 from dra.engine import AllocationError, ClaimGroup, GroupOutcome
 from dra.engine.plan import claim_ref
 from draservice import notify
+from draservice.prepared import Prepared
 
 log = logging.getLogger(__name__)
 
@@ -280,8 +281,20 @@ def take(batch_size: int) -> tuple[list[ResourceClaim], int]:
     the same statement snapshot: anything freed after it bumps the version past what we record, so nothing
     freed is ever missed.
     """
-    current = Subquery(FleetState.objects.filter(pk=1).values("version")[:1])
     with transaction.atomic():
+        claims = _take_query(batch_size, frozenset(external.EXTERNAL_ALLOCATOR_ANNOTATIONS)).rows()
+        if claims:
+            _lease([c.id for c in claims])
+    return claims, (claims[0].fleet_version if claims else 0)
+
+
+@functools.lru_cache(maxsize=8)
+def _take_query(batch_size: int, external_annotations: frozenset[str]) -> Prepared:
+    """``take``'s statement, compiled once per batch size (and per thread and connection, by ``Prepared``):
+    building and compiling this queryset cost every round, also the empty ones, several milliseconds of CPU."""
+
+    def build():
+        current = Subquery(FleetState.objects.filter(pk=1).values("version")[:1])
         # diagnostics (the largest column) is rewritten by every outcome and never read here. Labels are read
         # (queue resolution orders the round and admits its units): deferring them cost a second query.
         qs = (eligible_pending(Coalesce(current, Value(1))).select_related("namespace").defer("diagnostics")
@@ -290,10 +303,9 @@ def take(batch_size: int) -> tuple[list[ResourceClaim], int]:
             # _no_flush_wait() without its own statement: evaluated for each row taken, so the transaction
             # commits without the WAL flush whenever it locked something (with no row it writes nothing).
             qs = qs.annotate(no_flush_wait=RawSQL("set_config('synchronous_commit', 'off', true)", []))
-        claims = list(qs.order_by("id").select_for_update(skip_locked=True, of=("self",))[:batch_size])
-        if claims:
-            _lease([c.id for c in claims])
-    return claims, (claims[0].fleet_version if claims else 0)
+        return qs.order_by("id").select_for_update(skip_locked=True, of=("self",))[:batch_size]
+
+    return Prepared(build, ())
 
 
 def take_members(ids: list[int]) -> set[int]:

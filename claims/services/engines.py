@@ -39,13 +39,21 @@ class EngineCache:
             # The clusters the new view did not rebuild (fleet.current_view keeps their inventory objects)
             # keep their device models: an inventory push costs its cluster's build, not the fleet's. Not after
             # a failure half-way (poisoned): then everything is built afresh.
-            reuse = self.engine.clusters if self.engine is not None and not self.poisoned else None
+            old = self.engine
+            reuse = old.clusters if old is not None and not self.poisoned else None
             self.poisoned = False
             self.engine = self.placer = None
             if self.long_lived:  # the old engine was frozen out of the collector's sight: free it now
-                memory.release_frozen()
+                if reuse is None:
+                    memory.release_frozen()  # before the build: the process holds one engine at a time
                 with memory.collector_paused():
-                    self.engine = Engine(view.snapshot, list(rows.values()), reuse=reuse)
+                    engine = Engine(view.snapshot, list(rows.values()), reuse=reuse)
+                if old is not None and reuse is not None:
+                    # Nothing else holds the old engine (rounds and passes ask this cache each time): its
+                    # cycles broken, reference counting frees it, and the models it shares live on.
+                    old.dispose(keep=engine.clusters.values())
+                    memory.release_frozen(disposed=True)
+                self.engine = engine
                 memory.freeze_long_lived(self.engine)
             else:
                 self.engine = Engine(view.snapshot, list(rows.values()), reuse=reuse)

@@ -20,6 +20,7 @@ from django.utils import timezone
 from claims.models import DeviceAllocation
 from dra.engine import AllocatedDevice, FleetSnapshot, memory
 from draservice import changes
+from draservice.prepared import Prepared
 from inventory.snapshot import build_fleet_snapshot
 
 # A backstop: even with an unchanged fingerprint, check this often that the stored slices and nodes are what the
@@ -48,6 +49,21 @@ _cache: FleetView | None = None
 def fingerprint() -> tuple[tuple, dict[str, tuple[int, tuple]], list[tuple[str, dict]]]:
     """What the snapshot depends on, in ONE query (it runs every round): per cluster its inventory version,
     staleness and labels; fleet-wide the DeviceClasses' and DeviceTaintRules' count and newest change."""
+    now = timezone.now()
+    versions: dict[str, tuple[int, tuple]] = {}
+    labels: list[tuple[str, dict]] = []
+    parts = []
+    fleet_part: tuple = ()
+    for c in _FINGERPRINT.rows():
+        stale = c.is_stale(now) or c.stale_since is not None
+        versions[c.name] = (c.id, (c.inventory_version, c.stale_since))
+        labels.append((c.name, c.labels or {}))
+        parts.append((c.id, c.inventory_version, stale, tuple(sorted((c.labels or {}).items()))))
+        fleet_part = (c.classes_n, str(c.classes_t), c.classes_v, c.rules_n, str(c.rules_t), c.rules_v)
+    return (tuple(parts), fleet_part), versions, labels
+
+
+def _fingerprint_query():
     from django.db.models.expressions import RawSQL
 
     from inventory.models import Cluster, DeviceClass, DeviceTaintRule
@@ -55,24 +71,15 @@ def fingerprint() -> tuple[tuple, dict[str, tuple[int, tuple]], list[tuple[str, 
     def agg(model, expr):
         return RawSQL(f"SELECT {expr} FROM {connection.ops.quote_name(model._meta.db_table)}", [])
 
-    now = timezone.now()
-    versions: dict[str, tuple[int, tuple]] = {}
-    labels: list[tuple[str, dict]] = []
-    parts = []
-    fleet_part: tuple = ()
-    rows = (Cluster.objects.only("id", "name", "labels", "inventory_version", "last_sync_at", "last_heartbeat_at",
+    return (Cluster.objects.only("id", "name", "labels", "inventory_version", "last_sync_at", "last_heartbeat_at",
                                  "stale_since").order_by("id")
             .annotate(classes_n=agg(DeviceClass, "count(*)"), classes_t=agg(DeviceClass, "max(updated_at)"),
                       classes_v=agg(DeviceClass, "max(resource_version)"), rules_n=agg(DeviceTaintRule, "count(*)"),
                       rules_t=agg(DeviceTaintRule, "max(updated_at)"),
                       rules_v=agg(DeviceTaintRule, "max(resource_version)")))
-    for c in rows:
-        stale = c.is_stale(now) or c.stale_since is not None
-        versions[c.name] = (c.id, (c.inventory_version, c.stale_since))
-        labels.append((c.name, c.labels or {}))
-        parts.append((c.id, c.inventory_version, stale, tuple(sorted((c.labels or {}).items()))))
-        fleet_part = (c.classes_n, str(c.classes_t), c.classes_v, c.rules_n, str(c.rules_t), c.rules_v)
-    return (tuple(parts), fleet_part), versions, labels
+
+
+_FINGERPRINT = Prepared(_fingerprint_query, ())  # every round asks: compiled once per thread and connection
 
 
 def current_view() -> FleetView:

@@ -104,6 +104,16 @@ class Engine:
         for rec in allocated:
             self._apply_record(rec, +1)
 
+    def dispose(self, keep: Iterable[ClusterModel] = ()) -> None:
+        """This engine will not be used again: break its reference cycles (engine <-> its indexes and caches,
+        and those of its cluster models not in ``keep``, which a new engine reuses) so that reference counting
+        frees it without a full collection (over a second at 40,000 devices, ``memory.release_frozen``)."""
+        kept = {id(m) for m in keep}
+        for model in self.clusters.values():
+            if id(model) not in kept:
+                model.dispose()
+        self.__dict__.clear()
+
     def build_cel_views(self) -> None:
         """Build every device's CEL view now rather than on first use (see ``memory.freeze_long_lived``)."""
         for d in self.devices:

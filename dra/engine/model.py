@@ -250,6 +250,19 @@ class ClusterModel:
         for offset, d in enumerate(self.devices):
             d.idx = first_idx + offset
 
+    def dispose(self) -> None:
+        """Break this model's reference cycles (device <-> pool, device <-> CEL view, node caches) so that
+        reference counting frees it at once, with no collection: a worker that keeps its engine frozen out of
+        the collector's sight drops a replaced cluster's model this way (``Engine.dispose``)."""
+        for pool in self.pools:
+            pool.devices, pool.slices = [], []
+        for d in self.devices:
+            d.pool_ref = None  # type: ignore[assignment]
+            d._cel = None
+        for node in self.nodes.values():
+            node.candidates = node.pools = None
+        self.__dict__.clear()
+
     # -------------------------------------------------------------------------------------------- building
     def _build(self, inv: ClusterInventory, first_idx: int) -> None:
         by_pool: dict[tuple[str, str], list[dict]] = {}
