@@ -58,19 +58,13 @@ def step(pauses: Pauses) -> dict:
             "devices": len(engine.devices)}
 
 
-def fill() -> int:
-    """Rounds until none takes a claim: the claims created above placed (their allocation rows in use)."""
+def fill() -> None:
+    """Rounds of the real allocator until none takes a claim (creating claims with no broker already ran
+    rounds inline): the claims created are placed, their allocation rows in use."""
     from claims.services import allocation
-    from claims.services.engines import engines
 
-    n = 0
-    while True:  # rounds of the real allocator, over claims created through the service
-        r = allocation.allocate_round()
-        n += r.allocated
-        if not r.taken:
-            break
-    engines.reset()
-    return n
+    while allocation.allocate_round().taken:
+        pass
 
 
 def main() -> int:
@@ -95,7 +89,10 @@ def main() -> int:
         bodies = [claim(f"{shape.name}-{i}", shape, None) for i in range(int(slots[shape.name] * FILL))]
         for at in range(0, len(bodies), 1000):
             claim_services.create_claims(f"fill-{shape.name}", bodies[at:at + 1000])
-    print(f"{time.strftime('%H:%M:%S')} allocated {fill()} claims", flush=True)
+    fill()
+    from claims.models import DeviceAllocation
+
+    print(f"{time.strftime('%H:%M:%S')} {DeviceAllocation.objects.count()} devices in use", flush=True)
     memory.worker_start()
     pauses = Pauses()
     gc.callbacks.append(pauses)
@@ -111,7 +108,7 @@ def main() -> int:
         sync.push_inventory(f"soak-{shape.name}", {"resourceSlices": slices, "nodes": node_list})
         pushes.append(step(pauses))
         print(f"push to soak-{shape.name}: {pushes[-1]}", flush=True)
-        fleet.invalidate()
+        fleet.invalidate(hard=True)
         engines.reset()
         whole.append(step(pauses))
         print(f"whole fleet rebuilt (as every push did before): {whole[-1]}", flush=True)

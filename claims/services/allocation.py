@@ -202,7 +202,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
         # The unique index refused a row: something slipped past the checks. Nothing of that part was
         # written; its claims are untouched and eligible, so the next round decides them afresh.
         engines.reset()
-        fleet.invalidate()
+        fleet.invalidate(hard=True)
         _unlease(leased)
         log.warning("allocation round rolled back by the unique index, retrying: %s", exc)
         return RoundResult(taken=result.taken, lost_race=result.taken, seconds=time.perf_counter() - started)

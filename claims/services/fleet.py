@@ -166,10 +166,17 @@ def _drifted(view: FleetView) -> set[str]:
     return {name for name, digest in view.digests.items() if now.get(name) != digest}
 
 
-def invalidate() -> None:
+def invalidate(hard: bool = False) -> None:
+    """The inventory changed (or may have). Soft: the next view compares the stored slices and nodes with
+    what it was built from (the backstop's digest check) besides the fingerprint, which it reads every time
+    anyway; so a push still rebuilds only its cluster. Hard (after the database refused a write the view
+    allowed): the next view is built from scratch."""
     global _cache
     with _cache_lock:
-        _cache = None
+        if hard:
+            _cache = None
+        elif _cache is not None:
+            _cache.built_at = float("-inf")
 
 
 def _counter_pools(snapshot) -> set[tuple[str, str, str]]:

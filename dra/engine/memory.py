@@ -114,8 +114,10 @@ def freeze_long_lived(engine: Engine | None = None) -> None:
     """After building a long-lived engine (right after ``release_frozen``): build its devices' CEL views
     (selectors would on first use), then freeze everything. No collection first: ``release_frozen`` just
     did one, and the build made little garbage (it is reclaimed with the engine)."""
-    global _freezing, _engine_frozen
+    global _freezing, _engine_frozen, _last_full
     tune()
+    if not _last_full:  # the first engine: counts as a fresh start for FULL_COLLECT_SECONDS
+        _last_full = time.monotonic()
     _freezing = _engine_frozen = True
     with collector_paused():
         if engine is not None:

@@ -173,7 +173,7 @@ def _decide_and_commit(p: Prepared) -> str:
     except IntegrityError as exc:  # the unique index refused a row: nothing written, decide afresh
         log.warning("gang %s lost a race at the unique index: %s", gang.name, exc)
         engines.reset()
-        fleet.invalidate()
+        fleet.invalidate(hard=True)
         Gang.objects.filter(pk=gang.pk).update(taken_until=None)
         return "lost_race"
     engines.settle()  # as after a claims round: what the placement keeps leaves the collector's generations

@@ -19,7 +19,7 @@ NS = "/api/v1/namespaces/default"
 
 @pytest.fixture
 def three_clusters(db):
-    fleet.invalidate()
+    fleet.invalidate(hard=True)
     engines.reset()
     return load_fleet({"a": [("h100", 1)], "b": [("h100", 1)], "c": [("l4", 1)]})
 
@@ -39,6 +39,7 @@ def test_a_push_rebuilds_its_cluster_only_and_the_engine_keeps_the_other_models(
     before = fleet.current_view()
     models = dict(engines.engine.clusters)
     sync.push_inventory("b", cluster_body("b", [("h100", 2)]))
+    fleet.invalidate()  # what the push's inventory_changed receiver does after commit: soft
     after = fleet.current_view()
     assert after is not before
     old, new = _inventories(before), _inventories(after)
@@ -75,3 +76,14 @@ def test_the_backstop_rebuilds_a_cluster_whose_slices_were_edited_around_the_ser
     third = _inventories(fleet.current_view())
     assert third["a"] is not new["a"] and third["b"] is new["b"]
     assert third["a"].nodes[0]["labels"] == {"zone": "x"}
+
+
+def test_a_hard_invalidation_rebuilds_everything(three_clusters):
+    view = fleet.current_view()
+    fleet.invalidate()
+    soft = fleet.current_view()
+    assert _inventories(soft) == _inventories(view) and all(
+        soft_inv is _inventories(view)[name] for name, soft_inv in _inventories(soft).items())
+    fleet.invalidate(hard=True)  # after the unique index refused a write the view allowed
+    hard = _inventories(fleet.current_view())
+    assert not any(inv is _inventories(view)[name] for name, inv in hard.items())
