@@ -25,7 +25,7 @@ from inventory.snapshot import build_fleet_snapshot
 
 # A backstop: even with an unchanged fingerprint, check this often that the stored slices and nodes are what the
 # view was built from (a slice or node edited by someone who forgot to bump the cluster's inventory version).
-# A check is one aggregate query; only a cluster that differs is rebuilt.
+# A check is two aggregate queries (slices, nodes); only a cluster that differs is rebuilt.
 SNAPSHOT_MAX_AGE_SECONDS = 60.0
 
 
@@ -133,7 +133,7 @@ def _build_view(key: tuple, versions: dict, labels: list, cached: FleetView | No
 
 def _digests(names: list[str] | None = None) -> dict[str, tuple]:
     """Per cluster name: what its stored slices and nodes are, as one comparable value (counts and a hash of
-    slice names with their content hashes and of node names with their labels), from one aggregate query."""
+    slice names with their content hashes and of node names with their labels), from two aggregate queries."""
     from inventory.models import Cluster, Node, ResourceSlice
 
     clusters = Cluster.objects.all() if names is None else Cluster.objects.filter(name__in=names)
