@@ -203,6 +203,8 @@ def device_reaches(device: Device, node: Node | None) -> bool:
 
 
 def _canon(obj: Any) -> str:
+    if not obj and isinstance(obj, (list, dict)):  # most taints and binding conditions: no encoder call
+        return "[]" if isinstance(obj, list) else "{}"
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
@@ -379,7 +381,8 @@ class ClusterModel:
         d.allow_multiple_raw = raw.get("allowMultipleAllocations")
         d.allow_multiple = bool(d.allow_multiple_raw) and self.features.consumable_capacity
         # What CEL can see of the device: equal content, equal selector results (memoized per selector set).
-        d.content = (d.driver, _canon(d.attributes),
+        attributes = _canon(d.attributes)  # in both keys below: encoded once (a cluster's build is mostly this)
+        d.content = (d.driver, attributes,
                      _canon({n: (c or {}).get("value") for n, c in (raw.get("capacity") or {}).items()}),
                      d.allow_multiple_raw)
         # The least one share of a multi-allocatable device can take from each capacity: once less than that
@@ -399,7 +402,7 @@ class ClusterModel:
         if d.consumes or d.allow_multiple:
             d.sig = ("id", pool.uid, d.name)
         else:
-            d.sig = (d.driver, _canon(d.attributes), _canon(raw.get("capacity") or {}), _canon(taints),
+            d.sig = (d.driver, attributes, _canon(raw.get("capacity") or {}), _canon(taints),
                      _canon(d.binding_conditions), _canon(d.binding_failure_conditions), d.binds_to_node,
                      # The node's name is left out: within one node all its local devices share it, and
                      # leaving it out lets identical nodes share one search (engine node shapes).
