@@ -5,8 +5,10 @@ normalized v1 JSON as is: no per-device query and no re-serialization.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
+from django.db import connection
 from django.utils import timezone
 
 from dra.engine.types import ClusterInventory, FleetSnapshot
@@ -51,3 +53,32 @@ def build_fleet_snapshot(clusters: Iterable[str] | None = None) -> FleetSnapshot
     for inventory in inventories.values():
         inventory.device_taint_rules = fleet_rules + inventory.device_taint_rules
     return FleetSnapshot(clusters=list(inventories.values()), device_classes=fleet_classes)
+
+
+def stored_digests(names: list[str] | None = None) -> dict[str, tuple]:
+    """Per cluster name: what its stored slices and nodes are, as one comparable value (counts and a hash of
+    slice names with their content hashes and of node names with their labels), from two aggregate queries.
+    What a snapshot was built from: the worker compares it now and then with the one taken at the build, to
+    find an inventory edited without its cluster's version moving (``claims.services.fleet``)."""
+    clusters = Cluster.objects.all() if names is None else Cluster.objects.filter(name__in=names)
+    ids = dict(clusters.values_list("id", "name"))
+    out: dict[str, list] = {name: [0, 0, 0, 0] for name in ids.values()}
+    if not ids:
+        return {}
+    if connection.vendor == "postgresql":
+        sql = ("SELECT cluster_id, count(*), sum(('x' || substr(md5(name || ':' || {col}), 1, 15))::bit(60)::bigint) "
+               "FROM {table} WHERE cluster_id = ANY(%s) GROUP BY cluster_id")
+        for slot, (model, col) in enumerate(((ResourceSlice, "content_hash"), (Node, "labels::text"))):
+            with connection.cursor() as cursor:
+                cursor.execute(sql.format(col=col, table=model._meta.db_table), [list(ids)])
+                for cluster_id, n, total in cursor.fetchall():
+                    out[ids[cluster_id]][2 * slot:2 * slot + 2] = [n, int(total or 0)]
+    else:  # SQLite (the embedded demo): small fleets, hashed here
+        for slot, rows in enumerate((ResourceSlice.objects.filter(cluster_id__in=ids).values_list(
+                "cluster_id", "name", "content_hash"), Node.objects.filter(cluster_id__in=ids).values_list(
+                "cluster_id", "name", "labels"))):
+            for cluster_id, name, content in rows:
+                entry = out[ids[cluster_id]]
+                entry[2 * slot] += 1
+                entry[2 * slot + 1] ^= hash((name, json.dumps(content, sort_keys=True)))
+    return {name: tuple(v) for name, v in out.items()}

@@ -21,7 +21,7 @@ from claims.models import DeviceAllocation
 from dra.engine import AllocatedDevice, FleetSnapshot, memory
 from draservice import changes
 from draservice.prepared import Prepared
-from inventory.snapshot import build_fleet_snapshot
+from inventory.snapshot import build_fleet_snapshot, stored_digests
 
 # A backstop: even with an unchanged fingerprint, check this often that the stored slices and nodes are what the
 # view was built from (a slice or node edited by someone who forgot to bump the cluster's inventory version).
@@ -112,7 +112,7 @@ def _build_view(key: tuple, versions: dict, labels: list, cached: FleetView | No
                 if inv.name not in drifted and cached.parts.get(inv.name) == parts.get(inv.name)}
     changed = [name for name in parts if name not in keep]
     digests = {name: d for name, d in (cached.digests.items() if cached is not None else ()) if name in keep}
-    digests.update(_digests(changed))  # before the build: a later edit shows as drift at the next check
+    digests.update(stored_digests(changed))  # before the build: a later edit shows as drift at the next check
     with memory.collector_paused():  # a million objects that live on: no collection finds garbage among them
         built = build_fleet_snapshot(clusters=changed) if changed or not keep else None
     if built is not None:
@@ -131,38 +131,9 @@ def _build_view(key: tuple, versions: dict, labels: list, cached: FleetView | No
                      counter_pools=_counter_pools(snapshot), built_at=time.monotonic(), parts=parts, digests=digests)
 
 
-def _digests(names: list[str] | None = None) -> dict[str, tuple]:
-    """Per cluster name: what its stored slices and nodes are, as one comparable value (counts and a hash of
-    slice names with their content hashes and of node names with their labels), from two aggregate queries."""
-    from inventory.models import Cluster, Node, ResourceSlice
-
-    clusters = Cluster.objects.all() if names is None else Cluster.objects.filter(name__in=names)
-    ids = dict(clusters.values_list("id", "name"))
-    out: dict[str, list] = {name: [0, 0, 0, 0] for name in ids.values()}
-    if not ids:
-        return {}
-    if connection.vendor == "postgresql":
-        sql = ("SELECT cluster_id, count(*), sum(('x' || substr(md5(name || ':' || {col}), 1, 15))::bit(60)::bigint) "
-               "FROM {table} WHERE cluster_id = ANY(%s) GROUP BY cluster_id")
-        for slot, (model, col) in enumerate(((ResourceSlice, "content_hash"), (Node, "labels::text"))):
-            with connection.cursor() as cursor:
-                cursor.execute(sql.format(col=col, table=model._meta.db_table), [list(ids)])
-                for cluster_id, n, total in cursor.fetchall():
-                    out[ids[cluster_id]][2 * slot:2 * slot + 2] = [n, int(total or 0)]
-    else:  # SQLite (the embedded demo): small fleets, hashed here
-        for slot, rows in enumerate((ResourceSlice.objects.filter(cluster_id__in=ids).values_list(
-                "cluster_id", "name", "content_hash"), Node.objects.filter(cluster_id__in=ids).values_list(
-                "cluster_id", "name", "labels"))):
-            for cluster_id, name, content in rows:
-                entry = out[ids[cluster_id]]
-                entry[2 * slot] += 1
-                entry[2 * slot + 1] ^= hash((name, json.dumps(content, sort_keys=True)))
-    return {name: tuple(v) for name, v in out.items()}
-
-
 def _drifted(view: FleetView) -> set[str]:
     """Clusters whose stored slices or nodes differ from what ``view`` was built from."""
-    now = _digests(list(view.digests))
+    now = stored_digests(list(view.digests))
     return {name for name, digest in view.digests.items() if now.get(name) != digest}
 
 
