@@ -13,10 +13,11 @@ by statement, with their database time, and its CPU per claim; ``PROFILE=1`` add
 
 Knobs: POSTS (300), BATCH (claims per POST of the batch endpoint; 0: single POSTs), ROUND (500), QUEUED
 (pending claims left in the queue before measuring: 0), PROFILE (cProfile on CPU time), PROFILE_SORT
-(cumulative), PROFILE_LINES (35).
+(cumulative), PROFILE_LINES (35), COUNT (0: no statement counting, whose own CPU is then left out).
 """
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import os
 import pstats
@@ -40,6 +41,7 @@ ROUND = int(os.environ.get("ROUND", "500"))
 QUEUED = int(os.environ.get("QUEUED", "0"))
 BATCH = int(os.environ.get("BATCH", "0"))
 PROFILE = os.environ.get("PROFILE") == "1"
+COUNT = os.environ.get("COUNT", "1") != "0"
 
 
 class Queries:
@@ -103,18 +105,22 @@ def measure(title: str, per: int, fn) -> None:
     from django.db import connection
 
     queries = Queries()
-    _count_raw(queries)
+    if COUNT:
+        _count_raw(queries)
     profiler = cProfile.Profile(time.process_time) if PROFILE else None  # CPU: a busy machine inflates wall time
     t0, c0 = time.perf_counter(), time.process_time()
-    with connection.execute_wrapper(queries):
+    with connection.execute_wrapper(queries) if COUNT else contextlib.nullcontext():
         if profiler:
             profiler.enable()
         fn()
         if profiler:
             profiler.disable()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    _uncount_raw()
-    queries.report(per, title)
+    if COUNT:
+        _uncount_raw()
+        queries.report(per, title)
+    else:
+        print(f"\n== {title}")
     print(f"  wall {wall / per * 1000:.2f} ms/claim, CPU of this process {cpu / per * 1000:.2f} ms/claim")
     if profiler:
         stats = pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "cumulative"))

@@ -110,11 +110,17 @@ def load_claim(namespace: str, name: str) -> ResourceClaim | None:
     their consumers), or None."""
     claim = _CLAIM_BY_NAME.first(namespace, name)
     if claim is not None:
-        if claim.reserved:  # type: ignore[attr-defined]  # the annotation
-            load_reservations(claim)
-        else:  # read in the same statement (one snapshot): there are none
-            set_prefetched(claim, "reservations", [])
+        attach_reservations(claim)
     return claim
+
+
+def attach_reservations(claim: ResourceClaim) -> None:
+    """The reservations of a claim read with the ``reserved`` annotation: read only if it says there are any
+    (it was read in the claim's own statement, one snapshot: most claims have none)."""
+    if claim.reserved:  # type: ignore[attr-defined]  # the annotation
+        load_reservations(claim)
+    else:
+        set_prefetched(claim, "reservations", [])
 
 
 def load_reservations(claim: ResourceClaim) -> None:

@@ -244,13 +244,13 @@ class ClaimReleaseView(ClaimsBase):
                    summary="Release the claim's devices now (the claim stays, phase Released)")
     def post(self, request, namespace, name):
         # One read of the claim: locked by name, checked, released; the answer is the row as the release
-        # wrote it (changed in memory as written), its reservations read after the commit.
+        # wrote it (changed in memory as written), its reservations read after the commit if it had any.
         released = claim_services.release_named_claim(
             namespace, name, lambda claim: self.check_object_permissions(request, claim),
             if_match=request.META.get("HTTP_IF_MATCH"))
         if released is None:  # get_object_or_404's words
             raise Http404("No ResourceClaim matches the given query.")
-        s.load_reservations(released)
+        s.attach_reservations(released)
         return _etag(Response(s.render_claim(released, list(released.reservations.all()))), released)
 
 

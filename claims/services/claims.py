@@ -12,10 +12,19 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from claims import dispatch, k8s
-from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, ResourceClaim, ResourceClaimTemplate
+from claims.models import (
+    ClaimEvent,
+    DeviceAllocation,
+    Namespace,
+    Phase,
+    Reservation,
+    ResourceClaim,
+    ResourceClaimTemplate,
+)
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
 from claims.services import bulk, external, queueing, wake
 from claims.services import events as ev
@@ -322,9 +331,12 @@ _LOCKED = Prepared(lambda pk: ResourceClaim.objects.select_for_update(of=("self"
                    .filter(pk=pk).order_by(), (-7_000_000_001,))
 
 
-# The same lock by name, with the owner (what the API's answer renders). Stand-ins: no name holds a NUL.
+# The same lock by name, with the owner and whether anything reserves the claim (what the API's answer renders:
+# most claims have no reservation, and their read is then skipped). Stand-ins: no name holds a NUL.
 _LOCKED_BY_NAME = Prepared(lambda ns, name: ResourceClaim.objects.select_for_update(of=("self",))
-                           .select_related("namespace", "owner").filter(namespace__name=ns, name=name).order_by(),
+                           .select_related("namespace", "owner")
+                           .annotate(reserved=Exists(Reservation.objects.filter(claim_id=OuterRef("pk"))))
+                           .filter(namespace__name=ns, name=name).order_by(),
                            ("\x00ns", "\x00name"))
 
 
@@ -341,7 +353,6 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     live = [c for c in claims if c.phase in (Phase.PENDING, Phase.ALLOCATED)]
     if not live:
         return []
-    freed = _free_rows([c.id for c in live], now)
     events = []
     for c in live:
         had = c.phase == Phase.ALLOCATED
@@ -361,8 +372,8 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     # The rows and their events (as ev.record writes them) in one statement on PostgreSQL.
     bulk.update_and_insert(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
                                   "resource_version", "updated_at", "conditions"], events)
-    if freed:
-        wake.released(freed)  # wakes only the pending claims these devices could serve
+    # Last, because it moves the fleet clock, a row every release locks: held only until the commit.
+    if _free_rows([c.id for c in live], now):  # counted for the wake-ups: only claims they could serve wake
         transaction.on_commit(dispatch.request_allocation)
     ids = [c.id for c in live]
     transaction.on_commit(lambda: notify.publish(ids))
@@ -370,24 +381,32 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
 
 
 def _free_rows(claim_ids: list[int], now) -> Counter:
-    """Delete the claims' DeviceAllocation rows and their wake rows (``wake.forget``), and close their usage
-    intervals (``ledger.close_intervals``; same transaction: the ledger matches the rows). Returns the devices
-    freed per cluster. On PostgreSQL one statement (the other two as data-modifying WITH queries, which run
-    whether or not the main query reads them): every release runs it, and each statement costs the web a
-    round trip and the driver's and Django's per-statement CPU."""
+    """Delete the claims' DeviceAllocation rows and their wake rows (``wake.forget``), close their usage
+    intervals (``ledger.close_intervals``; same transaction: the ledger matches the rows), and count the freed
+    devices for the wake-ups (``wake.released``). Returns the devices freed per cluster. On PostgreSQL one
+    statement (the others as data-modifying WITH queries, which run whether or not the main query reads them):
+    every release runs it, and each statement costs the web a round trip and the driver's and Django's
+    per-statement CPU."""
     if connection.vendor != "postgresql":
         rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
         freed = Counter(rows.values_list("cluster", flat=True))
         rows.delete()
         wake.forget(claim_ids)
         ledger.close_intervals(claim_ids, now)
+        wake.released(freed)
         return freed
     table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), closed AS ({ledger.close_intervals_sql()}) "
-                       f"DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) RETURNING cluster",
-                       {"ids": claim_ids, "now": now})
-        return Counter(cluster for (cluster,) in cursor.fetchall())
+        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), closed AS ({ledger.close_intervals_sql()}), "
+                       f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) RETURNING cluster), "
+                       f"{wake.released_sql('freed')} "
+                       "SELECT cluster, count(*), (SELECT count(*) FROM woken) FROM freed GROUP BY cluster",
+                       {"ids": claim_ids, "now": now, **wake.wake_params()})
+        rows = cursor.fetchall()
+    freed = Counter({cluster: n for cluster, n, _ in rows})
+    if rows and not rows[0][2]:  # no fleet state row (a flushed database): counted the slow way
+        wake.released(freed)
+    return freed
 
 
 def release_claim(claim_id: int, *, if_match: str | None = None, reason: str = "Released",
@@ -402,7 +421,8 @@ def release_named_claim(namespace: str, name: str, check: Callable[[ResourceClai
     """``release_claim`` of the claim ``namespace``/``name`` (None: there is none), read once: its row is
     locked and read by name, ``check(claim)`` (the caller's permission check) may refuse by raising, and
     the claim is released. The API's release read the claim for its check and then locked it by id: two
-    reads (and its reservations) for one."""
+    reads (and its reservations) for one. The claim carries ``reserved`` (whether a reservation existed under
+    the lock; a released claim gains none)."""
     with transaction.atomic():
         claim = _LOCKED_BY_NAME.first(namespace, name)
         if claim is None:

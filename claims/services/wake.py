@@ -168,6 +168,27 @@ def bump_version(wake_all: bool) -> int:
     return FleetState.objects.filter(pk=1).values_list("version", flat=True).get()
 
 
+def released_sql(freed: str) -> str:
+    """``released`` as two more WITH queries (``clock``, ``woken``: one row per key counted) of a PostgreSQL
+    statement whose WITH query ``freed`` returns the released devices' ``cluster`` (a release deletes its rows
+    and counts them in one round trip: ``claims.services.claims``). Parameters ``%(wake_prefix)s`` and
+    ``%(wake_any)s``: ``wake_params()``. Nothing freed: nothing moves. No fleet state row: ``woken`` is empty,
+    and the caller falls back on ``released``. Keys in byte order, as ``sorted`` orders them there."""
+    fleet = connection.ops.quote_name(FleetState._meta.db_table)
+    table = connection.ops.quote_name(WakeKey._meta.db_table)
+    return (f"clock AS (UPDATE {fleet} SET version = version + 1 WHERE id = 1 AND EXISTS (SELECT 1 FROM {freed}) "
+            "RETURNING version), "
+            f"counts AS (SELECT %(wake_prefix)s || cluster AS key, count(*) AS freed FROM {freed} GROUP BY cluster "
+            f"UNION ALL SELECT %(wake_any)s, count(*) FROM {freed}), "
+            f"woken AS (INSERT INTO {table} (key, freed, version) SELECT counts.key, counts.freed, clock.version "
+            'FROM counts CROSS JOIN clock ORDER BY counts.key COLLATE "C" ON CONFLICT (key) DO UPDATE '
+            f"SET freed = {table}.freed + excluded.freed, version = excluded.version RETURNING 1)")
+
+
+def wake_params() -> dict[str, str]:
+    return {"wake_prefix": cluster_key(""), "wake_any": ANY}
+
+
 def released(clusters: Counter) -> None:
     """Devices were released (``clusters``: how many per cluster): count them (in the releasing
     transaction). Keys in sorted order, so two releases never wait on each other in a cycle."""

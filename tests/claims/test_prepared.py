@@ -110,6 +110,12 @@ def test_a_release_reads_the_claim_once_and_answers_as_a_read_after_it(admin_cli
     assert released.status_code == 200, released.content
     claim_reads = _reads_of("claims_resourceclaim", sqls)
     assert len(claim_reads) == 1 and BY_NAME in claim_reads[0] and "FOR UPDATE" in claim_reads[0], sqls
+    assert not _reads_of("claims_reservation", sqls), sqls  # nothing reserved it: its read says so
+    # The locked read, the freed rows with the wake counters, the queue tree (and the row with its event,
+    # written on psycopg's cursor: draservice.bulk.pg_execute, which Django's capture does not see).
+    statements = [q for q in sqls if "SAVEPOINT" not in q]
+    assert len(statements) == 3, [q[:90] for q in statements]
+    assert any('"claims_wakekey"' in q and '"claims_deviceallocation"' in q for q in statements), statements
     read = admin_client.get(f"{NS}/resourceclaims/one")
     assert released.json() == read.json() and released["ETag"] == read["ETag"]
     assert read.json()["status"]["phase"] == "Released"
