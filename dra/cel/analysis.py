@@ -12,9 +12,11 @@ All walks are iterative: they run before the nesting limit is enforced.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import lark
+from celpy import celtypes
 from celpy.evaluation import celstr
 
 _WRAPPERS = frozenset(
@@ -27,6 +29,36 @@ _NESTING = frozenset(
 )
 _BINDERS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter", "transformList", "transformMap",
                       "bind"})
+
+
+def subtrees(tree: lark.Tree) -> list[lark.Tree]:
+    """Every subtree of ``tree``, children before parents: the order of lark's ``iter_subtrees``, which
+    costs several times more (it guards against shared subtrees, which a parse tree never has). A compile
+    walks the tree five times."""
+    out: list[lark.Tree] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(child for child in node.children if isinstance(child, lark.Tree))
+    out.reverse()  # pre-order reversed: every node after all of its descendants
+    return out
+
+
+def decode_string(token: lark.Token) -> celtypes.StringType:
+    """A string literal's value, as cel-python's ``celstr`` gives it (raises ValueError as it does).
+    ``celstr`` matches the literal one character at a time; a compile asks several times per literal."""
+    return _decode_string(token.value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_string(text: str) -> celtypes.StringType:
+    if "\\" not in text and "\n" not in text and text[:1] in ("'", '"'):
+        # No escapes: the characters between the quotes. (``celstr`` drops a raw newline, which its
+        # one-character pattern does not match: such literals still go through it, to agree with evaluation.)
+        quote = 3 if text[:3] in ('"""', "'''") else 1
+        return celtypes.StringType(text[quote:-quote])
+    return celstr(lark.Token("STRING_LIT", text))
 
 
 def unwrap(node):
@@ -42,7 +74,7 @@ def string_literal(node) -> str | None:
     if isinstance(node, lark.Tree) and node.data == "literal":
         token = node.children[0]
         if isinstance(token, lark.Token) and token.type in ("STRING_LIT", "MLSTRING_LIT"):
-            return str(celstr(token))
+            return str(decode_string(token))
     return None
 
 
@@ -81,9 +113,9 @@ class Footprint:
     domain_sets: bool
 
 
-def _parents(tree: lark.Tree) -> dict[int, lark.Tree]:
+def _parents(nodes: list[lark.Tree]) -> dict[int, lark.Tree]:
     parents: dict[int, lark.Tree] = {}
-    for node in tree.iter_subtrees():
+    for node in nodes:
         for child in node.children:
             if isinstance(child, lark.Tree):
                 parents[id(child)] = node
@@ -100,8 +132,10 @@ def _consumer(node, parents):
     return parent, child
 
 
-def _binds_device(tree: lark.Tree) -> bool:
-    for node in tree.find_data("member_dot_arg"):
+def _binds_device(nodes: list[lark.Tree]) -> bool:
+    for node in nodes:
+        if node.data != "member_dot_arg":
+            continue
         if str(node.children[1]) in _BINDERS and len(node.children) > 2 and node.children[2] is not None:
             for arg in node.children[2].children[:2]:
                 if ident_name(arg) == "device":
@@ -112,14 +146,15 @@ def _binds_device(tree: lark.Tree) -> bool:
 def footprint(tree: lark.Tree) -> Footprint | None:
     """The parts of `device` the expression reads, or None if it cannot be determined (then the
     whole device content must be used as the memo key)."""
-    if _binds_device(tree):
+    nodes = subtrees(tree)
+    if _binds_device(nodes):
         return None
-    parents = _parents(tree)
+    parents = _parents(nodes)
     driver = multi = domain_sets = False
     paths: set[tuple[str, str, str]] = set()
     domains: set[tuple[str, str]] = set()
-    for ident in tree.find_data("ident"):
-        if str(ident.children[0]) != "device":
+    for ident in nodes:
+        if ident.data != "ident" or str(ident.children[0]) != "device":
             continue
         parent, child = _consumer(ident, parents)
         if parent is None or parent.data != "member_dot" or parent.children[0] is not child:

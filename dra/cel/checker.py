@@ -11,7 +11,6 @@ import difflib
 from dataclasses import dataclass, field
 
 import lark
-from celpy.evaluation import celstr
 
 from . import analysis, hints, regex
 from .errors import CELCompileError
@@ -207,7 +206,7 @@ class _Checker:
         kind = token.type
         if kind in ("STRING_LIT", "MLSTRING_LIT"):
             try:
-                celstr(token)
+                analysis.decode_string(token)
             except ValueError as exc:
                 return self.error(f"Syntax error: invalid string literal: {exc}", node)
             return STRING

@@ -93,18 +93,27 @@ def _prepare(tree: lark.Tree) -> dict:
     """
     literals: dict[int, Any] = {}
     probe = Evaluator(tree, Activation())
-    for node in tree.iter_subtrees():
+    for node in analysis.subtrees(tree):  # children before parents: nested constant lists fold too
         node.data = str(node.data)
         if node.data == "literal":
-            value = probe.literal(node)
-            literals[id(node)] = value
-    for node in tree.iter_subtrees():  # children before parents: nested constant lists fold too
-        if node.data == "list_lit" and node.children and node.children[0] is not None:
+            literals[id(node)] = _literal(probe, node)
+        elif node.data == "list_lit" and node.children and node.children[0] is not None:
             items = [analysis.unwrap(c) for c in node.children[0].children]
             if all(id(i) in literals for i in items):
                 # A list of constants is the same value on every evaluation: build it once.
                 literals[id(node)] = celtypes.ListType([literals[id(i)] for i in items])
     return literals
+
+
+def _literal(probe: Evaluator, node: lark.Tree) -> Any:
+    """The literal's value as cel-python's evaluator makes it; string literals through the cached decoder."""
+    token = node.children[0] if len(node.children) == 1 else None
+    if isinstance(token, lark.Token) and token.type in ("STRING_LIT", "MLSTRING_LIT"):
+        try:
+            return analysis.decode_string(token)
+        except ValueError:
+            pass  # the evaluator words the error
+    return probe.literal(node)
 
 
 class CompiledExpression:
