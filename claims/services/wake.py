@@ -191,7 +191,9 @@ def wake_params() -> dict[str, str]:
 
 def released(clusters: Counter) -> None:
     """Devices were released (``clusters``: how many per cluster): count them (in the releasing
-    transaction). Keys in sorted order, so two releases never wait on each other in a cycle."""
+    transaction). Keys in sorted order, so two releases never wait on each other in a cycle. A release on
+    PostgreSQL counts them with ``released_sql`` in its own statement; this is the portable way, and the
+    fallback when the fleet state row is missing (it creates it)."""
     if not clusters:
         return
     counts = {cluster_key(c): n for c, n in clusters.items()}
@@ -200,17 +202,6 @@ def released(clusters: Counter) -> None:
     table = connection.ops.quote_name(WakeKey._meta.db_table)
     upsert = (f"INSERT INTO {table} (key, freed, version) {{rows}} ON CONFLICT (key) DO UPDATE "
               f"SET freed = {table}.freed + excluded.freed, version = excluded.version")
-    if connection.vendor == "postgresql":
-        # Every release runs this: the clock moved and the counters upserted in one statement (the upsert
-        # reads the new version from the UPDATE, which so runs first). No row: the fleet state is missing.
-        fleet = connection.ops.quote_name(FleetState._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(f"WITH v AS (UPDATE {fleet} SET version = version + 1 WHERE id = 1 RETURNING version) "
-                           + upsert.format(rows="SELECT k.key, k.freed, v.version FROM unnest(%s::text[], "
-                                                "%s::bigint[]) AS k(key, freed) CROSS JOIN v ORDER BY k.key"),
-                           [keys, [counts[k] for k in keys]])
-            if cursor.rowcount:
-                return
     version = bump_version(wake_all=False)
     with connection.cursor() as cursor:
         cursor.executemany(upsert.format(rows="VALUES (%s, %s, %s)"), [(k, counts[k], version) for k in keys])

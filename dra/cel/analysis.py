@@ -143,10 +143,11 @@ def _binds_device(nodes: list[lark.Tree]) -> bool:
     return False
 
 
-def footprint(tree: lark.Tree) -> Footprint | None:
+def footprint(tree: lark.Tree, nodes: list[lark.Tree] | None = None) -> Footprint | None:
     """The parts of `device` the expression reads, or None if it cannot be determined (then the
-    whole device content must be used as the memo key)."""
-    nodes = subtrees(tree)
+    whole device content must be used as the memo key). ``nodes``: ``subtrees(tree)``, if the caller has it."""
+    if nodes is None:
+        nodes = subtrees(tree)
     if _binds_device(nodes):
         return None
     parents = _parents(nodes)

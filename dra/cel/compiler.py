@@ -85,7 +85,7 @@ def _activation(view: DeviceView) -> dict:
     return activation
 
 
-def _prepare(tree: lark.Tree) -> dict:
+def _prepare(tree: lark.Tree, nodes: list[lark.Tree]) -> dict:
     """Normalise the parse tree for fast evaluation and decode every literal once.
 
     Rule names become plain str (lark's Token compares in Python code, and the evaluator
@@ -93,7 +93,7 @@ def _prepare(tree: lark.Tree) -> dict:
     """
     literals: dict[int, Any] = {}
     probe = Evaluator(tree, Activation())
-    for node in analysis.subtrees(tree):  # children before parents: nested constant lists fold too
+    for node in nodes:  # children before parents (``analysis.subtrees``): nested constant lists fold too
         node.data = str(node.data)
         if node.data == "literal":
             literals[id(node)] = _literal(probe, node)
@@ -123,9 +123,10 @@ class CompiledExpression:
         self.expression = expression
         self.consumable_capacity = consumable_capacity
         self._tree = tree
-        self._literals = _prepare(tree)
+        nodes = analysis.subtrees(tree)  # one walk for both passes below
+        self._literals = _prepare(tree, nodes)
         self.drivers: frozenset[str] | None = analysis.drivers(tree)
-        self.footprint: analysis.Footprint | None = analysis.footprint(tree)
+        self.footprint: analysis.Footprint | None = analysis.footprint(tree, nodes)
         # Worst-case cost in cel-go units (estimator.py): ours, which bounds what an evaluation
         # is charged, and Kubernetes' own number. Creation refuses more than MAX_SELECTOR_COST
         # (compile_selector); compiling never does: upstream's table compiles its "expensive"
