@@ -51,7 +51,9 @@ def decode_string(token: lark.Token) -> celtypes.StringType:
     return _decode_string(token.value)
 
 
-@functools.lru_cache(maxsize=4096)
+# Most asks come from one compile (the checker, the estimator and the literal pass each decode a literal), so a
+# small cache serves; small also bounds what a tenant's literals (up to an expression's 10 KiB each) can pin.
+@functools.lru_cache(maxsize=512)
 def _decode_string(text: str) -> celtypes.StringType:
     if "\\" not in text and "\n" not in text and text[:1] in ("'", '"'):
         # No escapes: the characters between the quotes. (``celstr`` drops a raw newline, which its
