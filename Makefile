@@ -10,7 +10,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/12
 # overlap well even on two cores. TEST_WORKERS=0 runs it serially in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: run test venv bench clean
+.PHONY: run test test-fast test-long coverage venv bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
@@ -26,13 +26,40 @@ run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py serve --demo --port $(PORT)
 
-## test: ruff, mypy, then the whole suite (with coverage, in TEST_WORKERS parallel processes) against the machine's real PostgreSQL and Redis (and Debian Chromium for browser tests)
+# The tiers (README, "Tests and benchmarks"). pure: no service at all, run with PostgreSQL and Redis pointed at a
+# port where nothing listens, so that a test reaching for one fails instead of passing by luck. live: real
+# PostgreSQL, Redis, Celery workers, gunicorn, kubectl, Chromium. long: full budgets and soak-style scenarios
+# (never in `make test`). A test's tier follows from what it uses (tests/conftest.py). PYTEST_ARGS narrows any of
+# them (a file, -k); a tier left with no test then counts as passed (pytest's exit 5).
+NOWHERE := DATABASE_URL=postgresql://nobody@127.0.0.1:1/none CELERY_BROKER_URL=redis://127.0.0.1:1/0 TEST_BROKER_URL=
+LIVE := DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL)
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+
+## test-fast: the pure tier (engine, CEL, doctor, config and architecture checks): no PostgreSQL, no Redis, < 1 minute
+test-fast: venv
+	$(NOWHERE) $(PY) -m pytest -m "pure and not long" $(XDIST) $(PYTEST_ARGS) || [ $$? = 5 ]
+
+## test: ruff, mypy, then the pure tier and the live tier (what CI runs: .ci/run)
 test: venv
 	./scripts/ensure-services.sh
 	./scripts/ensure-chromium.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	DATABASE_URL=$(TEST_DATABASE_URL) TEST_BROKER_URL=$(TEST_BROKER_URL) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
+	$(NOWHERE) $(PY) -m pytest -m "pure and not long" $(XDIST) -q $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(LIVE) $(PY) -m pytest -m "live and not long" $(XDIST) $(PYTEST_ARGS) || [ $$? = 5 ]
+
+## test-long: the long tier (schemathesis' long budget, soak-style scenarios) against the live services
+test-long: venv
+	./scripts/ensure-services.sh
+	./scripts/ensure-chromium.sh
+	$(LIVE) $(PY) -m pytest -m long $(XDIST) $(PYTEST_ARGS)
+
+## coverage: the pure and live tiers under coverage (the product's packages, in the test processes); slower
+coverage: venv
+	./scripts/ensure-services.sh
+	./scripts/ensure-chromium.sh
+	$(NOWHERE) $(PY) -m pytest -m "pure and not long" $(XDIST) -q --cov --cov-report= $(PYTEST_ARGS)
+	$(LIVE) $(PY) -m pytest -m "live and not long" $(XDIST) --cov --cov-append --cov-report=term $(PYTEST_ARGS)
 
 bench: venv
 	./scripts/ensure-services.sh

@@ -80,9 +80,38 @@ def pytest_xdist_make_scheduler(config, log):
     return ServiceScheduling(config, log, SHARED_SERVICES)
 
 
+# The tiers (README, "Tests"): a test is **live** when it needs a real service, **pure** otherwise; **long** is a
+# separate, explicit mark for full-budget and soak-style versions of tests whose reduced versions are in the
+# default run. A test's tier follows from what it uses: the database (any pytest-django marker or fixture reaches
+# django_db_setup), a real worker, broker, live server or browser (the fixtures below, directly or through other
+# fixtures), or an explicit ``pytest.mark.live`` for a test that reaches a service some other way (a subprocess
+# of its own, a socket). ``make test-fast`` runs ``-m pure`` with PostgreSQL and Redis pointed at a port where
+# nothing listens, so a test that needs a service but is not marked so fails there instead of passing by luck.
+LIVE_FIXTURES = frozenset({"django_db_setup", "browser", "worker_pool", "live_broker",
+                           "live_server", "kube_service"})
+
+PURE_LIBRARY_SUITES = ("tests/cel/", "tests/engine/")
+
+
+def tier_of(item) -> str:
+    if item.get_closest_marker("live") or item.get_closest_marker("django_db") or item.get_closest_marker("browser"):
+        return "live"
+    return "live" if LIVE_FIXTURES.intersection(getattr(item, "fixturenames", ())) else "pure"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers given here
 def pytest_collection_modifyitems(config, items):
-    """Under xdist, the files with slow tests first: a long file handed out last would keep one worker busy
-    while the others idle. (A stable sort: within a file, and among fast files, the order is unchanged.)"""
+    """Every test gets its tier's marker (``-m pure`` / ``-m live`` select them). Under xdist, the files with slow
+    tests first: a long file handed out last would keep one worker busy while the others idle. (A stable sort:
+    within a file, and among fast files, the order is unchanged.)"""
+    for item in items:
+        if tier_of(item) == "live":
+            if item.nodeid.startswith(PURE_LIBRARY_SUITES):
+                raise pytest.UsageError(f"{item.nodeid} needs a service, but the pure library's suites "
+                                        f"({', '.join(PURE_LIBRARY_SUITES)}) run with none: `dra/` is pure")
+            item.add_marker(pytest.mark.live)
+        elif not item.get_closest_marker("pure"):
+            item.add_marker(pytest.mark.pure)
     shared_files = tuple(file for files in SHARED_SERVICES.values() for file in files)
     for item in items:
         for fixture, files in SHARED_SERVICES.items():

@@ -5,8 +5,9 @@ its in-process allocation runner) on a PostgreSQL database of its own, seeded wi
 namespace and claim, template, consumer and gang in it, so that path parameters resolve (schemathesis
 draws them from those names most of the time and invents the rest). schemathesis then runs twice over
 ``/api/schema/``, once with an admin token and once with a namespace token, with a fixed seed, the checks
-``not_a_server_error`` and ``response_schema_conformance``, and a time budget; the test asserts no failure
-of either check and at least 1,000 requests in all, and prints the figures.
+``not_a_server_error`` and ``response_schema_conformance``, and a budget of examples per operation (``DEFAULT``
+in `make test`, ``LONG`` in `make test-long`); the test asserts no failure of either check and the budget's
+minimum of requests in all, and prints the figures.
 
 Alone: ``DATABASE_URL=... pytest tests/test_schemathesis.py -s``; ``ST_KEEP=1`` keeps the reports in
 ``var/schemathesis``.
@@ -21,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,13 +30,27 @@ from django.conf import settings
 
 from tests.live import admin_sql, database_url, free_port, stop_service, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]  # its services are subprocesses on a database of its own
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 SEED = 12012
-MIN_REQUESTS = 400  # a run that works makes 430-1,200 in its time limit, by load; a broken one a handful
-MAX_SECONDS_PER_RUN = 50  # two runs, plus about 30 s of set-up: under three minutes on 2 cores
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One run per token kind: ``max_examples`` per operation and phase is the budget (with the fixed seed, the
+    same requests each time); ``max_seconds`` only stops a run that hangs. ``min_requests`` over both runs is
+    what a working run always reaches and a broken one (a dead service, a schema that selects nothing) never."""
+    max_examples: int
+    max_seconds: int
+    min_requests: int
+
+
+# `make test`: every operation exercised by both token kinds, in about a minute on 2 cores.
+DEFAULT = Budget(max_examples=14, max_seconds=150, min_requests=2_000)
+# `make test-long`: the fuzzing budget.
+LONG = Budget(max_examples=150, max_seconds=600, min_requests=10_000)
 NAMESPACE, CLUSTER = "team-a", "c1"
 NAMES = {"claim": "claim-1", "template": "h100x1", "consumer": "consumer-1", "gang": "gang-1"}
 
@@ -93,7 +109,7 @@ def live_service(tmp_path_factory):
         admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _config(facts: dict) -> str:
+def _config(facts: dict, budget: Budget) -> str:
     """schemathesis.toml: known names for path parameters (with a chance of invented ones), the checks."""
     dictionaries = {
         "namespaces": [NAMESPACE], "clusters": [CLUSTER], "names": list(NAMES.values()) + ["gpu.nvidia.com"],
@@ -105,7 +121,7 @@ def _config(facts: dict) -> str:
                 "path.id": "ids", "path.slice_name": "slices", "path.node_name": "nodes", "query.wait": "waits"}
     # One worker: with several, hypothesis describes filter lambdas with ast.parse in threads, which CPython
     # 3.11 does not survive ("AST constructor recursion depth mismatch", a schemathesis-side error).
-    lines = [f"seed = {SEED}", f"max-time = {MAX_SECONDS_PER_RUN}", "workers = 1", "",
+    lines = [f"seed = {SEED}", f"max-time = {budget.max_seconds}", "workers = 1", "",
              "[generation]", "deterministic = false", "", "[checks]", "enabled = false",
              "not_a_server_error.enabled = true", "response_schema_conformance.enabled = true", "",
              "[dictionaries]"]
@@ -116,15 +132,16 @@ def _config(facts: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run(base: str, token: str, label: str, facts: dict, workdir: Path) -> dict:
+def _run(base: str, token: str, label: str, facts: dict, workdir: Path, budget: Budget) -> dict:
     config = workdir / f"{label}.toml"
-    config.write_text(_config(facts))
+    config.write_text(_config(facts, budget))
     report = workdir / f"{label}.ndjson"
     cmd = [str(SCHEMATHESIS), "--config-file", str(config), "run", f"{base}/api/schema/", "--url", base,
            "-H", f"Authorization: Bearer {token}", "--report", "ndjson", "--report-ndjson-path", str(report),
-           "--max-examples", "40", "--request-timeout", "30", "--no-color", "--output-truncate", "true"]
+           "--max-examples", str(budget.max_examples), "--request-timeout", "30", "--no-color",
+           "--output-truncate", "true"]
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=MAX_SECONDS_PER_RUN * 3)
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=budget.max_seconds * 2)
     return {"label": label, "seconds": time.monotonic() - started, "exit": proc.returncode,
             "output": proc.stdout + proc.stderr, **_tally(report)}
 
@@ -156,10 +173,19 @@ def _tally(report: Path) -> dict:
 
 
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_service, tmp_path):
+    _fuzz(live_service, tmp_path, DEFAULT)
+
+
+@pytest.mark.long
+def test_schemathesis_long_budget(live_service, tmp_path):
+    _fuzz(live_service, tmp_path, LONG)
+
+
+def _fuzz(live_service, tmp_path: Path, budget: Budget) -> None:
     base, facts, log = live_service
     # The namespace token first: the admin run may delete the seeded objects (and push an empty inventory).
-    runs = [_run(base, facts["namespace"], "namespace", facts, tmp_path),
-            _run(base, facts["admin"], "admin", facts, tmp_path)]
+    runs = [_run(base, facts["namespace"], "namespace", facts, tmp_path, budget),
+            _run(base, facts["admin"], "admin", facts, tmp_path, budget)]
     if os.environ.get("ST_KEEP"):
         keep = ROOT / "var" / "schemathesis"
         shutil.rmtree(keep, ignore_errors=True)
@@ -170,14 +196,14 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_service
         print(f"schemathesis ({r['label']} token): {r['requests']} requests to {r['exercised']} of "
               f"{r['operations']} operations in {r['seconds']:.0f} s, "
               f"{sum(r['failures'].values())} check failures, {len(r['errors'])} errors, exit {r['exit']}")
-    print(f"schemathesis: {total} requests in all, seed {SEED}")
+    print(f"schemathesis: {total} requests in all, seed {SEED}, {budget}")
     for r in runs:
         assert not r["failures"], f"{r['label']}:\n" + "\n".join(r["failures"])
         # A request without an answer (a timeout, a reset) is as bad as a 500.
         assert not r["errors"], f"{r['label']}: {r['errors']}"
         # The time budget must not end a run before its coverage phase has sent every operation something.
         assert r["operations"] and r["exercised"] == r["operations"], (r["label"], r["exercised"], r["operations"])
-    assert total >= MIN_REQUESTS, [r["output"][-2000:] for r in runs]
+    assert total >= budget.min_requests, [r["output"][-2000:] for r in runs]
 
 
 # ------------------------------------------------------------------------------------ keep-alive connections
