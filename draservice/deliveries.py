@@ -99,7 +99,9 @@ def attempt(delivery_id: int) -> tuple[str, float | None]:
 
 def _finish(delivery: WebhookDelivery, number: int, error: str, retry: bool) -> tuple[str, float | None]:
     now = timezone.now()
-    fields: dict[str, object] = {"attempts": number, "leased_until": None, "last_error": error[:1000]}
+    fields: dict[str, object] = {"attempts": number, "leased_until": None}
+    if error:  # kept once delivered: how the earlier attempts went
+        fields["last_error"] = f"attempt {number} failed: {error}"[:1000]
     wait = None
     if not error:
         fields.update(status=DeliveryStatus.DELIVERED, finished_at=now, next_attempt_at=None)
