@@ -64,9 +64,12 @@ class Target:
 
 def parse_target(url: str) -> tuple[Target, str]:
     """``(target, path with query)`` of an http(s) URL, or TargetRefused saying what is wrong with it."""
-    if not isinstance(url, str) or any(c in url for c in "\r\n\t ") or any(ord(c) < 32 for c in url):
-        raise TargetRefused("must be an http(s) URL without spaces or control characters")
-    parts = urlsplit(url)
+    if not isinstance(url, str) or not url.isascii() or any(ord(c) <= 32 or ord(c) == 127 for c in url):
+        raise TargetRefused("must be an http(s) URL of ASCII characters without spaces (percent-encode the rest)")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        raise TargetRefused(f"is not a URL: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS:
         raise TargetRefused("must be an http(s) URL")

@@ -27,6 +27,8 @@ FORGED = [
     "http://127.0.0.1:1825/",  # a different port whose text the allowed entry starts with
     "https://127.0.0.1:18250/",  # another scheme
     "http://127.0.0.2:18250/",
+    "http://[::1",  # not a URL at all: a 422, not a 500
+    "http://\u00fc.example:18250/",  # not ASCII
 ]
 
 
