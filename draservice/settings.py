@@ -221,6 +221,8 @@ WEBHOOK_ALLOWED_TARGETS = [t.strip() for t in os.environ.get("WEBHOOK_ALLOWED_TA
 # One delivery attempt, all of it (connect, TLS, send, the answer's head), ends after this many seconds.
 WEBHOOK_DEADLINE_SECONDS = 10.0
 WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("WEBHOOK_MAX_ATTEMPTS", "6"))
+# A PEM file of the CAs that https webhook targets' certificates must chain to; empty: the system's.
+WEBHOOK_CA_FILE = os.environ.get("WEBHOOK_CA_FILE", "")
 # The Celery queue of webhook deliveries: a worker of its own (`celery worker -Q notify`), so that a slow
 # receiver holds a notify worker, never an allocation worker.
 NOTIFY_QUEUE = os.environ.get("NOTIFY_QUEUE", "notify")

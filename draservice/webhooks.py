@@ -194,7 +194,7 @@ def post(url: str, body: bytes, headers: dict[str, str], deadline_seconds: float
         raise AttemptFailed(f"connection to {address}:{target.port} failed: {exc}") from None
     try:
         if target.scheme == "https":
-            context = ssl.create_default_context()
+            context = ssl.create_default_context(cafile=settings.WEBHOOK_CA_FILE or None)
             sock.settimeout(left())
             sock = context.wrap_socket(sock, server_hostname=target.host)  # SNI and certificate: the URL's host
         host = f"[{target.host}]" if ":" in target.host else target.host

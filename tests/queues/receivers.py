@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ class Receiver:
 
     answers: list = field(default_factory=lambda: [("status", 204, {})])
     requests: list[Request] = field(default_factory=list)
+    tls: ssl.SSLContext | None = None  # a server context: the connections are TLS
 
     def __post_init__(self):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -61,6 +63,12 @@ class Receiver:
 
     def _answer(self, conn: socket.socket, answer: tuple) -> None:
         request = Request({}, b"", time.monotonic())
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                conn.close()
+                return
         with conn:
             data = b""
             while b"\r\n\r\n" not in data:

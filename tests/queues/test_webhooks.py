@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import importlib
 import socket
+import ssl
+import subprocess
 import time
 
 import pytest
@@ -246,3 +248,61 @@ def test_secretless_webhooks_get_a_secret_and_an_event_by_migration(admin_client
     events = admin_client.get(f"{Q}/bare/webhook-events").json()["items"]
     assert [e["reason"] for e in events] == ["SecretGenerated"] and "PATCH" in events[0]["message"]
     assert list(WebhookEvent.objects.filter(owner="queue/old").values_list("reason", flat=True)) == ["SecretConverted"]
+
+
+def test_https_goes_to_the_address_resolved_once_with_the_urls_host_as_sni_and_host(settings, monkeypatch, tmp_path):
+    """hooks.test resolves (once) to an address that stands for a public one here; the connection goes to that
+    address, the TLS server name and Host header are the URL's host, and the certificate is checked for it."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "1", "-keyout", str(key), "-out", str(cert), "-subj", "/CN=hooks.test",
+                    "-addext", "subjectAltName=DNS:hooks.test"], check=True, capture_output=True)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    names: list = []
+    server.sni_callback = lambda sock, name, ctx: names.append(name)
+    receiver = Receiver(tls=server)
+    lookups: list[str] = []
+    real = socket.getaddrinfo
+
+    def dns(host, *args, **kwargs):
+        if host.endswith(".test"):
+            lookups.append(host)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", receiver.port))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", dns)
+    monkeypatch.setattr(webhooks, "_reachable", lambda address: True)  # 127.0.0.1 plays a public address
+    settings.WEBHOOK_CA_FILE = str(cert)
+    settings.WEBHOOK_ALLOWED_TARGETS = [f"https://hooks.test:{receiver.port}", f"https://other.test:{receiver.port}"]
+    try:
+        assert webhooks.post(f"https://hooks.test:{receiver.port}/n?x=1", b"{}", {"webhook-id": "msg_1"}) == 204
+        assert lookups == ["hooks.test"] and names == ["hooks.test"]
+        request = receiver.requests[0]
+        assert request.head["host"] == f"hooks.test:{receiver.port}" and request.head["request-line"] == \
+            "POST /n?x=1 HTTP/1.1" and request.head["webhook-id"] == "msg_1"
+        # The same address under another name: the certificate is not for it, so no request is sent.
+        with pytest.raises(webhooks.AttemptFailed, match="TLS failed.*certificate verify failed"):
+            webhooks.post(f"https://other.test:{receiver.port}/n", b"{}", {})
+        assert len(receiver.requests) == 1
+    finally:
+        receiver.close()
+
+
+def test_a_notice_enqueued_by_the_previous_version_becomes_a_delivery(admin_client, receiver, settings, h100_fleet,
+                                                                     django_capture_on_commit_callbacks):
+    from claims.models import ResourceClaim
+    from queues.models import Preemption
+    from queues.tasks import notify_preemption
+    from tests.queues.test_admission import submit
+
+    settings.WEBHOOK_ALLOWED_TARGETS = [receiver.target]
+    hooked_queue(admin_client, receiver.url())
+    submit(admin_client, "a", "victim")
+    p = Preemption.objects.create(victim=ResourceClaim.objects.get(name="victim"), queue="team-a",
+                                  deadline="2030-01-01T00:00:00Z")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert notify_preemption(p.id) == 1
+    assert notify_preemption(p.id) == 0  # once
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.status, delivery.owner, delivery.namespace) == (DeliveryStatus.DELIVERED, "queue/team-a", "a")
