@@ -9,8 +9,9 @@
   enqueues a new one, and at most one such task waits in the broker. The key is per deployment
   (``notify.key_prefix``) and per Celery queue, so deployments and test runs sharing a Redis never silence
   each other.
-* No broker, but ``manage.py serve`` runs its in-process runner and the task is one the runner serves: wake
-  the runner. The request that wrote returns at once instead of running the task inline.
+* No broker, but ``manage.py serve`` runs its in-process runners and the task is one a runner serves: wake
+  that runner (the allocation runner, or the notify runner that delivers webhooks). The request that wrote
+  returns at once instead of running the task inline.
 * No broker and no runner (shell, tests, scripts): run the task eagerly, inline, once (a task that asks for
   itself again while it runs is already looping until its queue is empty).
 """
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 KICK_TTL_MS = 30_000  # if a queued task is lost, the key expires and the next kick enqueues again
 
-_runner: LocalRunner | None = None
+_runners: list[LocalRunner] = []
 _inline = threading.local()
 
 
@@ -42,9 +43,13 @@ class LocalRunner:
         raise NotImplementedError
 
 
-def set_local_runner(runner: LocalRunner | None) -> None:
-    global _runner
-    _runner = runner
+def add_local_runner(runner: LocalRunner) -> None:
+    _runners.append(runner)
+
+
+def remove_local_runner(runner: LocalRunner) -> None:
+    if runner in _runners:
+        _runners.remove(runner)
 
 
 def debounce_key(name: str) -> str:
@@ -57,8 +62,9 @@ def request_task(name: str, args: tuple | list = (), *, debounce: bool = False) 
             return  # a task is queued and has not started yet: it will see this work
         app.send_task(name, args=list(args))
         return
-    if _runner is not None and not args and _runner.serves(name):
-        _runner.kick(name)
+    runner = next((r for r in list(_runners) if r.serves(name)), None) if not args else None
+    if runner is not None:
+        runner.kick(name)
         return
     running = getattr(_inline, "running", None)
     if running is None:

@@ -34,3 +34,52 @@ class ChangeLogState(models.Model):
     rows_compacted_through = models.BigIntegerField(default=0)
     pending_seq = models.BigIntegerField(default=0)  # the sequence's value when the horizon was taken
     pending_horizon = models.BigIntegerField(default=0)  # the next transaction id at that moment
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "Pending"  # waiting for its first attempt or a retry
+    DELIVERED = "Delivered"
+    FAILED = "Failed"  # given up: out of attempts, or an error no retry fixes (a redirect, a refused target)
+
+
+class WebhookDelivery(models.Model):
+    """One notice to one receiver, from its creation to its last attempt (``draservice.deliveries``).
+
+    The URL, secret and body are captured when the notice is created: a retry goes where the first attempt
+    went, with the same ``webhook-id`` and body, whatever the owner's webhook says by then."""
+
+    message_id = models.CharField(max_length=64, unique=True)  # the webhook-id header
+    event = models.CharField(max_length=64)  # e.g. "preemption.pending"
+    owner = models.CharField(max_length=128)  # whose webhook, e.g. "queue/team-a"
+    namespace = models.CharField(max_length=63, blank=True, default="")  # the tenant the notice is about
+    url = models.TextField()
+    secret = models.CharField(max_length=128)  # write-only: never rendered
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    leased_until = models.DateTimeField(null=True, blank=True)  # an attempt is under way until then
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["owner", "id"], name="draservice_delivery_owner"),
+                   models.Index(fields=["next_attempt_at"], condition=models.Q(status="Pending"),
+                                name="draservice_delivery_due")]
+
+
+class WebhookEvent(models.Model):
+    """Something about an owner's webhook worth telling its admin that no delivery shows, e.g. a signing
+    secret the server generated for a webhook that had none."""
+
+    owner = models.CharField(max_length=128)
+    reason = models.CharField(max_length=64)
+    message = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["owner", "id"], name="draservice_webhookevent_owner")]

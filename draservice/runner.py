@@ -22,11 +22,31 @@ log = logging.getLogger(__name__)
 # Tasks the runner runs when woken (the others run inline, as without a runner). Allocation is the one a
 # request must not wait for: a round may take a while, and many requests ask for one.
 ON_DEMAND = ("claims.tasks.allocate_pending",)
+# The notify runner's: webhook deliveries, in a thread of their own so that a slow receiver (up to the delivery
+# deadline per attempt) never delays allocation -- what the notify Celery queue and its worker do with a broker.
+NOTIFY_ON_DEMAND = ("draservice.tasks.deliver_due",)
+
+
+def split_schedule(schedule: dict) -> tuple[dict, dict]:
+    """(the allocation runner's entries, the notify runner's): beat entries routed to ``NOTIFY_QUEUE`` go to
+    the notify runner, as with a broker they go to the notify workers."""
+    notify = {k: e for k, e in schedule.items() if (e.get("options") or {}).get("queue") == settings.NOTIFY_QUEUE}
+    return {k: e for k, e in schedule.items() if k not in notify}, notify
+
+
+def start_runners() -> tuple[PeriodicRunner, PeriodicRunner]:
+    """``manage.py serve``'s in-process workers (no broker): the allocation runner and the notify runner."""
+    main, notify = split_schedule(dict(settings.CELERY_BEAT_SCHEDULE))
+    runners = (PeriodicRunner(main), PeriodicRunner(notify, NOTIFY_ON_DEMAND, name="draservice-notify-runner"))
+    for runner in runners:
+        runner.start()
+    return runners
 
 
 class PeriodicRunner(threading.Thread, dispatch.LocalRunner):
-    def __init__(self, schedule: dict | None = None, on_demand: tuple[str, ...] = ON_DEMAND):
-        super().__init__(name="draservice-runner", daemon=True)
+    def __init__(self, schedule: dict | None = None, on_demand: tuple[str, ...] = ON_DEMAND,
+                 name: str = "draservice-runner"):
+        super().__init__(name=name, daemon=True)
         self.schedule = schedule if schedule is not None else dict(settings.CELERY_BEAT_SCHEDULE)
         self.on_demand = on_demand
         self._wake = threading.Event()
@@ -56,7 +76,7 @@ class PeriodicRunner(threading.Thread, dispatch.LocalRunner):
             close_old_connections()
 
     def run(self) -> None:
-        dispatch.set_local_runner(self)
+        dispatch.add_local_runner(self)
         now = time.monotonic()
         due = {name: now for name in self.schedule}
         try:
@@ -78,5 +98,5 @@ class PeriodicRunner(threading.Thread, dispatch.LocalRunner):
                         seconds = every.total_seconds() if hasattr(every, "total_seconds") else float(every)
                         due[name] = time.monotonic() + seconds
         finally:
-            dispatch.set_local_runner(None)
+            dispatch.remove_local_runner(self)
             connections.close_all()  # this thread's connections: a stopped runner holds none

@@ -214,5 +214,15 @@ LOGGING = {
                 "celery.app.trace": {"level": os.environ.get("CELERY_TRACE_LOG_LEVEL", "WARNING")}},
 }
 
-# Queues: preemption webhooks may only call URLs starting with one of these (comma-separated prefixes).
-QUEUE_WEBHOOK_ALLOWED_PREFIXES = [p for p in os.environ.get("QUEUE_WEBHOOK_ALLOWED_PREFIXES", "").split(",") if p]
+# Webhooks (draservice.webhooks): the only targets a webhook may call, comma-separated scheme://host[:port]
+# entries matched exactly against the URL's parsed (scheme, host, port). A host that resolves to a loopback,
+# private or link-local address is refused unless its entry is that address literally.
+WEBHOOK_ALLOWED_TARGETS = [t.strip() for t in os.environ.get("WEBHOOK_ALLOWED_TARGETS", "").split(",") if t.strip()]
+# One delivery attempt, all of it (connect, TLS, send, the answer's head), ends after this many seconds.
+WEBHOOK_DEADLINE_SECONDS = 10.0
+WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("WEBHOOK_MAX_ATTEMPTS", "6"))
+# A PEM file of the CAs that https webhook targets' certificates must chain to; empty: the system's.
+WEBHOOK_CA_FILE = os.environ.get("WEBHOOK_CA_FILE", "")
+# The Celery queue of webhook deliveries: a worker of its own (`celery worker -Q notify`), so that a slow
+# receiver holds a notify worker, never an allocation worker.
+NOTIFY_QUEUE = os.environ.get("NOTIFY_QUEUE", "notify")

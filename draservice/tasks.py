@@ -1,7 +1,10 @@
-"""Celery tasks of the platform: keeping the change log settled and within its retention window."""
+"""Celery tasks of the platform: keeping the change log settled and within its retention window; webhook
+deliveries (on the ``NOTIFY_QUEUE`` queue, which only notify workers consume)."""
 from celery import shared_task
+from django.conf import settings
 
-from draservice import changes
+from draservice import changes, deliveries
+from draservice.celery import app
 
 
 @shared_task(name="draservice.tasks.seal_changes", ignore_result=True)
@@ -12,3 +15,18 @@ def seal_changes() -> int:
 @shared_task(name="draservice.tasks.compact_changes", ignore_result=True)
 def compact_changes() -> int:
     return changes.compact()
+
+
+@shared_task(name="draservice.tasks.deliver_webhook", ignore_result=True)
+def deliver_webhook(delivery_id: int) -> str:
+    """One attempt of one delivery; a failure that may pass schedules the next attempt with backoff."""
+    outcome, retry_in = deliveries.attempt(delivery_id)
+    if retry_in is not None:
+        app.send_task(deliveries.DELIVER_TASK, args=[delivery_id], countdown=retry_in, queue=settings.NOTIFY_QUEUE)
+    return outcome
+
+
+@shared_task(name="draservice.tasks.deliver_due", ignore_result=True)
+def deliver_due() -> int:
+    """The sweep: deliveries whose attempt is overdue (a lost message; no broker: every due one)."""
+    return deliveries.deliver_due()

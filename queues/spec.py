@@ -6,12 +6,10 @@ Pure checks of the object itself live here (field paths in Kubernetes style); ch
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlparse
-
-from django.conf import settings
 
 from dra.engine.quantity import QuantityError, parse_quantity
 from dra.k8s import fields as f
+from draservice import webhooks
 from queues.models import API_VERSION, KIND
 
 UNITS = ("devices", "counters", "capacity")
@@ -239,22 +237,29 @@ def _preemption(raw: Any, errors: list) -> dict:
 
 
 def _webhook(raw: Any, errors: list) -> dict:
+    """``{url, secret}``: the URL's target must be on the allow-list exactly (``draservice.webhooks``); the
+    secret, if given, a Standard Webhooks ``whsec_`` one (the server generates one when it is left out)."""
     path = "spec.preemption.webhook"
     if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
         errors.append(f.invalid(path, raw, "must be {url, secret}"))
         return {}
+    for key in raw:
+        if key not in ("url", "secret", "secretSet"):  # secretSet: what a GET shows, ignored on the way back
+            errors.append(f.unsupported(f"{path}.{key}", key, ("url", "secret")))
     url = raw["url"]
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        errors.append(f.invalid(f"{path}.url", url, "must be an http(s) URL"))
-    elif not any(url.startswith(prefix) for prefix in settings.QUEUE_WEBHOOK_ALLOWED_PREFIXES):
-        errors.append(f.forbidden(f"{path}.url", "not on the allow-list of webhook URLs "
-                                                 "(setting QUEUE_WEBHOOK_ALLOWED_PREFIXES)"))
+    try:
+        webhooks.check_url(url)
+    except webhooks.TargetRefused as exc:
+        words = str(exc)
+        allow_list = "allow-list" in words
+        errors.append(f.forbidden(f"{path}.url", words) if allow_list else f.invalid(f"{path}.url", url, words))
     out = {"url": url}
     secret = raw.get("secret")
     if secret is not None:
-        if not isinstance(secret, str) or len(secret) < 16:
-            errors.append(f.invalid(f"{path}.secret", "<hidden>", "must be a string of at least 16 characters"))
+        key = webhooks.secret_key(secret) if isinstance(secret, str) else None
+        if key is None or not 16 <= len(key) <= 64:
+            errors.append(f.invalid(f"{path}.secret", "<hidden>", "must be whsec_ followed by the base64 of 16 to 64 "
+                                                                  "random bytes; leave it out to have one generated"))
         else:
             out["secret"] = secret
     return out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from queues.services import reclaim, webhooks
+from queues.services import reclaim
 
 
 @shared_task(name="queues.tasks.preempt", ignore_result=True)
@@ -12,12 +12,17 @@ def preempt() -> dict:
     return reclaim.run()
 
 
-@shared_task(name="queues.tasks.notify_preemption", bind=True, ignore_result=True, max_retries=5)
-def notify_preemption(self, preemption_id: int) -> str:
-    """POST the signed notice to the victim queue's webhook; retried with backoff, never blocking anything."""
-    try:
-        return webhooks.deliver(preemption_id, attempt=self.request.retries + 1)
-    except webhooks.DeliveryFailed as exc:
-        if self.request.retries >= self.max_retries:
-            return "gave up"
-        raise self.retry(exc=exc, countdown=min(60, 2 ** self.request.retries)) from exc
+@shared_task(name="queues.tasks.notify_preemption", ignore_result=True)
+def notify_preemption(preemption_id: int, *args) -> int:
+    """What the previous version enqueued per notice (it delivered inline, here on the allocation worker): such
+    messages still in the broker after an upgrade become deliveries for the notify worker. Nothing sends it now."""
+    from django.db import transaction
+
+    from queues.models import Preemption, Queue
+    from queues.services import webhooks
+
+    with transaction.atomic():
+        made = list(Preemption.objects.select_related("victim__namespace", "preemptor__namespace")
+                    .filter(pk=preemption_id, webhook_status=""))
+        queues = {q.name: q for q in Queue.objects.filter(name__in=[p.queue for p in made])}
+        return webhooks.notify(made, queues)

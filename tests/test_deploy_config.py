@@ -203,6 +203,26 @@ def test_celery_commands_name_the_project_app():
     assert ".venv/bin/celery -A draservice worker" in code and ".venv/bin/celery -A draservice beat" in code
 
 
+def test_webhooks_have_a_worker_of_their_own_everywhere(settings):
+    """Deliveries go to NOTIFY_QUEUE only: compose and the README start a worker reading it (and the allocation
+    worker does not), with the image, health check style and node name the ping addresses."""
+    notify = compose()["services"]["notify-worker"]
+    command = service_command("notify-worker")
+    assert command[:4] == ["celery", "-A", "draservice", "worker"]
+    assert command[command.index("-Q") + 1] == settings.NOTIFY_QUEUE == "notify"
+    assert "-Q" not in service_command("worker")
+    node = command[command.index("-n") + 1].split("@")[0]
+    assert f"-d {node}@$$HOSTNAME" in notify["healthcheck"]["test"][1]
+    assert notify["healthcheck"]["test"][1].replace(node, "celery") == \
+        compose()["services"]["worker"]["healthcheck"]["test"][1]
+    line = next(x for x in running_for_real().splitlines() if "-Q" in x)
+    assert line.startswith(".venv/bin/celery -A draservice worker -Q notify ") and "-n notify@%h" in line
+    from draservice.beat import collect
+
+    entry = collect()["draservice-deliver-webhooks"]
+    assert entry["options"]["queue"] == settings.NOTIFY_QUEUE  # beat's sweep goes to the notify worker too
+
+
 def test_health_checks_use_what_the_image_has():
     from django.urls import resolve
 

@@ -5,4 +5,7 @@ from queues.api import views
 urlpatterns = [
     re_path(r"^queues/?$", views.QueueListView.as_view(), name="queue-list"),
     re_path(r"^queues/(?P<name>[^/]+)/?$", views.QueueDetailView.as_view(), name="queue-detail"),
+    re_path(r"^queues/(?P<name>[^/]+)/deliveries/?$", views.QueueDeliveryListView.as_view(), name="queue-deliveries"),
+    re_path(r"^queues/(?P<name>[^/]+)/webhook-events/?$", views.QueueWebhookEventListView.as_view(),
+            name="queue-webhook-events"),
 ]

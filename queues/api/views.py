@@ -12,14 +12,18 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from draservice import deliveries
 from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
+from draservice.models import WebhookDelivery, WebhookEvent
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser
 from draservice.yaml import YAMLParser
-from inventory.permissions import IsAdminOrReadOnly
+from inventory.models import APIToken
+from inventory.permissions import IsAdminOrReadOnly, access_for
 from queues.models import API_VERSION, Queue
 from queues.services import queues as queue_services
 from queues.services import status as queue_status
+from queues.services import webhooks as queue_webhooks
 
 FORCE = OpenApiParameter("force", OpenApiTypes.BOOL, description="delete a queue that holds claims: they move "
                                                                   "to the default queue")
@@ -87,3 +91,61 @@ class QueueDetailView(QueueBase):
         force = (request.query_params.get("force") or "").lower() in ("true", "1", "yes")
         queue_services.delete_queue(name, if_match(request), force=force)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class QueueWebhookListBase(QueueBase):
+    """A queue's webhook records, newest last, paginated like every list (``limit``, ``continue``)."""
+
+    kind = ""
+
+    def rows(self, queue: Queue, access):
+        raise NotImplementedError
+
+    def render_row(self, row) -> dict:
+        raise NotImplementedError
+
+    def get(self, request, name):
+        queue = Queue.objects.get(name=name)
+        access = access_for(request)
+        paginator = KubeListPagination()
+        rows = list(paginator.paginate_queryset(self.rows(queue, access), request, self) or [])
+        return Response({"apiVersion": API_VERSION, "kind": self.kind, "metadata": paginator.list_metadata(),
+                         "items": [self.render_row(r) for r in rows]})
+
+
+class QueueDeliveryListView(QueueWebhookListBase):
+    """The queue's webhook deliveries, those about namespaces the caller reads (a notice names the claim it is
+    about): a namespace token sees its namespaces' only, as with claims."""
+
+    kind = "WebhookDeliveryList"
+
+    def rows(self, queue: Queue, access):
+        found = WebhookDelivery.objects.filter(owner=queue_webhooks.owner(queue.name)).order_by("id")
+        if access.kind == APIToken.NAMESPACE:
+            return found.filter(namespace__in=sorted(access.namespaces))
+        return found
+
+    def render_row(self, row) -> dict:
+        return deliveries.rendered(row)
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List a Queue's webhook deliveries")
+    def get(self, request, name):
+        return super().get(request, name)
+
+
+class QueueWebhookEventListView(QueueWebhookListBase):
+    """What happened to the queue's webhook that no delivery shows (a generated secret). Admins only."""
+
+    kind = "WebhookEventList"
+
+    def rows(self, queue: Queue, access):
+        found = WebhookEvent.objects.filter(owner=queue_webhooks.owner(queue.name)).order_by("id")
+        return found if access.is_admin else found.none()
+
+    def render_row(self, row) -> dict:
+        return {"reason": row.reason, "message": row.message,
+                "createdAt": row.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List a Queue's webhook events (admins)")
+    def get(self, request, name):
+        return super().get(request, name)

@@ -10,9 +10,9 @@ priority first, most recently started first, and only while their queue still bo
 round's cached one, on the same snapshot) confirms after each that the freed devices let the claim fit.
 
 Victims get the condition ``Preempted`` (reason ``PreemptionPending``) with the deadline their queue's
-``graceSeconds`` gives, an event, and, if their queue has a webhook, a signed call delivered by a Celery task
-after commit (with a timeout and retries; a dead receiver never holds preemption up). At the deadline they are
-requeued (``claims.services.preemption.requeue``): devices freed, Pending again at their place, reason
+``graceSeconds`` gives, an event, and, if their queue has a webhook, a signed notice delivered by the notify
+workers after commit (``queues.services.webhooks``; a dead or slow receiver never holds anything up). At the
+deadline they are requeued (``claims.services.preemption.requeue``): devices freed, Pending again at their place, reason
 ``Preempted``. The deadline is trusted for every claim (what the issue calls REST-only claims); waiting for a
 cluster agent to confirm that no pod uses the devices any more is not implemented yet.
 """
@@ -34,16 +34,15 @@ from claims.services.engines import engines
 from claims.services.external import managed_elsewhere
 from claims.services.grouping import Group
 from dra.engine.types import AllocatedDevice
-from draservice.celery import app
 from queues import spec as queue_spec
 from queues.models import Preemption, PreemptionState, Queue, QuotaCharge
+from queues.services import webhooks
 from queues.services.position import PRIORITY_SQL
 from queues.services.resolve import Tree, effective_priority, queue_of
 from queues.services.usage import requested_devices
 
 log = logging.getLogger(__name__)
 CAPACITY_REASONS = ("Unsatisfiable",)
-NOTIFY_TASK = "queues.tasks.notify_preemption"
 
 
 def nominal_of(queue: Queue, cls: str) -> Fraction:
@@ -196,22 +195,8 @@ def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree, lab
             message = f"preempted for {who}; devices are released at {deadline.strftime('%Y-%m-%dT%H:%M:%SZ')}"
             claim_preemption.mark([v], message, {"preemptor": preemptor.name, "deadline": deadline.isoformat()}, now)
         Preemption.objects.bulk_create(made)
-        ids = [p.id for p in made if _has_webhook(tree, p.queue)]
-        transaction.on_commit(lambda: _send_webhooks(ids))
+        webhooks.notify(made, tree.queues)
     return len(made)
-
-
-def _has_webhook(tree: Tree, name: str) -> bool:
-    queue = tree.queues.get(name)
-    return bool(queue and ((queue.spec.get("preemption") or {}).get("webhook") or {}).get("url"))
-
-
-def _send_webhooks(ids: list[int]) -> None:
-    for pid in ids:
-        try:
-            app.tasks[NOTIFY_TASK].delay(pid)  # by name: the task module imports this one
-        except Exception:  # a broker hiccup or a dead receiver (eager mode) never holds preemption up
-            log.warning("preemption webhook %s not delivered", pid, exc_info=True)
 
 
 def sweep(limit: int = 500) -> int:

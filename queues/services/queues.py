@@ -18,7 +18,7 @@ from draservice.problems import Conflict, FieldError
 from draservice.requests import merge_patch
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QueueNamespace, QueueRedirect, QuotaCharge
-from queues.services import resolve
+from queues.services import resolve, webhooks
 
 WRITE_LOCK = zlib.crc32(b"draservice.queues.write")
 
@@ -30,11 +30,15 @@ def _lock() -> None:
 
 
 def rendered(queue: Queue) -> dict:
-    """The stored object (the webhook secret is write-only: never rendered)."""
+    """The stored object (the webhook secret is write-only: never rendered, except once, in the answer to the
+    write for which the server generated it)."""
     spec = {k: v for k, v in queue.spec.items()}
     hook = (spec.get("preemption") or {}).get("webhook")
     if hook and "secret" in hook:
-        spec["preemption"] = {**spec["preemption"], "webhook": {"url": hook["url"], "secretSet": True}}
+        shown = {"url": hook["url"], "secretSet": True}
+        if getattr(queue, "generated_secret", None):
+            shown["secret"] = queue.generated_secret
+        spec["preemption"] = {**spec["preemption"], "webhook": shown}
     return {"apiVersion": queue_spec.API_VERSION, "kind": queue_spec.KIND,
             "metadata": {"name": queue.name, "uid": str(queue.uid), "resourceVersion": str(queue.resource_version),
                          "labels": queue.labels, "annotations": queue.annotations,
@@ -49,8 +53,9 @@ def create_queue(body) -> Queue:
         if Queue.objects.filter(name=obj["metadata"]["name"]).exists():
             raise FieldError([("metadata.name", f'queues "{obj["metadata"]["name"]}" already exists')],
                              status_code=409, title="AlreadyExists")
+        generated = webhooks.ensure_secret(obj["spec"])
         queue = _store(Queue(name=obj["metadata"]["name"]), obj, creating=True)
-    return queue
+    return _shown(queue, generated)
 
 
 def replace_queue(name: str, body, if_match: list[str] | None) -> tuple[Queue, bool]:
@@ -61,10 +66,12 @@ def replace_queue(name: str, body, if_match: list[str] | None) -> tuple[Queue, b
         if queue is None:
             if if_match is not None:
                 check_if_match(if_match, 0)
-            return _store(Queue(name=name), obj, creating=True), True
+            generated = webhooks.ensure_secret(obj["spec"])
+            return _shown(_store(Queue(name=name), obj, creating=True), generated), True
         check_if_match(if_match, queue.resource_version)
         _keep_secret(queue, obj)
-        return _store(queue, obj, creating=False), False
+        generated = webhooks.ensure_secret(obj["spec"])
+        return _shown(_store(queue, obj, creating=False), generated), False
 
 
 def patch_queue(name: str, patch, if_match: list[str] | None) -> Queue:
@@ -79,7 +86,8 @@ def patch_queue(name: str, patch, if_match: list[str] | None) -> Queue:
                    "spec": queue.spec}
         obj = _valid(merge_patch(current, patch), name)
         _keep_secret(queue, obj)
-        return _store(queue, obj, creating=False)
+        generated = webhooks.ensure_secret(obj["spec"])
+        return _shown(_store(queue, obj, creating=False), generated)
 
 
 def delete_queue(name: str, if_match: list[str] | None, force: bool = False) -> None:
@@ -119,6 +127,11 @@ def _valid(body, url_name: str | None) -> dict:
     if errors:
         raise FieldError(errors)
     return obj
+
+
+def _shown(queue: Queue, generated: str | None) -> Queue:
+    queue.generated_secret = generated  # type: ignore[attr-defined]  # rendered once, by this write's answer
+    return queue
 
 
 def _keep_secret(queue: Queue, obj: dict) -> None:

@@ -1,30 +1,26 @@
-"""Preemption webhooks: a JSON notice signed with the queue's secret (HMAC-SHA256), delivered with a timeout.
+"""Preemption notices: a JSON notice per victim to its queue's webhook, as a ``draservice.deliveries`` delivery.
 
-Header ``X-Draservice-Signature: sha256=<hex HMAC of the body>``; receivers recompute it with the secret they
-share with the queue. Only URLs on the admin allow-list (``QUEUE_WEBHOOK_ALLOWED_PREFIXES``) were accepted in
-the queue spec, and the list is checked again here (it may have shrunk since).
+The delivery is created in the transaction that marks the victim, with the URL and secret the queue has then
+(a retry goes there, whatever the queue says later), and handed to the notify workers after commit; signing
+(Standard Webhooks), target checks and the delivery deadline are ``draservice.webhooks``'. A queue's webhook
+always has a ``whsec_`` secret: the server generates one when none is given (``ensure_secret``).
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import urllib.request
+from django.db import transaction
 
-from django.conf import settings
-
+from draservice import deliveries, webhooks
 from queues.models import Preemption, Queue
 
-TIMEOUT_SECONDS = 5
-SIGNATURE_HEADER = "X-Draservice-Signature"
+EVENT = "preemption.pending"
 
 
-class DeliveryFailed(Exception):
-    pass
+def owner(queue_name: str) -> str:
+    return f"queue/{queue_name}"
 
 
-def sign(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def webhook_of(queue: Queue | None) -> dict:
+    return ((queue.spec.get("preemption") or {}).get("webhook") or {}) if queue else {}
 
 
 def payload(p: Preemption) -> dict:
@@ -36,28 +32,27 @@ def payload(p: Preemption) -> dict:
                           if p.preemptor_id else None)}
 
 
-def deliver(preemption_id: int, attempt: int = 1) -> str:
-    p = Preemption.objects.select_related("victim__namespace", "preemptor__namespace").filter(pk=preemption_id).first()
-    queue = Queue.objects.filter(name=p.queue).first() if p else None
-    hook = ((queue.spec.get("preemption") or {}).get("webhook") or {}) if queue else {}
-    url = hook.get("url")
-    if p is None or not url:
-        return "no webhook"
-    if not any(url.startswith(prefix) for prefix in settings.QUEUE_WEBHOOK_ALLOWED_PREFIXES):
-        _record(p, "refused: URL no longer on the allow-list")
-        return "refused"
-    body = json.dumps(payload(p)).encode()
-    request = urllib.request.Request(url, data=body, method="POST", headers={
-        "Content-Type": "application/json", SIGNATURE_HEADER: sign(hook.get("secret") or "", body)})
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 (allow-listed)
-            status = response.status
-    except Exception as exc:
-        _record(p, f"attempt {attempt} failed: {exc}"[:255])
-        raise DeliveryFailed(str(exc)) from exc
-    _record(p, f"delivered (HTTP {status}, attempt {attempt})")
-    return "delivered"
+def notify(made: list[Preemption], queues: dict[str, Queue]) -> int:
+    """Inside the marking transaction: one delivery per victim whose queue has a webhook (``queues``: by name),
+    handed on after commit. Returns how many."""
+    ids = []
+    for p in made:
+        hook = webhook_of(queues.get(p.queue))
+        if not hook.get("url"):
+            continue
+        delivery = deliveries.create(EVENT, owner(p.queue), hook["url"], hook.get("secret") or "", payload(p),
+                                     namespace=p.victim.namespace.name)
+        Preemption.objects.filter(pk=p.pk).update(webhook_status=f"notice {delivery.message_id}")
+        ids.append(delivery.id)
+    if ids:
+        transaction.on_commit(lambda: deliveries.kick(ids))
+    return len(ids)
 
 
-def _record(p: Preemption, status: str) -> None:
-    Preemption.objects.filter(pk=p.pk).update(webhook_status=status)
+def ensure_secret(spec: dict) -> str | None:
+    """Give a webhook without a secret a generated one; returns it (to be shown once) or None."""
+    hook = (spec.get("preemption") or {}).get("webhook")
+    if hook and hook.get("url") and not hook.get("secret"):
+        hook["secret"] = webhooks.generate_secret()
+        return hook["secret"]
+    return None

@@ -9,6 +9,11 @@ from draservice.celery import app
 
 app.conf.task_default_queue = os.environ.get("CLAIMS_TEST_QUEUE", "celery")
 app.conf.task_always_eager = False
+if os.environ.get("CLAIMS_TEST_QUEUE"):
+    # Webhook deliveries go to the run's own notify queue too (tests/queues/test_webhook_workers.py).
+    from django.conf import settings
+
+    settings.NOTIFY_QUEUE = f"{os.environ['CLAIMS_TEST_QUEUE']}-notify"
 
 if os.environ.get("CLAIMS_TEST_RACE") == "1":
     # Let the workers decide concurrently (no per-cluster turns: claims.services.turns), so that only the

@@ -2,6 +2,8 @@
 and every bad input as a 422/409 problem+json with field paths (and nothing half-stored)."""
 from __future__ import annotations
 
+import base64
+
 import pytest
 import yaml
 
@@ -66,13 +68,18 @@ def test_crud_json_yaml_etag(admin_client, ns_client):
 
 
 def test_webhook_secret_is_write_only(admin_client, settings):
-    settings.QUEUE_WEBHOOK_ALLOWED_PREFIXES = ["https://hooks.example.com/"]
+    settings.WEBHOOK_ALLOWED_TARGETS = ["https://hooks.example.com"]
+    secret = "whsec_" + base64.b64encode(b"s" * 32).decode()
     body = queue_body("team-a", gpus=1, preemption={"webhook": {"url": "https://hooks.example.com/a",
-                                                                 "secret": "s" * 32}})
+                                                                 "secret": secret}})
     resp = admin_client.post(Q, body, format="json")
     assert resp.status_code == 201, resp.content
     assert resp.json()["spec"]["preemption"]["webhook"] == {"url": "https://hooks.example.com/a", "secretSet": True}
-    assert "s" * 32 not in admin_client.get(Q).content.decode()
+    assert secret not in admin_client.get(Q).content.decode()
+    # What a GET shows goes back in a PUT unchanged: the stored secret stays.
+    got = admin_client.get(f"{Q}/team-a").json()
+    assert admin_client.put(f"{Q}/team-a", got, format="json").status_code == 200
+    assert Queue.objects.get(name="team-a").spec["preemption"]["webhook"]["secret"] == secret
 
 
 @pytest.mark.parametrize(("spec", "field", "words"), [
@@ -95,6 +102,8 @@ def test_webhook_secret_is_write_only(admin_client, settings):
     ({"preemption": {"withinQueue": "Sometimes"}}, "spec.preemption.withinQueue", "Unsupported value"),
     ({"preemption": {"webhook": {"url": "https://evil.example.org/x"}}}, "spec.preemption.webhook.url",
      "allow-list"),
+    ({"preemption": {"webhook": {"url": "https://evil.example.org/x", "secret": "s" * 32}}},
+     "spec.preemption.webhook.secret", "whsec_"),
     ({"namespaces": ["Bad_NS"]}, "spec.namespaces[0]", "RFC 1123"),
 ])
 def test_bad_queue_is_422_with_field_path(admin_client, spec, field, words):

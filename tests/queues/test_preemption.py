@@ -2,24 +2,23 @@
 receiver on a local port, or a dead one)."""
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import base64
 
 import pytest
+from standardwebhooks.webhooks import Webhook
 
 from claims.models import ClaimEvent, DeviceAllocation, Phase, ResourceClaim
 from claims.services.allocation import allocate_round
+from draservice.models import DeliveryStatus, WebhookDelivery
 from queues.models import Preemption, PreemptionState
 from queues.services import preemption, reclaim
 from tests.queues.conftest import queue_body
+from tests.queues.receivers import Receiver
 from tests.queues.test_admission import make, ns, rounds, submit
 
 pytestmark = pytest.mark.django_db
 
-SECRET = "0123456789abcdef-secret"
+SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef-secret-key-32by").decode()
 
 
 def borrowed_fleet(admin_client, grace=0, webhook=None, min_runtime=0):
@@ -81,39 +80,25 @@ def test_no_victims_when_over_nominal_or_too_young(admin_client, h100_fleet):
     assert out["victims"] == 4 and not Preemption.objects.filter(preemptor__name="over").exists()
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    got: list = []
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        _Receiver.got.append((body, self.headers.get("X-Draservice-Signature")))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 def test_webhook_is_signed_and_a_dead_receiver_still_preempts(admin_client, h100_fleet, settings):
-    server = HTTPServer(("127.0.0.1", 0), _Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/notice"
-    settings.QUEUE_WEBHOOK_ALLOWED_PREFIXES = ["http://127.0.0.1:"]
+    receiver = Receiver()
+    settings.WEBHOOK_ALLOWED_TARGETS = [receiver.target]
     try:
-        borrowed_fleet(admin_client, webhook=url)
+        borrowed_fleet(admin_client, webhook=receiver.url())
         submit(admin_client, "a", "mine", 1)
         rounds(1)
         with pytest.MonkeyPatch.context() as mp:  # on_commit runs at once inside this test's transaction
             mp.setattr("django.db.transaction.on_commit", lambda fn, *a, **k: fn())
-            assert reclaim.run()["victims"] == 1
+            assert reclaim.run()["victims"] == 1  # no broker, no runner: the delivery runs inline
     finally:
-        server.shutdown()
-    body, signature = _Receiver.got[-1]
-    assert signature == "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-    notice = json.loads(body)
+        receiver.close()
+    request = receiver.requests[-1]
+    notice = Webhook(SECRET).verify(request.body, request.head)
     assert notice["kind"] == "PreemptionNotice" and notice["preemptor"] == {"namespace": "a", "name": "mine"}
-    assert Preemption.objects.get().webhook_status.startswith("delivered (HTTP 204")
-    # A dead receiver: every retry fails, the victim is requeued all the same.
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.status, delivery.attempts, delivery.owner) == (DeliveryStatus.DELIVERED, 1, "queue/default")
+    assert Preemption.objects.get().webhook_status == f"notice {delivery.message_id}"
+    # A dead receiver: the attempt fails (a retry is scheduled), the victim is requeued all the same.
     allocate_round()
     assert ResourceClaim.objects.get(name="mine").phase == Phase.ALLOCATED
     submit(admin_client, "a", "mine2", 1)
@@ -123,7 +108,10 @@ def test_webhook_is_signed_and_a_dead_receiver_still_preempts(admin_client, h100
         out = reclaim.run()
     assert out["victims"] == 1 and out["requeued"] == 1
     dead = Preemption.objects.get(preemptor__name="mine2")
-    assert dead.state == PreemptionState.DONE and "failed" in dead.webhook_status
+    assert dead.state == PreemptionState.DONE
+    failed = WebhookDelivery.objects.exclude(pk=delivery.pk).get()
+    assert failed.status == DeliveryStatus.PENDING and failed.attempts == 1 and "refused" in failed.last_error
+    assert failed.next_attempt_at > failed.last_attempt_at  # backoff
     allocate_round()
     assert ResourceClaim.objects.get(name="mine2").phase == Phase.ALLOCATED
 

@@ -2,10 +2,12 @@
 
 * No ``CELERY_BROKER_URL`` (the embedded default, what ``make run`` uses): ONE gunicorn worker process
   with threads, and in it the ``draservice.runner.PeriodicRunner`` thread that allocates claims and runs the
-  beat schedule (lease expiry, stale sweep, utilisation snapshots, retries). One process, because the
-  runner must exist once and SQLite serializes writers anyway.
+  beat schedule (lease expiry, stale sweep, utilisation snapshots, retries), and a second one, the notify
+  runner, that delivers webhooks (a slow receiver holds it, never allocation). One process, because the
+  runners must exist once and SQLite serializes writers anyway.
 * With a broker: several gunicorn worker processes; allocation and the schedule belong to
-  ``celery -A draservice worker`` and ``celery -A draservice beat`` (see docker-compose.yml).
+  ``celery -A draservice worker``, webhook deliveries to ``celery -A draservice worker -Q notify`` and the
+  schedule to ``celery -A draservice beat`` (see docker-compose.yml).
 
 Threads: each request, including each ``?wait=`` long poll (up to 120 s), holds one thread. ``--threads``
 sets them per process; long-poll-heavy deployments raise it (threads are cheap while they sleep) and make
@@ -59,9 +61,9 @@ class Command(BaseCommand):
 
         def post_worker_init(worker):
             if run_inline_worker:
-                from draservice.runner import PeriodicRunner
+                from draservice.runner import start_runners
 
-                PeriodicRunner().start()
+                start_runners()
             else:
                 from draservice import notify
 
