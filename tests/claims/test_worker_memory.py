@@ -63,6 +63,11 @@ def test_a_process_that_is_not_a_worker_does_not_freeze_after_rounds(worker_poli
     claim_services.create_claims(NS, [selector_claim("warm", 0)])
     allocation.allocate_round()  # builds and freezes the engine, as before
     frozen = gc.get_freeze_count()
+    freezes = []
+    real_freeze = gc.freeze
+    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(gc.get_freeze_count()) or real_freeze())
     claim_services.create_claims(NS, [selector_claim(f"c{i}", 10 + i) for i in range(3)])
     assert allocation.allocate_round().allocated == 3
-    assert gc.get_freeze_count() == frozen
+    # No freeze at all. (The permanent generation may shrink: a frozen object that the round replaces, a
+    # per-process cache entry say, is still freed by reference counting.)
+    assert freezes == [] and gc.get_freeze_count() <= frozen
