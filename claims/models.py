@@ -30,6 +30,20 @@ class Namespace(models.Model):
         return self.name
 
 
+class ObjectQuota(models.Model):
+    """One namespace's object-count caps, set by an admin (``/api/v1/namespaces/{ns}/objectquota``); a cap left
+    null is the setting's default. Keyed by name: a namespace comes into being with its first object, and an
+    admin may set its caps before that."""
+
+    namespace = models.CharField(max_length=63, unique=True)
+    pending_claims = models.IntegerField(null=True, blank=True)
+    pool_status_requests = models.IntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.namespace
+
+
 class Phase(models.TextChoices):
     PENDING = "Pending"
     ALLOCATED = "Allocated"
@@ -116,6 +130,9 @@ class ResourceClaim(models.Model):
             # The most recently released claims (queues.services.estimate's holding-time sample): released
             # claims are kept, so anything that scans them grows with uptime.
             models.Index(fields=["-released_at"], condition=Q(phase="Released"), name="claims_claim_released"),
+            # A namespace's pending claims, counted by every create (claims.services.caps): released claims are
+            # kept, so the (namespace, name) index would count through all of them.
+            models.Index(fields=["namespace"], condition=Q(phase="Pending"), name="claims_claim_ns_pending"),
         ]
 
     def __str__(self) -> str:

@@ -26,7 +26,18 @@ _JSON_NUL = b"\\u0000"  # a NUL can only reach a parsed JSON string through this
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # libyaml's loader if built in
     """YAML as Kubernetes reads it (sigs.k8s.io/yaml converts YAML to JSON first): timestamps and binary stay
     strings, keys become strings, a set is a map of nulls. Python values JSON cannot hold (datetime, bytes,
-    set) would otherwise pass validation and fail when stored."""
+    set) would otherwise pass validation and fail when stored. A key given twice in one mapping keeps its last
+    value, as sigs.k8s.io/yaml does, and is noted in ``duplicates`` (``fieldValidation=Strict`` refuses it)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.duplicates: list[str] = []
+
+
+class Parsed(dict):
+    """A parsed YAML mapping, with the keys the text gave twice: ``line 5: key "name" already set in map``."""
+
+    duplicates: list[str] = []
 
 
 def _scalar_string(loader, node):
@@ -46,6 +57,8 @@ def _json_mapping(loader, node):
                 raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar",
                                                         key_node.start_mark)
             key = str(key)
+        if key in out and len(loader.duplicates) < 100:
+            loader.duplicates.append(f'line {key_node.start_mark.line + 1}: key "{key}" already set in map')
         out[key] = loader.construct_object(value_node, deep=False)
 
 
@@ -181,7 +194,15 @@ class YAMLParser(BaseParser):
         try:
             text = stream.read().decode("utf-8")
             events = _check_yaml_depth(text)  # before composing: the composer recurses once per level
-            docs = [d for d in yaml.load_all(text, Loader=_YAML_LOADER) if d is not None]
+            loader = _YAML_LOADER(text)
+            try:
+                docs = []
+                while loader.check_data():
+                    doc = loader.get_data()
+                    if doc is not None:
+                        docs.append(doc)
+            finally:
+                loader.dispose()
         except yaml.YAMLError as exc:
             # PyYAML 6.0.4's scanner stops deep flow collections ("[[[...") itself, before any event reaches
             # our check: the same refusal, in the same words.
@@ -194,6 +215,9 @@ class YAMLParser(BaseParser):
         # YAML has its own string escapes (\0, \x00) and aliases: always walk. Aliases may repeat parts of the
         # document a few times over, not expand it geometrically.
         check_tree(data, max_nodes=4 * events + 10_000)
+        if loader.duplicates and isinstance(data, dict):
+            data = Parsed(data)
+            data.duplicates = sorted(loader.duplicates, key=lambda d: int(d.split(":", 1)[0].removeprefix("line ")))
         return data
 
 

@@ -140,6 +140,11 @@ CHANGES_RETENTION_SECONDS = int(os.environ.get("CHANGES_RETENTION_SECONDS", "360
 # (more get 429 with Retry-After) and none lasts longer than KUBE_WATCH_MAX_SECONDS (clients reconnect).
 KUBE_MAX_WATCHES = int(os.environ.get("KUBE_MAX_WATCHES", "16"))
 KUBE_WATCH_MAX_SECONDS = int(os.environ.get("KUBE_WATCH_MAX_SECONDS", "300"))
+# Per-namespace object caps (claims.services.caps; an admin sets a namespace's own at
+# /api/v1/namespaces/{ns}/objectquota): pending claims, and ResourcePoolStatusRequests kept (with a rate cap).
+NAMESPACE_MAX_PENDING_CLAIMS = int(os.environ.get("NAMESPACE_MAX_PENDING_CLAIMS", "5000"))
+NAMESPACE_MAX_POOL_STATUS_REQUESTS = int(os.environ.get("NAMESPACE_MAX_POOL_STATUS_REQUESTS", "100"))
+POOL_STATUS_REQUESTS_PER_MINUTE = int(os.environ.get("POOL_STATUS_REQUESTS_PER_MINUTE", "30"))
 # A cluster silent for longer than this is stale: its devices are not offered for new allocations.
 STALE_CLUSTER_SECONDS = int(os.environ.get("STALE_CLUSTER_SECONDS", "300"))
 # The demo fleet loaded by `make run` (nodes in total, spread over several clusters).

@@ -31,6 +31,8 @@ REASONS = {
     "search_budget_exceeded": "The allocator gave up searching before it found a placement (search budget).",
     "no_eligible_cluster": "No cluster is eligible: the placement hints or staleness leave nothing to try.",
     "invalid_pools": "The only candidate devices are in invalid pools.",
+    "selector_error_on_all_candidates": "The selectors fail on the only candidate devices (CEL runtime error, "
+                                        "e.g. a missing attribute); it waits for the inventory to change.",
 }
 
 

@@ -132,6 +132,9 @@ class PoolEvent(models.Model):
     cluster's truth, and recorded here). Keyed by names, not by the Pool row, so it outlives the pool."""
 
     GENERATION_REGRESSED = "GenerationRegressed"
+    # A DeviceClass's (or a claim's) selector fails at run time on devices of the pool: they match nothing
+    # (dra.engine.selectors). Raised by the allocation round, once per push (``key``).
+    SELECTOR_ERROR = "SelectorError"
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pool_events", db_index=False)
     driver = models.CharField(max_length=63)
@@ -140,10 +143,14 @@ class PoolEvent(models.Model):
     message = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Deduplication: an event with a key is stored once per cluster (the raisers put the push in the key).
+    key = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["cluster", "driver", "pool", "id"], name="inventory_poolevent_pool")]
+        constraints = [models.UniqueConstraint(fields=["cluster", "key"], condition=models.Q(key__isnull=False),
+                                               name="inventory_poolevent_key")]
 
     def __str__(self) -> str:
         return f"{self.driver}/{self.pool}: {self.type}"

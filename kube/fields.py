@@ -66,15 +66,23 @@ def _prune(value: Any, tree: Tree, path: str, unknown: list[str]) -> Any:
     return out
 
 
-def validate(body: dict, plural: str, version: str, mode: str | None) -> tuple[dict, list[str]]:
-    """The body with unknown fields dropped, and the warnings to send; a 400 under Strict."""
+def validate(body: dict, plural: str, version: str, mode: str | None,
+             duplicates: list[str] | tuple = ()) -> tuple[dict, list[str]]:
+    """The body with unknown fields dropped, and the warnings to send; a 400 under Strict. ``duplicates``: keys
+    the YAML text gave twice (``draservice.parsers.Parsed``), refused under Strict as kube-apiserver does."""
     mode = mode or "Warn"
     if mode not in ("Ignore", "Warn", "Strict"):
         raise KubeError(400, f'fieldValidation: unsupported value "{mode}": supported values: "Ignore", "Warn", '
                              '"Strict"')
+    if duplicates and mode == "Strict":
+        listed = "\n  ".join(duplicates)
+        raise KubeError(400, f"strict decoding error: yaml: unmarshal errors:\n  {listed}", "BadRequest",
+                        {"causes": [{"reason": "FieldValueDuplicate", "message": d,
+                                     "field": d.split('key "', 1)[1].rsplit('"', 1)[0]} for d in duplicates]})
+    duplicate_warnings = list(duplicates) if mode == "Warn" else []
     tree = TREES.get(version, {}).get(plural)
     if tree is None:
-        return body, []
+        return body, duplicate_warnings
     unknown: list[str] = []
     pruned = _prune(body, tree, "", unknown)
     if unknown and mode == "Strict":
@@ -83,4 +91,4 @@ def validate(body: dict, plural: str, version: str, mode: str | None) -> tuple[d
                         {"causes": [{"reason": "FieldValueUnknown", "message": f'unknown field "{u}"', "field": u}
                                     for u in unknown]})
     warnings = [f'unknown field "{u}"' for u in unknown] if mode == "Warn" else []
-    return pruned, warnings
+    return pruned, duplicate_warnings + warnings

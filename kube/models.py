@@ -14,3 +14,9 @@ class ResourcePoolStatusRequest(models.Model):
     spec = models.JSONField()
     status = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # Who asked, for the caps (claims.services.caps): "ns:<namespace>" for a namespace token, "cluster:<name>"
+    # for a cluster token, "" for an admin. Not rendered.
+    owner = models.CharField(max_length=80, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "created_at"], name="kube_rpsr_owner")]

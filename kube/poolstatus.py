@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from claims.models import DeviceAllocation
+from claims.services import caps
 from draservice.problems import FieldError
 from inventory.models import Cluster, Device, Pool
 from kube.models import ResourcePoolStatusRequest
@@ -107,19 +108,21 @@ def compute_status(spec: dict) -> dict:
     return status
 
 
-def create(obj: dict) -> ResourcePoolStatusRequest:
+def create(obj: dict, owner: str = "") -> ResourcePoolStatusRequest:
+    """Answer and keep the request; ``owner`` is whom it counts against (``claims.services.caps``)."""
     meta: dict = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
     name = meta.get("name")
     if not isinstance(name, str) or not _DRIVER.match(name or "") or len(name) > 253:
         raise FieldError([("metadata.name", "Required value: a lowercase RFC 1123 subdomain")])
     spec = check_spec(obj.get("spec"))
+    caps.check_pool_status_requests(owner)  # before the fleet-wide queries the answer costs
     status = compute_status(spec)
     with transaction.atomic():
         if ResourcePoolStatusRequest.objects.filter(name=name).exists():
             raise FieldError([("metadata.name", f'resourcepoolstatusrequests "{name}" already exists')],
                              status_code=409)
         return ResourcePoolStatusRequest.objects.create(name=name, spec=spec, status=status,
-                                                        labels=meta.get("labels") or {})
+                                                        labels=meta.get("labels") or {}, owner=owner)
 
 
 def purge(now=None) -> int:

@@ -77,6 +77,26 @@ def filter_labels(qs: QuerySet, selector: str | None) -> QuerySet:
     return qs
 
 
+def labels_match(labels: dict, selector: str | None) -> bool:
+    """``filter_labels`` for one object in memory (a deleted object's tombstone)."""
+    for key, op, values in parse_labels(selector) if selector else ():
+        present = key in labels
+        value = labels.get(key)
+        if op == "=":
+            ok = present and value == values[0]
+        elif op == "!=":
+            ok = not present or value != values[0]
+        elif op == "in":
+            ok = present and value in values
+        elif op == "notin":
+            ok = not present or value not in values
+        else:
+            ok = present == (op == "exists")
+        if not ok:
+            return False
+    return True
+
+
 def parse_fields(selector: str | None, allowed: tuple[str, ...]) -> dict[str, tuple[str, str]]:
     """``metadata.name=x,metadata.namespace!=y`` -> {field: (op, value)}; fields not in ``allowed`` are a 400,
     as upstream answers ``field label not supported``."""

@@ -8,6 +8,7 @@ from django.http import Http404
 
 from claims.api import serializers as claim_render
 from claims.models import ClaimEvent, Consumer, Namespace, ResourceClaim, ResourceClaimTemplate
+from claims.services import caps
 from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from claims.services import events as ev
@@ -17,6 +18,7 @@ from gangs.api.serializers import render_gang
 from gangs.models import Gang
 from gangs.services import gangs as gang_services
 from inventory.models import DeviceClass, ResourceSlice
+from inventory.permissions import access_for
 from inventory.services import fleet as fleet_objects
 from kube import poolstatus, versions
 from kube.models import ResourcePoolStatusRequest
@@ -61,6 +63,11 @@ class Store:
 
     def filter_by_name(self, qs: QuerySet, op: str, value: str) -> QuerySet:
         return qs.exclude(name=value) if op == "!=" else qs.filter(name=value)
+
+    def may_get(self, request, name: str) -> bool:
+        """May this caller read the object ``name`` at all (checked before the lookup, so that a refusal does
+        not tell whether it exists)? Namespaced objects are decided by the URL's namespace already."""
+        return True
 
     def get(self, namespace: str | None, name: str):
         qs = self.queryset()
@@ -221,6 +228,10 @@ class NamespaceStore(Store):
         qs = super().scoped(request, namespace, params).order_by("id")
         allowed = readable_namespaces(request)
         return qs if allowed is None else qs.filter(name__in=allowed)
+
+    def may_get(self, request, name: str) -> bool:
+        allowed = readable_namespaces(request)
+        return allowed is None or name in allowed
 
     def render(self, obj, version: str) -> dict:
         meta = {"name": obj.name, "uid": f"ns-{obj.pk}", "resourceVersion": "1",
@@ -417,7 +428,7 @@ class PoolStatusRequestStore(Store):
                 "spec": obj.spec, "status": obj.status}
 
     def create(self, view, namespace, body):
-        return poolstatus.create(body)
+        return poolstatus.create(body, caps.pool_status_owner(access_for(view.request)))
 
     def delete(self, view, obj) -> None:
         obj.delete()

@@ -116,6 +116,7 @@ class ResourceView(APIView):
         """apiVersion and kind as the URL says, the URL's namespace and name; unknown fields by
         ``fieldValidation`` (Strict: 400; Warn, the default, and Ignore: dropped, Warn with a warning)."""
         r, version = self.resource, self.kwargs["version"]
+        duplicates = getattr(body, "duplicates", ())  # keys a YAML body gave twice (draservice.parsers.Parsed)
         if body.get("apiVersion") not in (None, r.api_version(version)) or body.get("kind") not in (None, r.kind):
             raise KubeError(400, f"the API version in the data ({body.get('apiVersion')}) does not match the "
                                  f"expected API version ({r.api_version(version)})" if body.get("kind") in (
@@ -132,7 +133,8 @@ class ResourceView(APIView):
         body = {**body, "apiVersion": r.api_version(version), "kind": r.kind}
         if namespace:
             body["metadata"] = {**meta, **({"namespace": namespace} if meta else {"namespace": namespace})}
-        return fields.validate(body, r.plural, version, self.request.query_params.get("fieldValidation"))
+        return fields.validate(body, r.plural, version, self.request.query_params.get("fieldValidation"),
+                               duplicates)
 
     def _respond(self, obj, code: int = 200, warnings: list[str] | None = None):
         response = _json(self.store.render(obj, self.kwargs["version"]), code)
@@ -145,6 +147,13 @@ class ResourceView(APIView):
         if kw.get("subresource") == "scale":
             return _json(scale.get(self, kw))
         if "name" in kw:
+            if not self.store.may_get(request, kw["name"]):
+                # As kube-apiserver's authorizer answers, before any lookup: the same whether it exists or not.
+                raise KubeError(403, f'{self.resource.qualified} "{kw["name"]}" is forbidden: this token cannot '
+                                     f'get resource "{self.resource.plural}" in API group '
+                                     f'"{self.resource.qualified.partition(".")[2]}" in the namespace '
+                                     f'"{kw["name"]}"', "Forbidden",
+                                {"name": kw["name"], "kind": self.resource.plural})
             obj = self.store.get(kw.get("namespace"), kw["name"])
             rendered = self.store.render(obj, kw["version"])
             if tables.wants_table(request):
@@ -241,6 +250,16 @@ class ResourceView(APIView):
         patched = patch.apply_patch(current, request.data, request.content_type or "")
         if not isinstance(patched, dict):
             raise KubeError(422, "the patched object is not an object")
+        patched_meta = patched.get("metadata")
+        if not isinstance(patched_meta, dict) or patched_meta.get("name") != kw["name"]:
+            # kube-apiserver's checkName after a patch: a patch that drops metadata (or its name) names nothing.
+            shown = patched_meta.get("name") if isinstance(patched_meta, dict) else ""
+            field = "metadata" if not isinstance(patched_meta, dict) else "metadata.name"
+            raise KubeError(400, f"the name of the object ({shown or ''}) does not match the name on the URL "
+                                 f"({kw['name']})", "BadRequest",
+                            {"name": kw["name"], "kind": self.resource.plural,
+                             "causes": [{"reason": "FieldValueRequired", "field": field,
+                                         "message": f"Required value: {field} may not be removed by a patch"}]})
         body, warnings = self._check_body(patched, kw.get("namespace"), kw["name"])
         return self._respond(self.store.replace(self, obj, body), 200, warnings)
 

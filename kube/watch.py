@@ -16,7 +16,9 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from draservice import changes
+from draservice.permissions import readable_namespaces
 from kube import tables
+from kube.selectors import labels_match, parse_fields
 from kube.status import KubeError, status_body
 from kube.stores import Store
 
@@ -56,7 +58,15 @@ class Watch:
             self.timeout = min(int(asked), limit) if asked else limit
         except ValueError:
             raise KubeError(400, f"invalid timeoutSeconds: {asked!r}") from None
+        if self.timeout < 0:
+            raise KubeError(400, f"timeoutSeconds: Invalid value: {asked}: must be greater than or equal to 0")
         self.first_table = True
+        # What a list of this request would filter on, applied to deleted objects too (``_visible``).
+        self.readable = readable_namespaces(request) if store.resource.namespaced and not namespace else None
+        # Name and namespace are the change's own columns; a cluster-scoped store may map names (``filter_by_name``).
+        fields = parse_fields(params.get("fieldSelector"), tuple(store.field_columns))
+        self.fields = {f: v for f, v in fields.items()
+                       if store.resource.namespaced and f in ("metadata.name", "metadata.namespace")}
 
     def _event(self, kind: str, obj: dict) -> bytes:
         if self.as_table and kind != "BOOKMARK":
@@ -77,8 +87,9 @@ class Watch:
         seen: set[int] = set()
         for change in batch:
             if change.type == "DELETED":
-                yield self._event("DELETED", self.store.tombstone(change.tombstone or {}, change.namespace,
-                                                                  self.version))
+                if self._visible(change):
+                    yield self._event("DELETED", self.store.tombstone(change.tombstone or {}, change.namespace,
+                                                                      self.version))
             elif change.row_id in rendered and change.row_id not in seen:
                 # The object as it is now (a later change of it in this batch is the same rendering).
                 seen.add(change.row_id)
@@ -86,6 +97,19 @@ class Watch:
                 obj["metadata"]["resourceVersion"] = str(max(change.seq, int(obj["metadata"]["resourceVersion"]
                                                                              or 0)))
                 yield self._event(change.type, obj)
+
+    def _visible(self, change) -> bool:
+        """Would a list have shown the deleted object? The row is gone, so the filters the list applies in SQL
+        (``Store.scoped``) are applied to the change and its tombstone: the caller's namespaces first (an
+        all-namespaces watch must not tell one tenant of another's deletions), then the field and label
+        selectors."""
+        if self.readable is not None and change.namespace not in self.readable:
+            return False
+        for field, (op, value) in self.fields.items():
+            actual = change.name if field == "metadata.name" else change.namespace
+            if (actual == value) != (op == "="):
+                return False
+        return labels_match((change.tombstone or {}).get("labels") or {}, self.params.get("labelSelector"))
 
     def stream(self, since: int | None) -> Iterator[bytes]:
         try:

@@ -160,6 +160,13 @@ def _limits(raw: Any, path: str, errors: list, integer: bool) -> dict:
         if key not in raw or raw[key] is None:
             continue
         value = raw[key]
+        # Bounded before any arithmetic: a 41-digit "Ei" (or "1e999999999") is no quota.
+        reason = f.quantity_range_reason(value) if f.is_quantity(value) else None
+        if reason is None and isinstance(value, int) and not isinstance(value, bool) and value > f.MAX_QUANTITY:
+            reason = f.invalid(f"{path}.{key}", value, f"must be less than or equal to {f.MAX_QUANTITY}")[1]
+        if reason is not None:
+            errors.append((f"{path}.{key}", reason))
+            continue
         amount = amount_of(value)
         if amount is None or (integer and (isinstance(value, bool) or not isinstance(value, int))):
             errors.append(f.invalid(f"{path}.{key}", value, "must be a non-negative integer" if integer

@@ -3,6 +3,7 @@ from django.urls import path
 from claims.api import views
 from claims.api.convert import ConvertView
 from claims.api.defrag import ApplyPlanView, DefragmentationView
+from claims.api.quota import ObjectQuotaView
 from claims.api.simulate import SimulateView
 
 NS = "namespaces/<str:namespace>"
@@ -31,4 +32,5 @@ urlpatterns = [
          name="resourceclaimtemplate-detail"),
     path(f"{NS}/consumers", views.ConsumerListView.as_view(), name="consumer-list"),
     path(f"{NS}/consumers/<str:name>", views.ConsumerDetailView.as_view(), name="consumer-detail"),
+    path(f"{NS}/objectquota", ObjectQuotaView.as_view(), name="objectquota"),
 ]

@@ -51,6 +51,7 @@ from dra.engine import AllocationError, ClaimGroup, GroupOutcome
 from dra.engine.plan import claim_ref
 from draservice import notify
 from draservice.prepared import Prepared
+from inventory.services import pool_warnings
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ REASONS = {
     "search_budget_exceeded": "SearchBudgetExceeded",
     "no_eligible_cluster": "NoEligibleCluster",
     "invalid_pools": "InvalidPools",
+    "selector_error_on_all_candidates": "SelectorErrorOnAllCandidates",
     "unknown_device_class": "UnknownDeviceClass",
     "cel_error": "CELError",
     "limit_exceeded": "LimitExceeded",
@@ -253,6 +255,8 @@ def _decide_in_turns(view, groups: list[Group], version, budget: float, result: 
                 # Waiters hear of the outcome; a follow-up round (lost races, deferred groups) is the task's.
                 transaction.on_commit(lambda changed=changed: notify.publish(changed))
             result.add(out)
+            # Selectors that failed on some device (which then matched nothing): the pool's operator hears once.
+            pool_warnings.raise_selector_errors(pool_warnings.selector_errors_of(outcomes), view.cluster_versions)
 
 
 def _device_clusters(engine, view: fleet.FleetView, group: Group, memo: dict[str, list[str]]) -> list[str]:

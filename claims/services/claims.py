@@ -26,7 +26,7 @@ from claims.models import (
     ResourceClaimTemplate,
 )
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
-from claims.services import bulk, external, queueing, wake
+from claims.services import bulk, caps, external, queueing, wake
 from claims.services import events as ev
 from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
@@ -109,6 +109,8 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
     """Create claims in one transaction: all or none. ``paths`` locate each object in the request body."""
     if len(objects) > MAX_BATCH:
         raise FieldError([("items", f"must have at most {MAX_BATCH} items")])
+    # 403 past the namespace's pending-claims cap; before any transaction (a refusal leaves nothing to undo).
+    caps.check_pending_claims(ns_name, len(objects))
     paths = paths or [""] * len(objects)
     if connection.vendor == "postgresql" and len(objects) == 1 and not connection.in_atomic_block:
         # One claim on PostgreSQL: ONE statement writes the claim and its event (see _insert_pg), and a

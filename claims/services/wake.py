@@ -50,6 +50,8 @@ def cluster_key(cluster: str) -> str:
 def wants(outcome) -> tuple[tuple[str, int], ...]:
     """(key, devices short) a failed group waits for, from the engine's explanation; ``ANY_RELEASE`` when
     it does not tell; empty when no device anywhere matches a request (only an inventory change can help)."""
+    if getattr(outcome, "reason", None) == "selector_error_on_all_candidates":
+        return ()  # nothing but devices its selectors fail on: only an inventory or class change can help
     if outcome is None or getattr(outcome, "reason", None) != "unsatisfiable":
         return ANY_RELEASE
     requests = (outcome.diagnostics or {}).get("requests") or []

@@ -31,18 +31,22 @@ incrementally. An engine is not thread-safe: one thread at a time.
   ``bindingConditions``, ``bindingFailureConditions``, ``shareID``, ``consumedCapacity``), ``devices.config``
   (class configs, then claim configs, each once) and ``nodeSelector`` (built as upstream does it).
 * failure: ``allocated=False``, ``reason`` (a ``Reason`` code: ``unsatisfiable``, ``search_budget_exceeded``,
-  ``no_eligible_cluster``, ``invalid_pools``), ``message`` (a one-line summary) and structured ``diagnostics``
+  ``no_eligible_cluster``, ``invalid_pools``, ``selector_error_on_all_candidates``), ``message`` (a one-line
+  summary) and structured ``diagnostics``
   (``dra.engine.diagnostics``): per request and ``firstAvailable`` alternative the devices considered, the
   count dropped at each check (class selector, request selector, CEL error, taint, allocated, counters,
   capacity, node mismatch, pool incomplete/invalid, cluster stale), the devices available and the best nodes,
   the nearest miss per request selector; per examined node why it failed; unusable pools; ineligible clusters.
   The per-device part of an explanation has a budget: past it the devices left are counted as ``not_examined``
   and the explanation and the request say ``"sampled": true`` (``dra.engine.explain_walk``).
-* input errors (unknown class, CEL compile/runtime error, limits, ``All`` over an incomplete pool, a feature
+* input errors (unknown class, CEL compile error, limits, ``All`` over an incomplete pool, a feature
   in use but disabled, invalid pools when nothing else fits) raise ``AllocationError`` with the upstream
   wording; ``allocate(group, raise_errors=False)`` returns them as ``GroupOutcome.error`` instead. Errors that
-  belong to one node (CEL runtime error on a device, ``All`` over an incomplete pool, invalid pools) only
-  surface when the group is pinned to that node or every examined node failed with an error.
+  belong to one node (``All`` over an incomplete pool, invalid pools) only surface when the group is pinned to
+  that node or every examined node failed with an error. A CEL runtime error on a device is not an error of
+  the group (unlike upstream, see ``dra.engine.selectors``): the device does not match, the failure
+  diagnostics count it (``cel_error``, ``selector_errors``), and when some request's selectors match nothing
+  but fail on some device the reason is ``selector_error_on_all_candidates``.
 
 ``simulate(snapshot, allocated, claims, node=None, features=None, *, allowed_clusters=None, budget=None)`` runs
 one group against a throw-away engine: the function behind ``POST /api/v1/simulate`` and the conformance tests

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .explain_walk import ExplainBudget, stale_counts
+from .types import Reason
 
 STAGES = ("cluster_stale", "pool_incomplete", "pool_invalid", "node_mismatch", "class_selector", "request_selector",
           "cel_error", "binding_conditions_unsupported", "counters_unsupported", "allocated", "capacity", "counters",
@@ -28,6 +29,7 @@ MAX_NODES_LISTED = 20
 # Nodes (or "(network)") with the most available devices listed per request; the claims service's wake-ups
 # read a node not listed as having at most the last count listed.
 BEST_NODES_LISTED = 5
+MAX_ERRORS_LISTED = 10
 
 
 def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budget, reason) -> dict:
@@ -50,7 +52,7 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
                     "count": None if alt.all_mode else alt.count, "considered": 0,
                     "dropped": {s: 0 for s in STAGES}, "available": 0, "available_by_node": Counter(),
                     "_near": Counter(), "_exprs": alt.sel.request_exprs, "_selector_matching": 0,
-                    "clusters_matching": Counter(), "not_examined": 0}
+                    "clusters_matching": Counter(), "not_examined": 0, "_errors": {}}
             _count_alt(engine, group, cluster, alt, entry, cluster in stale, plan.fp, spend)
     out_requests = []
     for entry in requests.values():
@@ -58,6 +60,10 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
         near = entry.pop("_near")
         exprs = entry.pop("_exprs")
         matching = entry.pop("_selector_matching")
+        entry["selector_errors"] = selector_errors(entry.pop("_errors"))
+        if not entry["selector_errors"]:
+            del entry["selector_errors"]
+        entry["_matching"] = matching
         if entry["not_examined"]:
             entry["sampled"] = True
         else:
@@ -72,6 +78,10 @@ def explain(engine, group, clusters, plans, skipped, node_log, node_errors, budg
         # can ever serve this request (the claims service wakes a pending claim only for those).
         entry["clusters_matching"] = dict(sorted((c, n) for c, n in entry["clusters_matching"].items() if n))
         out_requests.append(entry)
+    if reason == Reason.UNSATISFIABLE and _errors_only(out_requests):
+        reason = Reason.SELECTOR_ERROR_ON_ALL_CANDIDATES
+    for r in out_requests:
+        del r["_matching"]
     summary = "; ".join(f"{r['claim']}/{r['request']}: {r['summary']}" for r in out_requests) or _no_requests(
         reason, skipped)
     if node_errors:
@@ -121,6 +131,31 @@ def _count_alt(engine, group, cluster, alt, entry, stale: bool, plan_fp: tuple, 
     entry["_near"].update(counts["_near"])
     for stage, n in counts["dropped"].items():
         entry["dropped"][stage] += n
+    errors = entry["_errors"]
+    for key, (n, example) in counts["_errors"].items():
+        errors[(cluster.name,) + key] = [n, example]  # one walk per cluster: each key comes once
+
+
+def selector_errors(errors: dict) -> list[dict]:
+    """The CEL runtime errors of one request's selectors, per cluster and selector (the first few), each with
+    the devices it failed on and the first of them by name."""
+    out = []
+    for (cluster, origin, class_name, index, error), (n, (driver, pool, device)) in \
+            sorted(errors.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_ERRORS_LISTED]:
+        out.append({"origin": origin, "deviceClassName": class_name, "selector": index, "error": error,
+                    "cluster": cluster, "devices": n, "driver": driver, "pool": pool, "device": device})
+    return out
+
+
+def _errors_only(requests: list[dict]) -> bool:
+    """Is there a request none of whose alternatives has a device its selectors match, but some device on which
+    they fail? Then nothing but the failing devices could serve it: the claim waits for the inventory to change
+    (``selectors``), and says why."""
+    by_request: dict[tuple, list[dict]] = {}
+    for r in requests:
+        by_request.setdefault((r["claim"], r["request"].split("/", 1)[0]), []).append(r)
+    return any(all(r["_matching"] == 0 and not r.get("not_examined") for r in alts)
+               and any(r["dropped"].get("cel_error") for r in alts) for alts in by_request.values())
 
 
 def _no_requests(reason: str, skipped: list[dict]) -> str:
@@ -159,6 +194,12 @@ def _summary(entry: dict, matching: int) -> str:
     for s in ("pool_incomplete", "pool_invalid", "cluster_stale", "cel_error"):
         if dropped.get(s):
             parts.append(f"{dropped[s]} skipped: {s.replace('_', ' ')}")
+    if entry.get("selector_errors"):
+        first = entry["selector_errors"][0]
+        which = "class" if first["origin"] == "class" else "request"
+        parts.append(f"the {which} selector #{first['selector']} fails on {first['devices']} device(s) of "
+                     f"cluster {first['cluster']} (e.g. {first['driver']}/{first['pool']}/{first['device']}): "
+                     f"{first['error']}")
     if entry.get("not_examined"):
         parts.append(f"sampled: {entry['not_examined']} device(s) not examined (explanation budget)")
     return "; ".join(parts)

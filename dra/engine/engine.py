@@ -22,7 +22,7 @@ from .quantity import Amount, Q, QuantityError, format_quantity
 from .results import build_allocation, share_id
 from .search import Budget, NodeError, NodeSearch, SearchBudgetExceeded
 from .selector_state import MAX_KEY_INDEXES, MAX_SELECTOR_SETS, SelectorState
-from .selectors import NO_MATCH, SelectorSet, cel_device_of
+from .selectors import MATCH, SelectorSet, cel_device_of
 from .types import (
     AllocatedDevice,
     AllocationError,
@@ -281,7 +281,7 @@ class Engine:
         binding_ok = self.features.device_binding_and_status
         return self._selectors.node_candidates(sel, cluster, node, lambda: [
             d for d in cluster.node_candidates(node)
-            if (binding_ok or not d.binding_conditions) and sel.evaluate(d) is not NO_MATCH])
+            if (binding_ok or not d.binding_conditions) and sel.evaluate(d) is MATCH])
 
     def plan_for(self, claims: list[dict], cluster: str | None) -> GroupPlan:
         """The search plan for these claims; cached by claim specs (``repr`` is cheap; a spec written with
@@ -537,7 +537,8 @@ class Engine:
     def _failure(self, group, reason, message, clusters, plans, skipped, node_log, node_errors, budget):
         diagnostics = explain(self, group, clusters, plans, skipped, node_log, node_errors, budget, reason)
         summary = diagnostics.get("summary") or message
-        return GroupOutcome(False, key=group.key, reason=reason, message=summary, diagnostics=diagnostics)
+        return GroupOutcome(False, key=group.key, reason=diagnostics.get("reason", reason), message=summary,
+                            diagnostics=diagnostics)
 
 
 def _ranked(pref: int, cluster: str, nodes):

@@ -70,10 +70,12 @@ class SelectorCounts:
     partition's own group lists). ``unevaluated``: devices reaching the node whose selectors the budget did not
     let us evaluate; ``owned``: devices in lists made here (what remembering this costs)."""
 
-    __slots__ = ("considered", "dropped", "near", "matching", "passed", "unevaluated", "owned")
+    __slots__ = ("considered", "dropped", "near", "matching", "passed", "unevaluated", "owned", "errors")
 
     def __init__(self, considered: int):
         self.considered = considered
+        # (origin, class, selector index, error) -> [devices, first (driver, pool, device)]: CEL runtime errors
+        self.errors: dict[tuple, list] = {}
         self.dropped: Counter = Counter()
         self.near: Counter = Counter()
         self.matching = 0
@@ -123,6 +125,7 @@ def _charge_group(out: SelectorCounts, sel: SelectorSet, members: list[Device], 
     answer = sel.evaluate(members[0])
     if isinstance(answer, SelectorFailure):
         out.dropped["cel_error"] += n
+        _note_error(out, answer, members)
         return
     if answer is NO_MATCH:
         stage = sel.stage_of(members[0])
@@ -159,6 +162,7 @@ def _per_device(engine, out: SelectorCounts, sel: SelectorSet, devices: list[Dev
         answer = sel.evaluate(d)
         if isinstance(answer, SelectorFailure):
             out.dropped["cel_error"] += 1
+            _note_error(out, answer, [d])
             continue
         if answer is NO_MATCH:
             stage = sel.stage_of(d)
@@ -180,12 +184,26 @@ def _per_device(engine, out: SelectorCounts, sel: SelectorSet, devices: list[Dev
         out.owned += len(passed)
 
 
+def _note_error(out: SelectorCounts, failure: SelectorFailure, devices: list[Device]) -> None:
+    """Count a selector's runtime error on ``devices``; the example is the first device by name (the same
+    however the devices were grouped)."""
+    key = (failure.origin, failure.name, failure.index, failure.reason)
+    example = min((d.driver, d.pool, d.name) for d in devices)
+    seen = out.errors.get(key)
+    if seen is None:
+        out.errors[key] = [len(devices), example]
+    else:
+        seen[0] += len(devices)
+        seen[1] = min(seen[1], example)
+
+
 def later_counts(engine, cluster: ClusterModel, alt, static: SelectorCounts, budget: ExplainBudget) -> dict:
     """The final counts for ``alt`` in ``cluster``: the static ones, then per device that passed them the first
     of allocated, capacity, counters and taint it fails, or available."""
     counts: dict = {"considered": static.considered, "available": 0, "_selector_matching": static.matching,
                     "available_by_node": Counter(), "_near": Counter(static.near), "dropped": Counter(static.dropped),
-                    "not_examined": static.unevaluated, "unevaluated": static.unevaluated}
+                    "not_examined": static.unevaluated, "unevaluated": static.unevaluated,
+                    "_errors": static.errors}
     dropped = counts["dropped"]
     excl, active, cap_used, admin = engine.excl, engine.active, engine.cap_used, alt.admin
     consumable, taints_on, admits = engine.features.consumable_capacity, engine.features.device_taints, \
@@ -300,4 +318,4 @@ def stale_counts(cluster: ClusterModel) -> dict:
     n = len(cluster.devices)
     return {"considered": n, "available": 0, "_selector_matching": 0, "available_by_node": Counter(),
             "_near": Counter(), "dropped": Counter({"cluster_stale": n} if n else {}), "not_examined": 0,
-            "unevaluated": 0}
+            "unevaluated": 0, "_errors": {}}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 
 from .model import REACH_NONE, ClusterModel, Device
-from .selectors import NO_MATCH, SelectorSet, cel_device_of
+from .selectors import MATCH, SelectorSet, cel_device_of
 
 _serials = itertools.count(1)
 
@@ -46,9 +46,9 @@ class Partition:
         return self._placed
 
     def chosen(self, sel: SelectorSet) -> tuple[int, ...]:
-        """The groups whose devices ``sel`` does not rule out (a CEL error keeps a device in, as per device: the
-        search reports the error when it reaches the device). One evaluation per group, memoised by ``sel``."""
-        return tuple(i for i, group in enumerate(self.groups) if sel.evaluate(group[0]) is not NO_MATCH)
+        """The groups whose devices ``sel`` matches (a selector failing at run time on a device is no match:
+        ``selectors``). One evaluation per group, memoised by ``sel``."""
+        return tuple(i for i, group in enumerate(self.groups) if sel.evaluate(group[0]) is MATCH)
 
     def members(self, chosen: tuple[int, ...]) -> list[Device]:
         groups = self.groups

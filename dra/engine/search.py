@@ -28,7 +28,7 @@ from .constraints import Constraint, MatchAttribute, attribute_value
 from .model import Device, Node
 from .plan import ALLOCATION_RESULTS_MAX, Alt, GroupPlan
 from .policy import order_candidates
-from .selectors import NO_MATCH, SelectorFailure
+from .selectors import MATCH
 from .types import AllocationError, ErrorCode
 
 SIZE = "size"  # upstream errAllocationResultMaxSizeExceeded: this branch can only overflow the result limit
@@ -98,12 +98,6 @@ class NodeSearch:
         """Could ``alt`` get ``d`` as far as the device alone tells (in use, counters, capacity left)?"""
         return alt.admin or self.e.avail[d.idx]
 
-    def _raise_selector_failure(self, alt: Alt, devices) -> None:
-        for d in devices:
-            st = alt.sel.evaluate(d)
-            if isinstance(st, SelectorFailure) and self.is_available(d, alt):
-                raise NodeError(AllocationError(ErrorCode.CEL, st.message(d, self.plan.claims[alt.claim_idx].ref)))
-
     # ------------------------------------------------------------------------------------------ preflight
     def preflight(self) -> bool:
         """Cheap necessary conditions; False with ``self.failure`` set when the node cannot work."""
@@ -135,7 +129,6 @@ class NodeSearch:
                     if free >= need:
                         ok = True
                         break
-                    self._raise_selector_failure(alt, cands)
                 if not ok:
                     alt = rp.alts[0]
                     self.failure = {"reason": "not_enough_devices", "claim": cp.ref, "request": rp.name,
@@ -178,10 +171,9 @@ class NodeSearch:
                                                 f"devices, but resource pool {pool.pool_id} is currently invalid",
                                                 claim=ref))
         out = []
+        # Candidates are the devices the selectors match: one whose selector fails at run time does not match
+        # (``selectors``), so it is not one of "all" either.
         for d in self.candidates(alt):
-            st = alt.sel.evaluate(d)
-            if isinstance(st, SelectorFailure):
-                raise NodeError(AllocationError(ErrorCode.CEL, st.message(d, ref)))
             if self.f.consumable_capacity:
                 amounts = consumption(alt.cap_requests, d)
                 if amounts is None or fits(amounts, d) is not None:
@@ -315,11 +307,8 @@ class NodeSearch:
             if sig in tried:
                 continue
             tried.add(sig)
-            st = alt.sel.evaluate(d)
-            if st is NO_MATCH:
+            if alt.sel.evaluate(d) is not MATCH:  # no match, or a selector failed on it (no match either)
                 continue
-            if isinstance(st, SelectorFailure):
-                raise NodeError(AllocationError(ErrorCode.CEL, st.message(d, self.plan.claims[ci].ref)))
             self.budget.spend()
             undo = self._take(ci, alt, d, must=False)
             if undo is None:

@@ -16,7 +16,7 @@ from . import partition
 from .index import KeyIndex
 from .model import ClusterModel, Device, Node
 from .partition import Partition
-from .selectors import NO_MATCH, SelectorSet
+from .selectors import MATCH, SelectorSet
 
 # Defaults; an Engine may be built with others. A selector set costs one byte per device of the fleet plus a
 # bounded memo by device content; a key index a few dict entries per node of its cluster.
@@ -120,7 +120,7 @@ class SelectorState:
         part = self.partition(sel, cluster)
         if part is None:
             def members() -> list[Device]:
-                return [d for d in partition.usable_devices(self.engine, cluster) if sel.evaluate(d) is not NO_MATCH]
+                return [d for d in partition.usable_devices(self.engine, cluster) if sel.evaluate(d) is MATCH]
             return (("set", sel.key), cluster.name), members
         chosen = part.chosen(sel)
         return (("groups", part.serial, chosen), cluster.name), lambda: part.members(chosen)

@@ -5,6 +5,14 @@ Many claims use the same set, so the engine keeps one ``SelectorSet`` per distin
 device at most once (the answer is cached on the set, per device). The CEL evaluation itself is memoized by
 ``(expression, device content)`` in ``dra.cel.SelectorCache``, so a fleet of identical GPUs costs one
 evaluation per expression, and expressions that name a driver skip other drivers' devices without evaluating.
+
+A selector that fails at run time on a device (``no such key: type`` on a device that publishes no ``type``)
+means that device does not match. Upstream kube-scheduler fails the pod's Filter with the error and retries
+the pod later; it serves one cluster, whose devices its own operator runs. Fleet-wide, one odd device of one
+cluster would fail every claim of every tenant that reaches it although other devices can serve them: so here
+the device drops out (charged to ``cel_error`` in failure diagnostics, with the error), and a claim whose every
+candidate fails waits with ``Reason.SELECTOR_ERROR_ON_ALL_CANDIDATES`` for the inventory to change instead of
+failing. Compile errors and cost limits stay errors: they are the claim's (or class's) own.
 """
 from __future__ import annotations
 
@@ -18,7 +26,7 @@ NO_MATCH = False
 
 
 class SelectorFailure:
-    """A device on which a selector could not be evaluated; raised only when the search reaches the device."""
+    """A device on which a selector could not be evaluated: no match, counted by failure explanations."""
 
     __slots__ = ("origin", "name", "index", "error", "stage")
 
@@ -29,11 +37,15 @@ class SelectorFailure:
         self.error = error
         self.stage = stage
 
-    def message(self, device: Device, claim_ref: str) -> str:
-        reason = getattr(self.error, "reason", None) or str(self.error)
+    @property
+    def reason(self) -> str:
+        return getattr(self.error, "reason", None) or str(self.error)
+
+    def label(self) -> str:
+        """Which selector, without the claim's expression text (shown to whoever reads the pool's warnings)."""
         if self.origin == "class":
-            return f"class {self.name}: selector #{self.index} on device {device.id_str}: CEL runtime error: {reason}"
-        return f"{claim_ref}: selector #{self.index} on device {device.id_str}: CEL runtime error: {reason}"
+            return f"class {self.name}'s selector #{self.index}"
+        return f"a claim's selector #{self.index} (class {self.name})"
 
 
 # Stages at which a device drops out of a selector set (used by diagnostics).

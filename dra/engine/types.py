@@ -149,6 +149,8 @@ class Reason:
     SEARCH_BUDGET_EXCEEDED = "search_budget_exceeded"
     NO_ELIGIBLE_CLUSTER = "no_eligible_cluster"  # allowed_clusters/staleness left nothing to try
     INVALID_POOLS = "invalid_pools"  # nothing fit anywhere, and some examined node has invalid pools
+    # Unsatisfiable, and some request's selectors match no device but fail at run time on some (``selectors``)
+    SELECTOR_ERROR_ON_ALL_CANDIDATES = "selector_error_on_all_candidates"
 
 
 class ErrorCode:

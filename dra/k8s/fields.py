@@ -274,18 +274,75 @@ def is_semver(value: str) -> bool:
 
 
 def normalize_quantity(value: Any, path: str, errs: Errors) -> Any:
-    """Quantities arrive as strings or JSON numbers (both valid for Kubernetes); store the string form."""
+    """Quantities arrive as strings or JSON numbers (both valid for Kubernetes); store the string form. An
+    amount (capacity, counter) is also bounded (``quantity_range_reason``)."""
     if isinstance(value, bool):
         errs.append((path, "must be a quantity"))
         return value
     if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
+        value = str(value)
+    elif isinstance(value, float):
         text = repr(value)
-        return text[:-2] if text.endswith(".0") else text
+        value = text[:-2] if text.endswith(".0") else text
     if not is_quantity(value):
         errs.append((path, f"Invalid value: {value!r}: must be a quantity (e.g. '80Gi', '100m', '8')"))
+        return value
+    reason = quantity_range_reason(value)
+    if reason:
+        errs.append((path, reason))
     return value
+
+
+# apimachinery's Quantity holds at most 2^63-1 in magnitude (resource.Quantity: "no quantity may represent a
+# number greater than 2^63-1"). Upstream caps a larger value silently; an amount of devices or quota that is
+# negative or beyond it is a mistake, so it is refused here, naming the field.
+MAX_QUANTITY = 2**63 - 1
+_EXPONENT_LIMIT = 100  # |exponent| beyond this is out of range (or far below a nano) whatever the digits
+
+
+@lru_cache(maxsize=65536)
+def quantity_range_reason(text: str) -> str | None:
+    """Why the quantity ``text`` (already ``is_quantity``) is no amount: negative, or over 2^63-1; else None.
+    Bounded work whatever the text: an exponent is looked at before any arithmetic with it."""
+    from dra.engine.quantity import QuantityError, parse_quantity
+
+    sign, number = text[:1] if text[:1] in "+-" else "", text.lstrip("+-")
+    shown = repr(text) if len(text) <= 40 else repr(text[:24] + "..." + text[-8:])
+    if not any(c in "123456789" for c in _mantissa(number)):
+        return None  # zero, whatever its sign or suffix
+    if sign == "-":
+        return f"Invalid value: {shown}: must be greater than or equal to 0"
+    exponent = _exponent(number)
+    if exponent is not None and abs(exponent) > _EXPONENT_LIMIT:
+        # Refused before any arithmetic: 10^-999999999 costs as much to compute as 10^999999999.
+        if exponent > 0:
+            return f"Invalid value: {shown}: must be less than or equal to {MAX_QUANTITY} (2^63-1)"
+        return f"Invalid value: {shown}: the exponent must be between -{_EXPONENT_LIMIT} and {_EXPONENT_LIMIT}"
+    try:
+        value = parse_quantity(text)
+    except QuantityError:
+        return f"Invalid value: {shown}: must be a quantity"
+    if value > MAX_QUANTITY:
+        return f"Invalid value: {shown}: must be less than or equal to {MAX_QUANTITY} (2^63-1)"
+    return None
+
+
+def _mantissa(number: str) -> str:
+    for i, c in enumerate(number):
+        if not (c.isdigit() or c == "."):
+            return number[:i]
+    return number
+
+
+def _exponent(number: str) -> int | None:
+    """The decimal exponent written as ``e<n>``/``E<n>`` (not the ``E`` suffix: that is 10^18), or None."""
+    rest = number[len(_mantissa(number)):]
+    if len(rest) > 1 and rest[0] in "eE" and rest[1:].lstrip("+-").isdigit():
+        digits = rest[1:].lstrip("+-")
+        if len(digits) > 4:
+            return (-1 if rest[1] == "-" else 1) * (10 ** 4)
+        return int(rest[1:])
+    return None
 
 
 # --- shapes ------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from dra.k8s.fields import (
     normalize_metadata,
     normalize_quantity,
     qualified_name_reasons,
+    quantity_range_reason,
     too_long,
     too_many,
 )
@@ -353,7 +354,8 @@ def _check_capacity(capacity: dict, path: str, multi: bool, errs: Errors) -> Non
         reasons = qualified_name_reasons(name) if type(name) is str else ("must be a string",)
         if reasons:
             errs += [(f"{path}.capacity", r) for r in reasons]
-        if type(cap) is dict and len(cap) == 1 and type(cap.get("value")) is str and is_quantity(cap["value"]):
+        if type(cap) is dict and len(cap) == 1 and type(cap.get("value")) is str and is_quantity(cap["value"]) \
+                and quantity_range_reason(cap["value"]) is None:
             continue
         cpath = f"{path}.capacity[{name}]"
         cap = as_dict(cap, cpath, errs)

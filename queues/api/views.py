@@ -16,7 +16,7 @@ from draservice import deliveries
 from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from draservice.models import WebhookDelivery, WebhookEvent
 from draservice.pagination import KubeListPagination
-from draservice.parsers import JSONParser
+from draservice.parsers import JSONParser, MergePatchParser
 from draservice.yaml import YAMLParser
 from inventory.models import APIToken
 from inventory.permissions import IsAdminOrReadOnly, access_for
@@ -31,18 +31,23 @@ FORCE = OpenApiParameter("force", OpenApiTypes.BOOL, description="delete a queue
 
 class QueueBase(APIView):
     permission_classes = [IsAdminOrReadOnly]
-    parser_classes = [JSONParser, YAMLParser]
+    # JSON merge patch as its own media type too (what kubectl and most clients send for a PATCH).
+    parser_classes = [JSONParser, YAMLParser, MergePatchParser]
 
     def handle_exception(self, exc):
         if isinstance(exc, ObjectDoesNotExist):
             exc = exceptions.NotFound("queue not found")
         return super().handle_exception(exc)
 
-    def render(self, queue: Queue, code: int = 200) -> Response:
+    def render(self, queue: Queue, code: int = 200, written: bool = False) -> Response:
         body = queue_services.rendered(queue)
         body["status"] = queue_status.queue_status(queue)
         response = Response(body, status=code)
         response["ETag"] = etag_for(queue.resource_version)
+        if written:
+            warnings = queue_services.class_warnings(queue)
+            if warnings:  # RFC 7234 Warning, as kube-apiserver sends them (kubectl prints them)
+                response["Warning"] = ", ".join(f'299 - "{w}"' for w in warnings)
         return response
 
 
@@ -60,7 +65,7 @@ class QueueListView(QueueBase):
                    summary="Create a Queue (admins)")
     def post(self, request):
         queue = queue_services.create_queue(request.data)
-        response = self.render(queue, status.HTTP_201_CREATED)
+        response = self.render(queue, status.HTTP_201_CREATED, written=True)
         response["Location"] = f"{request.path.rstrip('/')}/{queue.name}"
         return response
 
@@ -79,12 +84,12 @@ class QueueDetailView(QueueBase):
                    responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT}, summary="Replace a Queue")
     def put(self, request, name):
         queue, created = queue_services.replace_queue(name, request.data, if_match(request))
-        return self.render(queue, 201 if created else 200)
+        return self.render(queue, 201 if created else 200, written=True)
 
     @extend_schema(request=OpenApiTypes.OBJECT, parameters=[IF_MATCH_PARAMETER],
                    responses={200: OpenApiTypes.OBJECT}, summary="Change a Queue (JSON merge patch)")
     def patch(self, request, name):
-        return self.render(queue_services.patch_queue(name, request.data, if_match(request)))
+        return self.render(queue_services.patch_queue(name, request.data, if_match(request)), written=True)
 
     @extend_schema(parameters=[IF_MATCH_PARAMETER, FORCE], responses={204: None}, summary="Delete a Queue")
     def delete(self, request, name):

@@ -113,6 +113,20 @@ def delete_queue(name: str, if_match: list[str] | None, force: bool = False) -> 
         bump_fleet_version()
 
 
+def class_warnings(queue: Queue) -> list[str]:
+    """Warnings for quotas naming a DeviceClass that exists nowhere in the fleet. Accepted, as Kubernetes accepts
+    references to absent classes (the class may be created next); a typo would otherwise go unnoticed."""
+    from inventory.models import DeviceClass
+
+    named = [(i, q["deviceClassName"]) for i, q in enumerate(queue.spec.get("quotas") or [])
+             if q.get("deviceClassName")]
+    if not named:
+        return []
+    known = set(DeviceClass.objects.filter(name__in={n for _, n in named}).values_list("name", flat=True))
+    return [f"spec.quotas[{i}].deviceClassName: DeviceClass {n} not found; this quota covers no device until "
+            "it exists" for i, n in named if n not in known]
+
+
 def holding(queue: Queue) -> int:
     """Claims, pending or allocated, that belong to ``queue``."""
     live = ResourceClaim.objects.filter(phase__in=[Phase.PENDING, Phase.ALLOCATED])

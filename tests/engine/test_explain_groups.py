@@ -16,7 +16,7 @@ from benchmarks.engine_bench import exact, gpu_fleet
 from dra.cel import SelectorCache
 from dra.engine import AllocatedDevice, AllocationError, ClaimGroup, ClusterInventory, Engine, FleetSnapshot
 from dra.engine.capacity import consumption, fits
-from dra.engine.diagnostics import STAGES, _summary, explain
+from dra.engine.diagnostics import STAGES, _summary, explain, selector_errors
 from dra.engine.model import REACH_NONE, device_reaches
 from dra.engine.search import taint_blocks
 from dra.engine.selectors import NO_MATCH, SelectorFailure, SelectorSet
@@ -64,7 +64,7 @@ def reference_requests(e: Engine, grp: ClaimGroup, clusters, plans, skipped) -> 
                     "count": None if alt.all_mode else alt.count, "considered": 0,
                     "dropped": {s: 0 for s in STAGES}, "available": 0, "available_by_node": Counter(),
                     "_near": Counter(), "_exprs": alt.sel.request_exprs, "_selector_matching": 0,
-                    "clusters_matching": Counter()}
+                    "clusters_matching": Counter(), "_errors": {}}
             sel = SelectorSet(alt.sel.key, alt.sel.class_name, alt.sel.class_exprs, alt.sel.request_exprs,
                               SelectorCache(consumable_capacity=e.features.consumable_capacity),
                               e.features.consumable_capacity, len(e.devices))
@@ -73,6 +73,9 @@ def reference_requests(e: Engine, grp: ClaimGroup, clusters, plans, skipped) -> 
     for entry in requests.values():
         by_node, near, exprs = entry.pop("available_by_node"), entry.pop("_near"), entry.pop("_exprs")
         matching = entry.pop("_selector_matching")
+        errors = selector_errors(entry.pop("_errors"))
+        if errors:
+            entry["selector_errors"] = errors
         entry["dropped"] = {k: v for k, v in entry["dropped"].items() if v}
         entry["best_nodes"] = [{"node": n, "available": c} for n, c in
                                sorted(by_node.items(), key=lambda kv: (-kv[1], kv[0]))[:5]]
@@ -109,6 +112,10 @@ def _reference_stage(e, cluster, alt, sel, d, stale, node, entry):
         return "node_mismatch"
     st = sel.evaluate(d)
     if isinstance(st, SelectorFailure):
+        key = (cluster.name, st.origin, st.name, st.index, st.reason)
+        seen = entry["_errors"].setdefault(key, [0, (d.driver, d.pool, d.name)])
+        seen[0] += 1
+        seen[1] = min(seen[1], (d.driver, d.pool, d.name))
         return "cel_error"
     if st is NO_MATCH:
         stage = sel.stage_of(d)

@@ -71,7 +71,8 @@ def test_grouped_choice_is_the_per_device_answer_on_real_slices(shared_dir):
         for g in part.groups:  # a group is alike for the set: its first device answers for all
             assert {per_device[d.idx] for d in g} == {_answer(sel.evaluate(g[0]))}
         members = {d.idx for d in part.members(part.chosen(sel))}
-        assert members == {i for i, a in per_device.items() if a is not False}
+        # A device whose selectors fail at run time does not match (dra.engine.selectors).
+        assert members == {i for i, a in per_device.items() if a is True}
     assert grouped >= 100  # most real selectors read a few attributes: grouping is the common path
 
 
