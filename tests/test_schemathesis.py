@@ -49,7 +49,7 @@ class Budget:
 
 
 # `make test`: every operation exercised by both token kinds, in about a minute on 2 cores.
-DEFAULT = Budget(max_examples=5, max_seconds=150, min_requests=2_000, phases="examples,coverage,fuzzing")
+DEFAULT = Budget(max_examples=2, max_seconds=150, min_requests=2_000, phases="examples,coverage,fuzzing")
 # `make test-long`: the fuzzing budget.
 LONG = Budget(max_examples=150, max_seconds=600, min_requests=10_000)
 NAMESPACE, CLUSTER = "team-a", "c1"
@@ -151,6 +151,7 @@ def _tally(report: Path) -> dict:
     """Requests sent, check failures (deduplicated), transport errors, the schema's operations and those sent
     at least one request, from schemathesis' ndjson events."""
     requests, failures, errors, operations, exercised = 0, {}, [], 0, set()
+    phases: dict[str, int] = {}
     for line in report.read_text().splitlines():
         event = json.loads(line)
         if "LoadingFinished" in event:
@@ -161,6 +162,8 @@ def _tally(report: Path) -> dict:
         scenario = event.get("ScenarioFinished") or {}
         recorder = scenario.get("recorder") or {}
         requests += len(recorder.get("interactions") or {})
+        if scenario:
+            phases[scenario["phase"]] = phases.get(scenario["phase"], 0) + len(recorder.get("interactions") or {})
         if recorder.get("interactions") and scenario["phase"] != "stateful":  # stateful: one scenario in all
             exercised.add(recorder["label"])
         for checks in (recorder.get("checks") or {}).values():
@@ -170,7 +173,7 @@ def _tally(report: Path) -> dict:
                     key = f"{failure['operation']}: {failure['title']}: {failure['message'][:600]}"
                     failures[key] = failures.get(key, 0) + 1
     return {"requests": requests, "failures": failures, "errors": errors, "operations": operations,
-            "exercised": len(exercised)}
+            "exercised": len(exercised), "phases": phases}
 
 
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_service, tmp_path):
@@ -196,7 +199,8 @@ def _fuzz(live_service, tmp_path: Path, budget: Budget) -> None:
     for r in runs:
         print(f"schemathesis ({r['label']} token): {r['requests']} requests to {r['exercised']} of "
               f"{r['operations']} operations in {r['seconds']:.0f} s, "
-              f"{sum(r['failures'].values())} check failures, {len(r['errors'])} errors, exit {r['exit']}")
+              f"{sum(r['failures'].values())} check failures, {len(r['errors'])} errors, exit {r['exit']}; "
+              f"by phase {r['phases']}")
     print(f"schemathesis: {total} requests in all, seed {SEED}, {budget}")
     for r in runs:
         assert not r["failures"], f"{r['label']}:\n" + "\n".join(r["failures"])
