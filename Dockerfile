@@ -1,4 +1,4 @@
-# One image for web, worker, beat and the migrate job (docker-compose.yml). The cluster agent has its own slim
+# One image for web, watch, worker, beat and the migrate job (docker-compose.yml). The cluster agent has its own slim
 # image: deploy/agent/Dockerfile.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
@@ -20,6 +20,6 @@ COPY . .
 RUN pip install --no-deps . && python manage.py collectstatic --noinput
 RUN useradd --system --uid 10001 draservice
 USER draservice
-EXPOSE 8000
+EXPOSE 8000 8001
 # gunicorn.conf.py: gthread workers, keep-alive 75 s, graceful shutdown; see the file for the reasons.
 CMD ["gunicorn", "-c", "gunicorn.conf.py", "draservice.wsgi:application", "--bind", "0.0.0.0:8000"]

@@ -2,6 +2,8 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 PORT ?= 8000
+# make run's HTTPS (for kubectl, which sends its token only over TLS), beside plain HTTP on PORT
+HTTPS_PORT ?= $(shell expr $(PORT) + 443)
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/draservice
 # The first of the suite's Redis databases: xdist worker gwN uses the Nth after it (tests/conftest.py).
@@ -17,14 +19,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'
+	# The newest official Python client, apart from the pinned one (tests/kube/test_python_clients.py)
+	$(VENV)/bin/pip install -q --target $(VENV)/kubernetes37 'kubernetes==37.*'
 	touch $@
 
 venv: $(VENV)/.installed
 
 ## run: the service with its demo fleet on the embedded default (SQLite, tasks in-process) at http://127.0.0.1:$(PORT)/
+## and https://127.0.0.1:$(HTTPS_PORT)/ (self-signed; var/kubeconfig is an admin's kubeconfig for kubectl there)
 run: venv
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py serve --demo --port $(PORT)
+	$(PY) manage.py serve --demo --port $(PORT) --https-port $(HTTPS_PORT)
 
 # The tiers (README, "Tests and benchmarks"). pure: no service at all, run with PostgreSQL and Redis pointed at a
 # port where nothing listens, so that a test reaching for one fails instead of passing by luck. live: real
@@ -39,12 +44,13 @@ XDIST := -n $(TEST_WORKERS) --dist loadfile
 test-fast: venv
 	$(NOWHERE) $(PY) -m pytest -m "pure and not long" $(XDIST) $(PYTEST_ARGS) || [ $$? = 5 ]
 
-## test: ruff, mypy, then the pure tier and the live tier (what CI runs: .ci/run)
+## test: ruff, mypy, the import layers (lint-imports), then the pure tier and the live tier (what CI runs: .ci/run)
 test: venv
 	./scripts/ensure-services.sh
 	./scripts/ensure-chromium.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(NOWHERE) $(PY) -m pytest -m "pure and not long" $(XDIST) -q $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(LIVE) $(PY) -m pytest -m "live and not long" $(XDIST) $(PYTEST_ARGS) || [ $$? = 5 ]
 

@@ -56,7 +56,7 @@ def post_batches(port: int, token: str, ns: str, bodies: list[dict], threads: in
 def undecided() -> int:
     """Pending claims no round has tried since the fleet last changed (taken ones included, unlike the
     service's ``eligible_pending``: a claim a round is deciding right now is not decided yet)."""
-    from claims.services import allocation
+    from scheduler.services import allocation
 
     return allocation.undecided_pending().count()
 

@@ -145,10 +145,10 @@ def e2e(nodes: list[dict]) -> dict:
         from claims.services import claims as claim_services
         from gangs.models import Gang as GangRow
         from gangs.services import gangs as gang_services
-        from gangs.services import placement
         from inventory.models import DeviceClass
         from inventory.services import clusters, sync
         from inventory.services import fleet as fleet_services
+        from scheduler.services import gang_placement as placement
 
         for obj in demo.standard_device_classes():
             if not DeviceClass.objects.filter(cluster=None, name=obj["metadata"]["name"]).exists():

@@ -64,7 +64,7 @@ def run(nodes: int, claims: int, policy: bool, texts: int = 0, per_round: int = 
         if len(held) > nodes * 6:  # keep the fleet ~70 % full
             engine.release(held.pop(0))
         if policy and i % per_round == per_round - 1:
-            memory.settle()  # the end of a worker's round (claims.services.allocation)
+            memory.settle()  # the end of a worker's round (scheduler.services.allocation)
     wall = time.perf_counter() - t0
     gc.callbacks.remove(timer)
     # What a full collection costs now: the pause the next one would take (frozen objects are not scanned).

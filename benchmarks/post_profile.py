@@ -150,10 +150,10 @@ def main() -> None:
     from django.utils import timezone
 
     from claims.models import ResourceClaim
-    from claims.services import allocation
     from claims.services.claims import _release_locked
     from inventory.models import APIToken, Cluster
     from inventory.services.tokens import issue_token
+    from scheduler.services import allocation
 
     with transaction.atomic():  # every device free (the benchmark's database: nobody else's claims)
         _release_locked(list(ResourceClaim.objects.select_for_update().select_related("namespace")

@@ -61,7 +61,7 @@ def step(pauses: Pauses) -> dict:
 def fill() -> None:
     """Rounds of the real allocator until none takes a claim (creating claims with no broker already ran
     rounds inline): the claims created are placed, their allocation rows in use."""
-    from claims.services import allocation
+    from scheduler.services import allocation
 
     while allocation.allocate_round().taken:
         pass

@@ -4,7 +4,7 @@ An engine-level replay with a virtual clock (one tick = one simulated minute), u
 the ``dra.engine`` for placement, ``queues.services.admission`` for the quota check (the same class the
 commit service runs, on in-memory usage), ``queues.services.order`` for the dominant-resource fair-share
 order, ``queues.services.estimate.expected_start`` for estimates, and
-``queues.services.preemption.confirm_with_engine`` for victim choice. Nothing touches a database.
+``scheduler.services.preemption.confirm_with_engine`` for victim choice. Nothing touches a database.
 
 Shape (issue 15): 500 nodes x 8 H100 = 4,000 GPUs; queues A, B, C under the root, nominal 1,000 each (1,000
 unassigned), weights 1:2:1, unlimited borrowing; each submits claims of 1-8 GPUs with leases of 1-30 simulated
@@ -48,10 +48,10 @@ from queues import spec as queue_spec  # noqa: E402
 from queues.models import Queue  # noqa: E402
 from queues.services.admission import _State  # noqa: E402
 from queues.services.estimate import expected_start, fair_fraction  # noqa: E402
-from queues.services.gang_preemption import confirm_gang  # noqa: E402
 from queues.services.order import Shares, _rank  # noqa: E402
-from queues.services.preemption import confirm_with_engine  # noqa: E402
 from queues.services.resolve import Tree  # noqa: E402
+from scheduler.services.gang_preemption import confirm_gang  # noqa: E402
+from scheduler.services.preemption import confirm_with_engine  # noqa: E402
 
 CLS = "gpu.nvidia.com"
 CLUSTER = "c1"
@@ -169,7 +169,8 @@ class Sim:
             self.stop(done)
             self.finished.append(done)
         shares = Shares(self.tree, self.state.usage)
-        heap = [_rank(self.tree, shares, q) + (q,) for q, items in self.pending.items() if items]
+        heap = [_rank(self.tree, shares, q, [(CLS, items[0].count)]) + (q,)
+                for q, items in self.pending.items() if items]
         heapq.heapify(heap)
         pos = dict.fromkeys(self.pending, 0)
         failed: dict[int, int] = {}  # count -> successes when it failed (the round's memo)
@@ -185,7 +186,8 @@ class Sim:
                 else:
                     failed[claim.count] = successes
             if pos[name] < len(self.pending[name]):
-                heapq.heappush(heap, _rank(self.tree, shares, name) + (name,))
+                wants = [(CLS, self.pending[name][pos[name]].count)]
+                heapq.heappush(heap, _rank(self.tree, shares, name, wants) + (name,))
         for name in self.pending:
             self.pending[name] = [c for c in self.pending[name] if c.started is None]
 
@@ -301,7 +303,7 @@ def gang_reclaim(nodes: int) -> tuple[float, int, bool]:
     """A, B, C (nominal 600 each at 500 nodes, so that the sum stays under 4,000) fill the fleet with 1-8 GPU
     claims, borrowing; D (nominal 2,000)
     submits a gang of 250 members of 8 GPUs: victims chosen node by node and confirmed by the gang placer
-    (``queues.services.gang_preemption.confirm_gang``), then marked (grace 0: released)."""
+    (``scheduler.services.gang_preemption.confirm_gang``), then marked (grace 0: released)."""
     third = nodes * 8 * 15 // 100
     sim = Sim(nodes, {"A": third, "B": third, "C": third, "D": nodes * 4}, {"A": 1, "B": 2, "C": 1, "D": 1}, seed=5)
     for now in range(40):  # fill: more than the fleet holds

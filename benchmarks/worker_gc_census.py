@@ -89,8 +89,9 @@ def main() -> int:
     from benchmarks._soak import SHAPES, claim
     from claims import dispatch
     from claims.models import ResourceClaim
-    from claims.services import allocation, fleet
     from claims.services import claims as claim_services
+    from claims.services import fleet
+    from scheduler.services import allocation
 
     dispatch.request_allocation = lambda: None  # the loop below runs the rounds, as the worker would
     fleet.SNAPSHOT_MAX_AGE_SECONDS = args.max_age

@@ -9,7 +9,7 @@ few aggregate queries, bounded whatever the table sizes:
   ``METRICS_TOP_NAMESPACES`` namespaces with the most pending claims (bounded cardinality);
 * the allocation histograms over the trailing ``METRICS_WINDOW_SECONDS``: submit->allocated latency (from the
   claims' audit trail: each ``Allocated`` event against the claim's ``Created`` event) and round duration
-  (from ``AllocationRound``, see ``claims.services.round_log`` for why the database), plus what those rounds
+  (from ``AllocationRound``, see ``scheduler.services.round_log`` for why the database), plus what those rounds
   did and how many raised.
 
 The histograms describe a window, not a lifetime: they are exposed as gauge histograms (``_bucket``,

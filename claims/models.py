@@ -90,7 +90,7 @@ class ResourceClaim(models.Model):
     attempts = models.IntegerField(default=0)
     attempted_version = models.BigIntegerField(null=True, blank=True)
     last_attempt_at = models.DateTimeField(null=True, blank=True)
-    # Set while a worker decides this claim (``claims.services.allocation.take``); others skip it until then.
+    # Set while a worker decides this claim (``claims.services.taking.take``); others skip it until then.
     taken_until = models.DateTimeField(null=True, blank=True)
     taken_by = models.IntegerField(null=True, blank=True)  # the taking worker's PostgreSQL backend pid
 
@@ -114,10 +114,10 @@ class ResourceClaim(models.Model):
         indexes = [
             # The worker's queue: pending claims in arrival order. Partial, so it stays small.
             models.Index(fields=["id"], condition=Q(phase="Pending"), name="claims_claim_pending"),
-            # The round's eligibility (claims.services.allocation.undecided_pending): never tried, or tried
+            # The round's eligibility (claims.services.taking.undecided_pending): never tried, or tried
             # before the last wake-all. Without it every round read every pending claim (4,000 rows at the soak).
             models.Index(fields=["attempted_version"], condition=Q(phase="Pending"), name="claims_claim_attempted"),
-            # Defragmentation targets holding a node (claims.services.holds, read by every round): few, while
+            # Defragmentation targets holding a node (scheduler.services.holds, read by every round): few, while
             # the pending claims can be thousands. The key is holds.HOLD_UNTIL (models do not import services).
             models.Index(fields=["id"], condition=Q(phase="Pending",
                                                     annotations__has_key="draservice.io/defrag-hold-until"),
@@ -344,7 +344,7 @@ class PendingWake(models.Model):
     wake_at = models.BigIntegerField()
     short = models.IntegerField(default=1)  # the devices it lacks (wake_at is the counter then plus this)
     # A queue's head that holds a node waits for any release (wake_at = counter + 1) while it is the oldest
-    # such head of its queue; younger ones fall back to ``short`` (queues.services.reservation).
+    # such head of its queue; younger ones fall back to ``short`` (scheduler.services.queue_holds).
     head_of = models.CharField(max_length=253, blank=True, default="")
     # The node held for that head, kept from round to round (and worker to worker) until the head is decided
     # again: a round that does not decide the head still keeps the node from the claims behind it.
@@ -354,6 +354,23 @@ class PendingWake(models.Model):
     class Meta:
         indexes = [models.Index(fields=["key", "wake_at"], name="claims_wake_key_at"),
                    models.Index(fields=["head_of", "claim"], condition=~Q(head_of=""), name="claims_wake_head")]
+
+
+class ReleasedDevice(models.Model):
+    """A device a release (or a preemption's move) freed, not yet offered to the pending claims it could serve.
+
+    Insert-only on the release path (no row another release needs); the round's wake-up step
+    (``scheduler.services.wakeups``) offers it to the first ``WAKE_FANOUT`` pending claims in the scheduler's
+    order that it can serve (``woken``), the next ones once those were decided while it is still free, and
+    drops it once it is in use again or no claim is left to offer it to."""
+
+    id = models.BigAutoField(primary_key=True)
+    cluster = models.CharField(max_length=63)
+    driver = models.CharField(max_length=63)
+    pool = models.CharField(max_length=253)
+    device = models.CharField(max_length=63)
+    # The claims it woke last: it is offered to the next ones only once these were decided.
+    woken = models.JSONField(default=list, blank=True)
 
 
 class UtilisationSnapshot(models.Model):
@@ -376,7 +393,7 @@ class AllocationRound(models.Model):
     """One allocation round of a worker, as ``/metrics`` reads it: the round-duration histogram and the
     allocation-error counts are computed from these rows at scrape time, so every web process reports the
     same numbers whichever worker process (or host) ran the round. Insert-only; rows older than the metrics
-    window are purged hourly (``claims.services.round_log.purge``)."""
+    window are purged hourly (``scheduler.services.round_log.purge``)."""
 
     finished_at = models.DateTimeField(db_index=True)
     seconds = models.FloatField()

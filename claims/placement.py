@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
+from dra.engine import ClaimGroup
+from dra.k8s.fields import V1
 from draservice.problems import FieldError
 
 ALLOWED_CLUSTERS = "draservice.io/allowed-clusters"
@@ -121,3 +123,29 @@ def body_pin(obj) -> str | None:
     except (FieldError, AttributeError, TypeError):
         return None
     return selector["name"] if selector and set(selector) == {"name"} else None
+
+
+def claim_object(claim) -> dict:
+    """A stored claim as the engine reads it (a ``resource.k8s.io/v1`` object)."""
+    return {"apiVersion": V1, "kind": "ResourceClaim",
+            "metadata": {"name": claim.name, "namespace": claim.namespace.name, "uid": str(claim.uid)},
+            "spec": claim.spec}
+
+
+def claim_group(claims: list, cluster_labels: list[tuple[str, dict]], *, key: str, pin_cluster: str | None = None,
+                pin_node: str | None = None, avoid: frozenset[tuple[str, str]] = frozenset()) -> ClaimGroup:
+    """The engine's question for ``claims`` allocated together: the clusters their selectors allow (and
+    ``pin_cluster``), the preferred cluster, and the node they are pinned to (``pin_node``: where allocated
+    members are; else a claim's own node pin)."""
+    allowed: set[str] | None = None
+    for claim in claims:
+        names = clusters_matching(claim.allowed_cluster_selector, cluster_labels)
+        if names is not None:
+            allowed = set(names) if allowed is None else allowed & set(names)
+    if pin_cluster:
+        allowed = {pin_cluster} if allowed is None else allowed & {pin_cluster}
+    preferred = next((c.preferred_cluster for c in claims if c.preferred_cluster), None)
+    node = pin_node or next((pin for c in claims if (pin := node_pin(c.annotations))), None)
+    return ClaimGroup(claims=[claim_object(c) for c in claims],
+                      allowed_clusters=sorted(allowed) if allowed is not None else None,
+                      preferred_cluster=preferred, node=node, key=key, avoid_nodes=avoid)

@@ -223,7 +223,11 @@ def _horizon_after() -> int:
         return int(cursor.fetchone()[0])
 
 
-FOLLOW_PAGES = 20  # pages of READ_LIMIT changes one ``Follower.read`` reads at most
+# A follower's page: every round reads the log since the last one, and a round of a thousand claims follows
+# some thousands of changes (created, allocated, status); pages this large keep that read to one statement,
+# so a round's statements do not grow with its size. Rows are a few columns each.
+FOLLOW_PAGE = 5 * READ_LIMIT
+FOLLOW_PAGES = 4  # pages one ``Follower.read`` reads at most (as many changes as 20 pages of READ_LIMIT)
 FOLLOW_MISSING = 200  # at most this many missing seqs are asked for by number; more: the range is re-read
 
 
@@ -276,7 +280,7 @@ class Follower:
             if page_no == 0 and self.seq < compacted:
                 raise Expired(self.seq, compacted + 1)
             self._take(page, out)
-            if len(page) < READ_LIMIT:
+            if len(page) < FOLLOW_PAGE:
                 break
             after = page[-1][0]
         else:
@@ -285,7 +289,7 @@ class Follower:
         self._advance(passed)
         return out
 
-    def _query(self, where: str, params: list, limit: int | None = READ_LIMIT) -> tuple[list[tuple], int]:
+    def _query(self, where: str, params: list, limit: int | None = FOLLOW_PAGE) -> tuple[list[tuple], int]:
         """Changes matching ``where`` in seq order, each with its row's columns, and how far the log was
         compacted as of the same statement (so a change missing from the answer was compacted, if at all,
         by then)."""

@@ -9,7 +9,7 @@ them. The request metrics are counted in each gunicorn worker; under gunicorn th
 prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, set up by gunicorn.conf.py): a scrape,
 whichever worker answers it, sums the files of all the workers of that server. (The workers share one host,
 which multiprocess mode needs; Celery workers on other hosts observe nothing here, see
-``claims.services.round_log``.)
+``scheduler.services.round_log``.)
 
 ``/metrics`` names every cluster with its allocation counts, so it needs an admin token
 (``Authorization: Bearer …``; a staff user's dashboard session works too) unless ``METRICS_PUBLIC`` is set.

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "frontend",
     "gangs",
     "queues",
+    "scheduler",
     "kube",
     "usage",
     "workloads",
@@ -61,6 +62,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "draservice.metrics.RequestMetricsMiddleware",
+    "draservice.dryrun.DryRunMiddleware",  # innermost: its transaction holds the view and nothing else
 ]
 
 ROOT_URLCONF = "draservice.urls"
@@ -145,8 +147,17 @@ KUBE_WATCH_MAX_SECONDS = int(os.environ.get("KUBE_WATCH_MAX_SECONDS", "300"))
 NAMESPACE_MAX_PENDING_CLAIMS = int(os.environ.get("NAMESPACE_MAX_PENDING_CLAIMS", "5000"))
 NAMESPACE_MAX_POOL_STATUS_REQUESTS = int(os.environ.get("NAMESPACE_MAX_POOL_STATUS_REQUESTS", "100"))
 POOL_STATUS_REQUESTS_PER_MINUTE = int(os.environ.get("POOL_STATUS_REQUESTS_PER_MINUTE", "30"))
+# The watch server (``manage.py watch_server``, kube.watch_server) serves watches without threads: open
+# watches per token (or session user) and per process, beyond which a watch gets 429 with Retry-After, and
+# the threads (each with one database connection) that read the change log and render changed objects.
+KUBE_MAX_WATCHES_PER_TOKEN = int(os.environ.get("KUBE_MAX_WATCHES_PER_TOKEN", "50"))
+KUBE_WATCH_SERVER_MAX_WATCHES = int(os.environ.get("KUBE_WATCH_SERVER_MAX_WATCHES", "2000"))
+KUBE_WATCH_SERVER_DB_THREADS = int(os.environ.get("KUBE_WATCH_SERVER_DB_THREADS", "4"))
 # A cluster silent for longer than this is stale: its devices are not offered for new allocations.
 STALE_CLUSTER_SECONDS = int(os.environ.get("STALE_CLUSTER_SECONDS", "300"))
+# Pending claims a freed device wakes (the first it can serve in the scheduler's order), besides the queue
+# head holding its node; the next ones are woken when the device is still free after they were decided.
+WAKE_FANOUT = int(os.environ.get("WAKE_FANOUT", "4"))
 # The demo fleet loaded by `make run` (nodes in total, spread over several clusters).
 DEMO_FLEET_NODES = int(os.environ.get("DEMO_FLEET_NODES", "48"))
 # /metrics names every cluster and its allocation counts: it needs an admin token unless this is true

@@ -37,3 +37,76 @@ def certificate() -> tuple[str, str]:
                        check=True, capture_output=True)
         key_path.chmod(0o600)
     return str(cert_path), str(key_path)
+
+
+# ------------------------------------------------------------------------------- HTTPS beside HTTP (make run)
+#
+# gunicorn serves TLS on every address it binds or on none. `make run` wants both: plain HTTP for the browser
+# and curl, HTTPS for kubectl (which sends its token only over TLS). So gunicorn binds the plain port and a
+# Unix socket; a small TLS terminator in the web process accepts on the HTTPS port and pipes each connection
+# to that socket, and requests arriving on the socket are marked as HTTPS (``wsgi.url_scheme``) for Django.
+
+PIPE_CHUNK = 64 * 1024
+
+
+def kubeconfig_path() -> Path:
+    return Path(settings.VAR_DIR) / "kubeconfig"
+
+
+def upstream_socket() -> Path:
+    return Path(settings.VAR_DIR) / "https-upstream.sock"
+
+
+def behind_terminator(application):
+    """The WSGI application, with requests that came through the TLS terminator's socket marked secure."""
+    import socket
+
+    def app(environ, start_response):
+        sock = environ.get("gunicorn.socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            environ["wsgi.url_scheme"] = "https"
+            environ["HTTPS"] = "on"
+        return application(environ, start_response)
+
+    return app
+
+
+def start_terminator(host: str, port: int, upstream: Path) -> None:
+    """Accept TLS on ``host:port`` and pipe each connection to the Unix socket ``upstream`` (a daemon thread;
+    several web processes share the port, SO_REUSEPORT)."""
+    import asyncio
+    import ssl
+    import threading
+
+    cert, key = certificate()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(PIPE_CHUNK):
+                writer.write(data)
+                await writer.drain()
+            if writer.can_write_eof():  # the Unix side: half-close, the answer may still be on its way
+                writer.write_eof()
+                return
+        except (ConnectionError, OSError, ssl.SSLError):
+            pass
+        writer.close()
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(str(upstream))
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        up_writer.close()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(connection, host, port, ssl=context, reuse_port=True)
+        async with server:
+            await server.serve_forever()
+
+    threading.Thread(target=lambda: asyncio.run(main()), name="tls-terminator", daemon=True).start()

@@ -9,6 +9,7 @@ from draservice import health, metrics
 # how many patterns a request tries.
 urlpatterns = [
     path("api/v1/", include("claims.api.urls")),
+    path("api/v1/", include("scheduler.api.urls")),
     path("livez", health.livez, name="livez"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),

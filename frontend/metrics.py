@@ -1,7 +1,8 @@
 """Prometheus gauges of fleet capacity, read from the database at scrape time (see ``claims.metrics``).
 
-The counts are the dashboard's, not a second definition: units as ``frontend.queries.units`` defines them (a
-whole device, or one partitioned GPU with all its partitions) in the exclusive states of
+The counts are the dashboard's, not a second definition: accelerators as ``frontend.accelerators`` defines
+them (one partitioned GPU with all its partitions, or a device of a DeviceClass marked as an accelerator;
+helper devices are not counted) in the exclusive states of
 ``frontend.queries.fleet.Tally`` (allocated includes shared; tainted, stale, invalid and free are units no
 claim holds; everything on a stale cluster that no claim holds and no taint blocks counts as stale). So
 ``allocated + tainted + stale + invalid + free == total`` for every (cluster, driver, product).
@@ -28,13 +29,19 @@ log = logging.getLogger(__name__)
 LABELS = ["cluster", "driver", "product"]
 # (metric name suffix, help, Tally attribute)
 STATES = (
-    ("", "Device units (a partitioned GPU counts once), as the dashboard counts them", "total"),
+    ("", "Accelerators (a partitioned GPU counts once; helper devices not at all), as the dashboard counts them",
+     "total"),
     ("_allocated", "Units held by claims (including shared ones)", "allocated"),
     ("_shared", "Units held by more than one claim or consumer", "shared"),
     ("_tainted", "Units no claim holds that a blocking taint keeps off new claims", "tainted"),
     ("_stale", "Units no claim holds on a stale cluster (not offered)", "stale"),
     ("_invalid", "Units no claim holds in an invalid pool (not offered)", "invalid"),
     ("_free", "Units offered for new claims: total - allocated - tainted - stale - invalid", "free"),
+    # The four exclusive states of frontend.accelerators: free + partial + allocated_full + unavailable == total.
+    ("_partial", "Partitioned GPUs some of whose partitions are in use (part of allocated)", "partial"),
+    ("_allocated_full", "Accelerators held by claims, not counting partially used ones", "allocated_full"),
+    ("_unavailable", "Accelerators no claim holds that are tainted, in an invalid pool or on a stale cluster",
+     "unavailable_all"),
 )
 
 # One entry: the key it was computed for and the tallies by (cluster, driver, product).

@@ -6,6 +6,8 @@ from frontend.views import auth, claims, fleet, inventory, nodes, search
 app_name = "frontend"
 
 urlpatterns = [
+    # Browsers ask for /favicon.ico on their own, before and without a login.
+    path("favicon.ico", auth.favicon, name="favicon"),
     path("login/", auth.LoginView.as_view(), name="login"),
     path("logout/", auth.LogoutView.as_view(), name="logout"),
     path("", fleet.overview, name="overview"),

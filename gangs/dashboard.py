@@ -12,6 +12,7 @@ from django.db.models import Count
 
 from claims.models import DeviceAllocation, Reservation
 from gangs.models import Gang, GangEvent, GangPhase
+from workloads.models import Gate, Kind, Workload
 
 MAX_DRAWN_NODES = 2000  # beyond this the drawing would not help anyone; the members table still lists them
 
@@ -25,9 +26,33 @@ def gang_list(namespace: str = "", phase: str = "", limit: int = 500) -> dict:
     gangs = list(qs[:limit])
     for g in gangs:
         g.domain_values = list(g.in_level_order(g.domain).values())
-    return {"gangs": gangs, "phases": [p for p, _ in GangPhase.choices],
+    return {"gangs": gangs, "groups": pod_groups(namespace, limit), "phases": [p for p, _ in GangPhase.choices],
             "namespaces": sorted(set(Gang.objects.values_list("namespace__name", flat=True))),
             "f": {"namespace": namespace, "phase": phase}}
+
+
+def pod_groups(namespace: str = "", limit: int = 500) -> list[dict]:
+    """The PodGroups and Workloads users wrote (``workloads``), with their pods and the gang each became, if
+    any: a PodGroup is no gang until it has ``minMember`` pods, and the page must not say "no gangs" over it."""
+    qs = Workload.objects.filter(kind__in=[Kind.PODGROUP, Kind.WORKLOAD]).select_related("namespace", "gang__namespace")
+    if namespace:
+        qs = qs.filter(namespace__name=namespace)
+    groups = list(qs.order_by("-id")[:limit])
+    pods: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    prefixes = {(w.namespace_id, f"{w.kind}/{w.name}") for w in groups}
+    for ns_id, group, gate, n in (Workload.objects.filter(kind=Kind.POD, namespace_id__in={p[0] for p in prefixes})
+                                  .exclude(group="").values_list("namespace_id", "group", "gate")
+                                  .annotate(n=Count("id")).order_by()):
+        parts = group.split("/")
+        key = (ns_id, "/".join(parts[:2]))
+        pods[key][0] += n
+        pods[key][1] += n if gate == Gate.POD_GROUP else 0
+    out = []
+    for w in groups:
+        total, waiting = pods.get((w.namespace_id, f"{w.kind}/{w.name}"), (0, 0))
+        out.append({"w": w, "pods": total, "waiting": waiting, "min": (w.spec or {}).get("minMember"),
+                    "gang": w.gang})
+    return out
 
 
 def gang_detail(namespace: str, name: str) -> dict | None:

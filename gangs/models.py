@@ -2,8 +2,8 @@
 
 A ``Gang`` lives in a namespace (a ``claims.Namespace``) and has members; each member is one
 ``claims.Consumer`` (a pod, a worker) with its ResourceClaims, made by ``gangs.services.gangs`` from the
-gang's spec. The gang worker (``gangs.services.placement``) allocates at least ``min_member`` members, each
-with all of its claims, in ONE transaction, or writes nothing.
+gang's spec. The gang worker (``scheduler.services.gang_placement``) allocates at least ``min_member``
+members, each with all of its claims, in ONE transaction, or writes nothing.
 
 Member claims are kept away from the claims app's per-claim allocation round (which would place them one
 by one and break all-or-nothing) through the round's hook for other allocators: see ``gangs.services.hold``.
@@ -52,7 +52,7 @@ class Gang(models.Model):
     # so it is not retried until devices were freed or the inventory changed (as for claims).
     attempted_version = models.BigIntegerField(null=True, blank=True)
     last_attempt_at = models.DateTimeField(null=True, blank=True)
-    # Set while a worker decides this gang (``gangs.services.placement``); others skip it until then.
+    # Set while a worker decides this gang (``scheduler.services.gang_placement``); others skip it until then.
     taken_until = models.DateTimeField(null=True, blank=True)
     taken_by = models.IntegerField(null=True, blank=True)  # the taking worker's PostgreSQL backend pid
 

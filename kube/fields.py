@@ -2,49 +2,37 @@
 an error with ``Strict`` (what ``kubectl apply`` sends) instead of a silently ignored field, and is dropped
 with a ``Warning`` header otherwise (``Warn``, the API server's default; ``Ignore`` drops it quietly).
 
-The trees list the fields of resource.k8s.io v1 (v1beta2 has the same shape) and v1beta1 (a request's fields
-directly on it); ``"*"`` marks free-form maps (labels, opaque driver parameters), ``[tree]`` a list of them.
+The trees are generated from the door's object definitions (``kube.schemas``), the same ones the OpenAPI
+documents are generated from: what ``kubectl explain`` shows is what a body may hold. ``"*"`` marks free-form
+values (labels, opaque driver parameters, a status the service writes), ``[tree]`` a list of objects.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from kube import schema_nodes, schemas
+from kube.registry import RESOURCES
 from kube.status import KubeError
 
 Tree = Any
-ANY = "*"
-LEAF = None
-
-METADATA: Tree = {k: LEAF for k in ("name", "generateName", "namespace", "uid", "resourceVersion", "generation",
-                                     "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                                     "finalizers")} | {"labels": ANY, "annotations": ANY, "ownerReferences": ANY,
-                                                       "managedFields": ANY}
-SELECTOR: Tree = {"cel": {"expression": LEAF}}
-TOLERATION: Tree = {k: LEAF for k in ("key", "operator", "value", "effect", "tolerationSeconds")}
-CAPACITY: Tree = {"requests": ANY}
-COMMON: Tree = {"deviceClassName": LEAF, "selectors": [SELECTOR], "allocationMode": LEAF, "count": LEAF,
-                "tolerations": [TOLERATION], "capacity": CAPACITY}
-SUBREQUEST: Tree = {"name": LEAF, **COMMON}
-EXACT: Tree = {**COMMON, "adminAccess": LEAF}
-REQUEST_V1: Tree = {"name": LEAF, "exactly": EXACT, "firstAvailable": [SUBREQUEST]}
-REQUEST_V1BETA1: Tree = {"name": LEAF, **EXACT, "firstAvailable": [SUBREQUEST]}
-CONSTRAINT: Tree = {"requests": LEAF, "matchAttribute": LEAF, "distinctAttribute": LEAF}
-CONFIG: Tree = {"requests": LEAF, "opaque": {"driver": LEAF, "parameters": ANY}}
+ANY = schema_nodes.ANY
+LEAF = schema_nodes.LEAF
 
 
-def _claim_spec(request: Tree) -> Tree:
-    return {"devices": {"requests": [request], "constraints": [CONSTRAINT], "config": [CONFIG]}}
+def _trees() -> dict[str, dict[str, Tree]]:
+    """version -> plural -> tree, for every kind with a full definition (workload kinds pass through)."""
+    out: dict[str, dict[str, Tree]] = {}
+    for r in RESOURCES:
+        if r.kind not in schemas.VALIDATED:
+            continue
+        for version in r.versions:
+            if version not in r.doctor_only:
+                out.setdefault(version, {})[r.plural] = schema_nodes.tree(schemas.definition(r.kind, r.group,
+                                                                                              version))
+    return out
 
 
-def _kinds(request: Tree) -> dict[str, Tree]:
-    spec = _claim_spec(request)
-    top = {"apiVersion": LEAF, "kind": LEAF, "metadata": METADATA}
-    return {"resourceclaims": {**top, "spec": spec, "status": ANY},
-            "resourceclaimtemplates": {**top, "spec": {"metadata": METADATA, "spec": spec}}}
-
-
-TREES = {"v1": _kinds(REQUEST_V1), "v1beta2": _kinds(REQUEST_V1), "v1beta1": _kinds(REQUEST_V1BETA1),
-         "v1alpha3": _kinds(REQUEST_V1BETA1)}
+TREES = _trees()
 
 
 def _prune(value: Any, tree: Tree, path: str, unknown: list[str]) -> Any:

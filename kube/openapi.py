@@ -3,17 +3,20 @@
 kubectl 1.32 validates ``apply``/``create`` on the server (``fieldValidation=Strict``) only after finding, in
 the group-version's document, a PATCH operation tagged with the kind's ``x-kubernetes-group-version-kind`` that
 declares the ``fieldValidation`` query parameter; without it kubectl falls back to client-side validation with
-the OpenAPI v2 document, which we do not serve (protobuf ``/openapi/v2`` is a 404, which kubectl tolerates
-for ``get``). The schemas are deliberately loose (spec and status preserve unknown fields): the service's own
-validation is the authority and answers with field paths.
+the OpenAPI v2 document. ``/openapi/v2`` is an empty v2 document (``v2``): kubectl then finds no v2 schema for
+a kind the v3 documents do not declare (a version the door does not serve) and lets the server answer (``no
+matches for kind``) instead of failing with "failed to download openapi". The schemas are structural,
+generated from ``kube.schemas`` (the source of ``fieldValidation`` too), so ``kubectl explain`` walks them; the
+service's own validation still answers values with field paths.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 
+from kube import schema_nodes, schemas
 from kube.registry import Resource, groups, in_version
 from kube.status import status_response
 
@@ -42,7 +45,7 @@ def _op(r: Resource, version: str, action: str, params: list | None = None) -> d
     if params:
         op["parameters"] = params
     if action in ("post", "put", "patch"):
-        # No strategic-merge-patch here: kubectl would then compute one from these loose schemas (and warn that
+        # No strategic-merge-patch here: kubectl would then compute one from these schemas (and warn that
         # it cannot); without it kubectl sends a JSON merge patch, as for a CRD. Strategic merge patches from
         # kubectl's compiled-in kinds (resource.k8s.io/v1beta1) are still accepted (kube.patch).
         types = ("application/merge-patch+json", "application/json-patch+json") if action == "patch" else (
@@ -63,7 +66,10 @@ def _paths(r: Resource, version: str) -> dict:
     if "create" in verbs:
         collection["post"] = _op(r, version, "post", WRITE_PARAMS)
     if "delete" in verbs:
-        item["delete"] = _op(r, version, "delete")
+        item["delete"] = _op(r, version, "delete", WRITE_PARAMS[:1])
+    if "deletecollection" in verbs:
+        collection["delete"] = _op(r, version, "deletecollection", WRITE_PARAMS[:1] + [
+            {"name": "labelSelector", "in": "query", "schema": {"type": "string"}, "uniqueItems": True}])
     if "patch" in verbs or "create" in verbs:
         # kubectl 1.32 looks for fieldValidation on the kind's PATCH operation before any create; a kind that
         # cannot be patched still declares it (the server answers the PATCH itself with 405).
@@ -75,11 +81,9 @@ def _paths(r: Resource, version: str) -> dict:
 
 
 def _schema(r: Resource, version: str) -> dict:
-    loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    return {"type": "object", "description": f"{r.kind} ({r.api_version(version)}), as the service stores it",
-            "x-kubernetes-group-version-kind": [{"group": r.group, "version": version, "kind": r.kind}],
-            "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                           "metadata": loose, "spec": loose, "status": loose}}
+    schema = schema_nodes.openapi(schemas.definition(r.kind, r.group, version))
+    schema["x-kubernetes-group-version-kind"] = [{"group": r.group, "version": version, "kind": r.kind}]
+    return schema
 
 
 def document(group: str, version: str) -> dict | None:
@@ -112,3 +116,14 @@ def group_version(request, version: str, group: str = ""):
     if doc is None:
         return status_response(404, "the server could not find the requested resource")
     return JsonResponse(doc)
+
+
+V2_MEDIA_TYPE = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+
+
+def v2(request):
+    """An empty ``openapi_v2.Document`` (zero bytes in protobuf, ``{}`` in JSON): every kind is described in v3."""
+    if V2_MEDIA_TYPE in request.headers.get("Accept", ""):
+        # As kube-openapi answers protobuf: the media type kubectl asks for does not parse as one (the "@").
+        return HttpResponse(b"", content_type="application/octet-stream")
+    return JsonResponse({"swagger": "2.0", "info": {"title": "draservice", "version": "v2"}, "paths": {}})

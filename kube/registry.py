@@ -31,7 +31,10 @@ class Resource:
     doctor_only: tuple[str, ...] = ()  # versions that only answer a create, with the manifest doctor's 422
 
     def verbs_in(self, version: str) -> tuple[str, ...]:
-        return ("create",) if version in self.doctor_only else self.verbs
+        if version in self.doctor_only:
+            return ("create",)
+        # What can be deleted one by one can be deleted by selector (kube.views: deletecollection).
+        return self.verbs + ("deletecollection",) if "delete" in self.verbs else self.verbs
 
     @property
     def singular(self) -> str:
@@ -51,8 +54,10 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS + DOCTOR_ONLY_VERSIONS, "resourceclaims", "ResourceClaim", True,
              ALL_VERBS, status=True, doctor_only=DOCTOR_ONLY_VERSIONS),
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceclaimtemplates", "ResourceClaimTemplate", True, ALL_VERBS),
-    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "deviceclasses", "DeviceClass", False, WRITE_VERBS),
+    Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "deviceclasses", "DeviceClass", False, ALL_VERBS),
     Resource(RESOURCE_GROUP, CLAIM_VERSIONS, "resourceslices", "ResourceSlice", False, READ_VERBS),
+    # Kubernetes 1.35 serves DeviceTaintRules at v1alpha3 only (k8s.io/api v0.35: resource/v1alpha3/register.go).
+    Resource(RESOURCE_GROUP, ("v1alpha3",), "devicetaintrules", "DeviceTaintRule", False, ALL_VERBS),
     Resource(OUR_GROUP, ("v1alpha1",), "consumers", "Consumer", True, ("create", "delete", "get", "list", "watch")),
     Resource("", ("v1",), "events", "Event", True, READ_VERBS, ("ev",)),
     Resource(RESOURCE_GROUP, DOCTOR_ONLY_VERSIONS, "resourceclasses", "ResourceClass", False, ("create",),
@@ -68,6 +73,11 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("batch", ("v1",), "jobs", "Job", True, WORKLOAD_VERBS, categories=("all",)),
     Resource("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True, WORKLOAD_VERBS, ("pg", "pgs")),
     Resource("scheduling.k8s.io", ("v1alpha1",), "workloads", "Workload", True, WORKLOAD_VERBS),
+    # What kubectl auth can-i asks (kube.authorization): answered, never stored.
+    Resource("authorization.k8s.io", ("v1",), "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
+             ("create",)),
+    Resource("authorization.k8s.io", ("v1",), "selfsubjectrulesreviews", "SelfSubjectRulesReview", False,
+             ("create",)),
 )
 
 

@@ -4,9 +4,10 @@ Applied in SQL on the ``labels`` JSON column, with key transforms that PostgreSQ
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from django.db.models import Q, QuerySet, TextField
-from django.db.models.fields.json import KeyTextTransform
+from django.db.models import F, Q, QuerySet, TextField
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 
 from kube.status import KubeError
@@ -53,14 +54,21 @@ def parse_labels(selector: str) -> list[tuple[str, str, list[str]]]:
     return out
 
 
-def filter_labels(qs: QuerySet, selector: str | None) -> QuerySet:
+def filter_labels(qs: QuerySet, selector: str | None, labels: Any = "labels",
+                  columns: dict[str, str] | None = None) -> QuerySet:
+    """``labels``: the JSON holding the labels (a column name, or an expression such as the stored object's
+    ``metadata.labels``); ``columns``: labels the door adds from a column (``draservice.io/cluster``)."""
     if not selector:
         return qs
     for i, (key, op, values) in enumerate(parse_labels(selector)):
         alias = f"_label_{i}"
-        # Cast: a text comparison on SQLite too, where a bare key transform's equality wants a JSON-encoded
-        # right-hand side (the embedded default answered "malformed JSON", a 500, for a row with the key).
-        qs = qs.alias(**{alias: Cast(KeyTextTransform(key, "labels"), TextField())})
+        if columns and key in columns:
+            value: Any = F(columns[key])
+        else:
+            # Cast: a text comparison on SQLite too, where a bare key transform's equality wants a JSON-encoded
+            # right-hand side (the embedded default answered "malformed JSON", a 500, for a row with the key).
+            value = Cast(KeyTextTransform(key, labels), TextField())
+        qs = qs.alias(**{alias: value})
         present = Q(**{f"{alias}__isnull": False})
         if op == "=":
             qs = qs.filter(**{alias: values[0]})
@@ -95,6 +103,16 @@ def labels_match(labels: dict, selector: str | None) -> bool:
         if not ok:
             return False
     return True
+
+
+def stored_labels(column: str = "object") -> KeyTransform:
+    """``metadata.labels`` of an object stored whole in a JSON column (slices, classes)."""
+    return KeyTransform("labels", KeyTransform("metadata", column))
+
+
+def matches_no_labels(selector: str | None) -> bool:
+    """Whether an object without labels (an Event here) matches: only when nothing must be present."""
+    return labels_match({}, selector)
 
 
 def parse_fields(selector: str | None, allowed: tuple[str, ...]) -> dict[str, tuple[str, str]]:

@@ -23,13 +23,14 @@ from inventory.services import fleet as fleet_objects
 from kube import poolstatus, versions
 from kube.models import ResourcePoolStatusRequest
 from kube.registry import CLUSTER_LABEL, Resource, by_plural
-from kube.selectors import filter_labels, parse_fields
+from kube.selectors import filter_labels, matches_no_labels, parse_fields, stored_labels
 from kube.status import KubeError, conflict, not_found
 from queues.models import Queue
 from queues.services import queues as queue_services
 from queues.services import status as queue_status
 
 RELEASE = "draservice.io/release"
+ESTIMATE_MAX = 500  # claims of one page whose start times are estimated
 
 
 class Store:
@@ -59,7 +60,10 @@ class Store:
                 continue
             column = self.field_columns[field]
             qs = qs.exclude(**{column: value}) if op == "!=" else qs.filter(**{column: value})
-        return filter_labels(qs, params.get("labelSelector"))
+        return self.filter_labels(qs, params.get("labelSelector"))
+
+    def filter_labels(self, qs: QuerySet, selector: str | None) -> QuerySet:
+        return filter_labels(qs, selector)
 
     def filter_by_name(self, qs: QuerySet, op: str, value: str) -> QuerySet:
         return qs.exclude(name=value) if op == "!=" else qs.filter(name=value)
@@ -138,8 +142,12 @@ class ClaimStore(Store):
         return self.render_many([obj], version)[0]
 
     def render_many(self, objs: list, version: str) -> list[dict]:
+        # Each pending claim's place and estimated start (``kubectl get -o yaml``, the -o wide columns), as a
+        # read of one claim at /api/v1 has them; a page larger than ESTIMATE_MAX is ranked without estimates.
+        queues = claim_render.queue_status(objs, estimate=len(objs) <= ESTIMATE_MAX)
         out = []
-        for claim, rendered in zip(objs, claim_render.render_claims(objs), strict=True):
+        renderings = [claim_render.render_claim(c, list(c.reservations.all()), queues.get(c.id, {})) for c in objs]
+        for claim, rendered in zip(objs, renderings, strict=True):
             rendered["spec"] = versions.claim_spec_out(rendered.get("spec"), version)
             out.append(_with_version(rendered, self.resource.api_version(version), claim.change_seq))
         return out
@@ -272,6 +280,10 @@ class ClusterObjectStore(Store):
 
     has_fleet_wide = False
 
+    def filter_labels(self, qs, selector):
+        # Labels as rendered: the stored object's own, and the cluster's name that the door adds.
+        return filter_labels(qs, selector, stored_labels(), {CLUSTER_LABEL: "cluster__name"})
+
     def filter_by_name(self, qs, op, value):
         try:
             cluster, rest = _split_cluster(value)
@@ -310,6 +322,15 @@ class DeviceClassStore(ClusterObjectStore):
         return self.render_object(obj, obj.object, version)
 
     def create(self, view, namespace, body):
+        name = (body.get("metadata") or {}).get("name")
+        clusters = sorted(DeviceClass.objects.filter(cluster__isnull=False, name=name).values_list(
+            "cluster__name", flat=True)) if name else []
+        if clusters:  # a fleet-wide class takes the place of the clusters' own in every claim: never by accident
+            raise KubeError(409, f'deviceclasses.resource.k8s.io "{name}" already exists (published by cluster '
+                                 f'{", ".join(clusters[:5])}{" and others" if len(clusters) > 5 else ""}): '
+                                 "a fleet-wide class of that name would replace theirs for every claim; an admin "
+                                 "who means that creates it at POST /api/v1/deviceclasses", "AlreadyExists",
+                            {"name": name, "group": "resource.k8s.io", "kind": "deviceclasses"})
         return fleet_objects.create_fleet_object(DeviceClass, _as_v1(body))
 
     def replace(self, view, obj, body):
@@ -387,7 +408,7 @@ class EventStore(Store):
                     qs = qs.none() if op == "=" else qs
                     continue
             qs = qs.exclude(**{column: value}) if op == "!=" else qs.filter(**{column: value})
-        return qs
+        return qs if matches_no_labels(params.get("labelSelector")) else qs.none()  # events carry no labels
 
     def get(self, namespace, name):
         event = self.queryset().filter(namespace=namespace, id=name.rpartition(".")[2] if name.rpartition(

@@ -61,7 +61,13 @@ COLUMNS = {
                        _col("Cluster", "The fleet cluster it is allocated in"),
                        _col("Node", "The node its devices are on"), _col("Devices", "The devices allocated"), AGE,
                        _col("Queue", "The queue it waits or runs in", 1),
+                       _col("Position", "Its place in its queue while pending", 1),
+                       _col("ETA", "When it may start, estimated from the leases of the running claims", 1),
                        _col("Reason", "Why it is in this state", 1)],
+    "queues": [NAME, _col("Nominal", "Devices of each class the queue is guaranteed"),
+               _col("Used", "Devices of each class its claims hold"),
+               _col("Pending", "Its claims waiting"), AGE,
+               _col("Borrowing", "Devices of each class it may borrow beyond nominal", 1)],
     "resourceslices": [NAME, _col("Node", "The node the slice's devices are on"), _col("Driver", "The DRA driver"),
                        _col("Pool", "The resource pool"), _col("Devices", "How many devices the slice lists"), AGE],
     "consumers": [NAME, _col("Phase", "Whether every claim of the consumer is allocated"),
@@ -74,13 +80,39 @@ COLUMNS = {
 }
 
 
+def _eta(status: dict) -> str:
+    """"in 12m" from status.estimatedStartTime; <unknown> for a pending claim without one."""
+    when = status.get("estimatedStartTime")
+    if not when:
+        return "<unknown>" if str(status.get("phase") or "Pending") == "Pending" else "<none>"
+    now = datetime.now(UTC)
+    then = datetime.strptime(when, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return "now" if then <= now else "in " + human_age(now.strftime("%Y-%m-%dT%H:%M:%SZ"), then)
+
+
+def _per_class(spec: dict, limit: str) -> str:
+    """``gpu.nvidia.com=8,mig.nvidia.com=4`` from the quotas' device limits (``<none>``: none set)."""
+    parts = [f"{q.get('deviceClassName')}={(q.get('devices') or {})[limit]}" for q in spec.get("quotas") or []
+             if isinstance(q, dict) and limit in (q.get("devices") or {})]
+    return ",".join(parts) or "<none>"
+
+
+def _used(status: dict) -> str:
+    parts = [f"{u.get('deviceClassName')}={u.get('used')}" for u in status.get("usage") or []
+             if u.get("unit") == "devices"]
+    return ",".join(parts) or "0"
+
+
 def _cells(plural: str, obj: dict) -> list:
     meta, status, spec = obj.get("metadata") or {}, obj.get("status") or {}, obj.get("spec") or {}
     age = human_age(meta.get("creationTimestamp"))
     if plural == "resourceclaims":
         return [meta.get("name"), _claim_state(status), status.get("cluster") or "<none>",
                 status.get("node") or "<none>", _devices(obj), age, status.get("queue") or "<none>",
-                status.get("reason") or ""]
+                status.get("positionInQueue") or "<none>", _eta(status), status.get("reason") or ""]
+    if plural == "queues":
+        return [meta.get("name"), _per_class(spec, "nominal"), _used(status), status.get("pendingClaims", 0), age,
+                _per_class(spec, "borrowingLimit")]
     if plural == "resourceslices":
         return [meta.get("name"), spec.get("nodeName") or "<none>", spec.get("driver") or "",
                 (spec.get("pool") or {}).get("name") or "", len(spec.get("devices") or []), age]

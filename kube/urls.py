@@ -1,7 +1,7 @@
 """Routes of the /k8s door (a kubeconfig's ``server: https://host/k8s``)."""
 from django.urls import path, re_path
 
-from kube import discovery, openapi
+from kube import authorization, discovery, openapi
 from kube.views import ResourceView, not_found
 
 NAME = r"(?P<name>[^/]+)"
@@ -19,10 +19,13 @@ urlpatterns = [
     path("api/", discovery.core),
     path("apis", discovery.group_list),
     path("apis/", discovery.group_list),
+    path("openapi/v2", openapi.v2),
     path("openapi/v3", openapi.index),
     path("openapi/v3/", openapi.index),
     re_path(rf"^openapi/v3/apis/{GROUP}/{VERSION}$", openapi.group_version),
     re_path(rf"^openapi/v3/api/{VERSION}$", openapi.group_version),
+    path("apis/authorization.k8s.io/v1/selfsubjectaccessreviews", authorization.access_reviews),
+    path("apis/authorization.k8s.io/v1/selfsubjectrulesreviews", authorization.rules_reviews),
     re_path(rf"^apis/{GROUP}/?$", discovery.group),
     re_path(rf"^apis/{GROUP}/{VERSION}/?$", discovery.resource_list),
     re_path(rf"^api/{VERSION}/?$", discovery.resource_list),

@@ -16,14 +16,14 @@ from rest_framework.views import APIView
 
 from claims.placement import body_pin
 from dra.k8s.doctor import diagnose
-from draservice import changes
+from draservice import changes, dryrun
 from draservice.parsers import JSONParser, MergePatchParser
 from draservice.permissions import ClaimAccess, IsAdminOrReadOnly, IsAuthenticatedPrincipal, NamespaceAccess
 from draservice.problems import FieldError
 from draservice.yaml import YAMLParser
 from inventory.services.doctor import diagnosed, fleet_vocabulary, problem_members
-from kube import fields, patch, scale, tables, watch
-from kube.registry import Resource, lookup
+from kube import advice, fields, patch, scale, tables, watch
+from kube.registry import RESOURCE_GROUP, Resource, lookup
 from kube.status import KubeError, translate
 from kube.stores import STORES, Store
 
@@ -97,11 +97,16 @@ class ResourceView(APIView):
         error = translate(exc, resource.qualified if resource else "", resource.kind if resource else "", name)
         if error is None:
             raise exc
+        advice.plain_http_401(self.request, error)
+        message = advice.doctor_message(error)
+        advice.add_doctor_cause(error)
         response = _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                          "message": error.message, "reason": error.reason,
+                          "message": message, "reason": error.reason,
                           **({"details": error.details} if error.details else {}), "code": error.code}, error.code)
         for key, value in error.headers.items():
             response[key] = value
+        for warning in advice.doctor_warnings(error.details) if error.code == 422 else []:
+            dryrun.add_warning(response, warning)
         if error.code == 401:
             response["WWW-Authenticate"] = 'Bearer realm="draservice"'
         return response
@@ -139,8 +144,15 @@ class ResourceView(APIView):
     def _respond(self, obj, code: int = 200, warnings: list[str] | None = None):
         response = _json(self.store.render(obj, self.kwargs["version"]), code)
         for warning in warnings or []:
-            response["Warning"] = f'299 - "{warning}"'
+            dryrun.add_warning(response, warning)
         return response
+
+    def initialize_request(self, request, *args, **kwargs):
+        # kube-apiserver reads a body sent without a Content-Type as JSON (the official Python client 37 sends
+        # none on create); a PATCH without one is read as a merge patch, the type a plain JSON object means.
+        if request.method in ("POST", "PUT", "PATCH") and not request.META.get("CONTENT_TYPE"):
+            request.META["CONTENT_TYPE"] = patch.MERGE if request.method == "PATCH" else "application/json"
+        return super().initialize_request(request, *args, **kwargs)
 
     # ------------------------------------------------------------------ verbs
     def get(self, request, **kw):
@@ -192,7 +204,9 @@ class ResourceView(APIView):
         return _json({"apiVersion": self.resource.api_version(kw["version"]), "kind": f"{self.resource.kind}List",
                       "metadata": meta, "items": rendered})
 
-    def _watch(self, request, kw):
+    def start_watch(self, request, kw) -> tuple[watch.Watch, int | None]:
+        """The watch this request asks for and where it starts, every check done (a 4xx now, not mid-stream).
+        Shared with the watch server (``kube.watch_server``), which streams it without holding a thread."""
         watch_class = getattr(self.store, "watch_class", watch.Watch)  # its own, for what the log does not hold
         if (not self.store.change_resource and watch_class is watch.Watch) or "name" in kw:
             raise KubeError(405, f"watch is not supported on {self.resource.qualified}")
@@ -200,6 +214,11 @@ class ResourceView(APIView):
         w = watch_class(self.store, request, kw.get("namespace"), kw["version"], request.query_params,
                         tables.wants_table(request))
         self.store.scoped(request, kw.get("namespace"), request.query_params)  # selectors: a 400 now, not mid-stream
+        return w, since
+
+    def _watch(self, request, kw):
+        # Served here only where nothing routes watches to the watch server (README, "Watches").
+        w, since = self.start_watch(request, kw)
         watch.acquire_slot()
         response = StreamingHttpResponse(w.stream(since), content_type="application/json")
         response["Cache-Control"] = "no-cache"
@@ -212,17 +231,24 @@ class ResourceView(APIView):
         with diagnosed(original):
             body, warnings = self._checked_or_diagnosed(original, kw.get("namespace"))
             obj = self.store.create(self, kw.get("namespace"), body)
-        return self._respond(obj, 201, warnings)
+        return self._respond(obj, 201, warnings + self._older_version_advice(original))
+
+    def _older_version_advice(self, original: dict) -> list[str]:
+        """A manifest in an older DRA version is stored as it is, and the doctor's rewrite is printed."""
+        if self.resource.group != RESOURCE_GROUP or self.kwargs["version"] == "v1":
+            return []
+        return advice.doctor_warnings(problem_members(diagnose(original, fleet_vocabulary())))
 
     def put(self, request, **kw):
         if kw.get("subresource") == "scale":
             return _json(scale.write(self, request, kw))
         self._object_write_allowed(kw)
         obj = self.store.get(kw.get("namespace"), kw["name"])
+        dryrun.keep_version(self.store.render(obj, kw["version"])["metadata"].get("resourceVersion"))
         original = self._body(request)
         with diagnosed(original):
             body, warnings = self._checked_or_diagnosed(original, kw.get("namespace"), kw["name"])
-            return self._respond(self.store.replace(self, obj, body), 200, warnings)
+            return self._replaced(obj, body, warnings)
 
     def _checked_or_diagnosed(self, body: dict, namespace: str | None, name: str | None = None):
         """``_check_body``; but a manifest written for an older API (a v1beta1-shaped v1 claim has "unknown"
@@ -246,6 +272,7 @@ class ResourceView(APIView):
         current = self.store.render(obj, kw["version"])
         current.pop("status", None)
         meta = current.get("metadata") or {}
+        dryrun.keep_version(meta.get("resourceVersion"))
         meta.pop("resourceVersion", None)  # a patch applies to the object as it is, unless it names a version
         patched = patch.apply_patch(current, request.data, request.content_type or "")
         if not isinstance(patched, dict):
@@ -261,14 +288,37 @@ class ResourceView(APIView):
                              "causes": [{"reason": "FieldValueRequired", "field": field,
                                          "message": f"Required value: {field} may not be removed by a patch"}]})
         body, warnings = self._check_body(patched, kw.get("namespace"), kw["name"])
+        return self._replaced(obj, body, warnings)
+
+    def _replaced(self, obj, body: dict, warnings: list[str]):
+        if self.resource.plural == "deviceclasses":
+            before = self.store.render(obj, self.kwargs["version"])
+            warnings = warnings + advice.selector_change(self.kwargs["name"], before, body)
         return self._respond(self.store.replace(self, obj, body), 200, warnings)
 
     def delete(self, request, **kw):
+        if "name" not in kw:
+            return self._delete_collection(request, kw)
         self._object_write_allowed(kw)
         obj = self.store.get(kw.get("namespace"), kw["name"])
         rendered = self.store.render(obj, kw["version"])
+        dryrun.keep_version(rendered["metadata"].get("resourceVersion"))
         self.store.delete(self, obj)
         return _json(rendered)
+
+    def _delete_collection(self, request, kw):
+        """``deletecollection`` (``kubectl delete resourceclaims -l team=a``, ``--all``): each object the
+        selectors match, as one delete each (its own checks and events); the answer lists what was deleted."""
+        if "delete" not in self.resource.verbs:
+            raise KubeError(405, "the server does not allow this method on the requested resource")
+        objects = list(self.store.scoped(request, kw.get("namespace"), request.query_params).order_by("pk")[
+            :MAX_LIST])
+        rendered = self.store.render_many(objects, kw["version"])
+        for obj in objects:
+            self.body_name = getattr(obj, "name", "")
+            self.store.delete(self, obj)
+        return _json({"apiVersion": self.resource.api_version(kw["version"]), "kind": f"{self.resource.kind}List",
+                      "metadata": {}, "items": rendered})
 
     def _object_write_allowed(self, kw) -> None:
         if "name" not in kw:

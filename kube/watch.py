@@ -113,6 +113,10 @@ class Watch:
 
     def stream(self, since: int | None) -> Iterator[bytes]:
         try:
+            # The response headers at once, as kube-apiserver sends them: a client (kubectl wait, an informer)
+            # may wait for them before it acts on what its list already showed. An empty chunk is sent as
+            # the headers alone (the WSGI server writes no body for it).
+            yield b""
             if since is None:
                 since = changes.settled()
                 objects = list(self.store.scoped(self.request, self.namespace, self.params)[:10_000])

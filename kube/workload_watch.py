@@ -25,6 +25,7 @@ class DiffWatch(watch.Watch):
 
     def stream(self, since: int | None) -> Iterator[bytes]:
         try:
+            yield b""  # the response headers at once (kube.watch.Watch.stream says why)
             seen = self._snapshot()
             for obj in seen.values():
                 # From a resourceVersion (after a list) too: what the client listed may have changed since, and

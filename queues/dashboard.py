@@ -1,18 +1,28 @@
-"""The dashboard's Queues page: the tree, per class and unit the nominal quota, what is in use (within nominal
-and borrowed), pending claims with the oldest wait, the dominant share against the weight, preemptions."""
+"""The dashboard's Queues page: the tree, per class the nominal quota, what is in use (within nominal and
+borrowed), what is lent to siblings, pending claims per class, the fair-share rank and the head's start estimate.
+
+Amounts are shown in people's units: devices as counts, memory as binary quantities (``70Gi``). Usage the
+queue has no quota for beyond its device count (a MIG partition's ``memory-slice-N`` placement counters, for
+one) is summed up in one line instead of a row per counter.
+"""
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from fractions import Fraction
 
 from django.db.models import Count, Min
 
 from claims.models import Phase, ResourceClaim
+from frontend.queries.claims import queue_fields
 from queues import spec as queue_spec
 from queues.models import Preemption, Queue
+from queues.quantities import quantity
 from queues.services import status, usage
 from queues.services.order import Shares
 from queues.services.resolve import Tree, claims_of_queue_q
+
+PENDING_SAMPLE = 500  # pending claims read per queue for the per-class counts
+HEAD_SAMPLE = 20  # the oldest pending claims a queue's head is looked for among
 
 
 def queue_rows() -> list[dict]:
@@ -24,18 +34,33 @@ def queue_rows() -> list[dict]:
     children: dict[int | None, list[Queue]] = defaultdict(list)
     for q in queues:
         children[q.parent_id].append(q)
+    ranks = _fair_share_ranks(queues, shares)
     rows: list[dict] = []
 
     def walk(parent_id: int | None, depth: int) -> None:
-        for q in sorted(children.get(parent_id, []), key=lambda q: q.name):
-            rows.append(_row(q, depth, statuses[q.id], shares, preempted.get(q.name, 0)))
+        siblings = sorted(children.get(parent_id, []), key=lambda q: q.name)
+        amounts = {q.id: _amounts(q, statuses[q.id]) for q in siblings}
+        lent = _lent(amounts)
+        for q in siblings:
+            rows.append(_row(q, depth, statuses[q.id], amounts[q.id], lent.get(q.id, {}), shares, ranks,
+                             preempted.get(q.name, 0)))
             walk(q.id, depth + 1)
 
     walk(None, 0)
     return rows
 
 
-def _row(q: Queue, depth: int, st: dict, shares: Shares, preempted: int) -> dict:
+def _fair_share_ranks(queues: list[Queue], shares: Shares) -> dict[int, int]:
+    """1 = served first among queues that compete: the lowest dominant share per unit of weight."""
+    def key(q: Queue):
+        weight = Fraction(q.weight or 0)
+        return (shares.dominant(q.id) / weight if weight else Fraction(10**9), q.name)
+
+    return {q.id: i for i, q in enumerate(sorted(queues, key=key), start=1)}
+
+
+def _amounts(q: Queue, st: dict) -> dict[tuple, tuple[Fraction, Fraction]]:
+    """(class, unit, resource) -> (nominal, in use)."""
     nominal: dict[tuple, Fraction] = defaultdict(Fraction)
     for entry in q.spec.get("quotas") or []:
         if entry.get("devices"):
@@ -45,24 +70,85 @@ def _row(q: Queue, depth: int, st: dict, shares: Shares, preempted: int) -> dict
             for res, limits in (entry.get(unit) or {}).items():
                 nominal[(entry["deviceClassName"], unit, res)] += Fraction(queue_spec.amount_of(limits["nominal"]))
     used = {(u["deviceClassName"], u["unit"], u.get("name", "")): Fraction(u["used"]) for u in st["usage"]}
-    resources = []
-    for key in sorted(set(nominal) | set(used)):
-        n, u = nominal.get(key, Fraction(0)), used.get(key, Fraction(0))
-        within, borrowed = min(n, u), max(Fraction(0), u - n)
-        total = max(n, u) or Fraction(1)
-        resources.append({"class": key[0], "unit": key[1], "name": key[2], "nominal": _num(n), "used": _num(u),
-                          "borrowed": _num(borrowed),
-                          "tally": {"total": float(total), "segments": [
-                              ("alloc", float(within), "in use within nominal"),
-                              ("shared", float(borrowed), "borrowed"),
-                              ("free", float(max(Fraction(0), n - u)), "nominal unused (lendable)")]}})
+    return {key: (nominal.get(key, Fraction(0)), used.get(key, Fraction(0))) for key in set(nominal) | set(used)}
+
+
+def _lent(amounts: dict[int, dict[tuple, tuple[Fraction, Fraction]]]) -> dict[int, dict[tuple, Fraction]]:
+    """What each sibling lends: the siblings' borrowing, covered by the unused nominal of the others in name
+    order (the queues of one parent share their unused quota)."""
+    out: dict[int, dict[tuple, Fraction]] = defaultdict(dict)
+    keys = {key for per in amounts.values() for key in per}
+    for key in keys:
+        borrowed = sum((max(Fraction(0), u - n) for n, u in (per.get(key, (0, 0)) for per in amounts.values())),
+                       Fraction(0))
+        for qid, per in amounts.items():
+            if borrowed <= 0:
+                break
+            n, u = per.get(key, (Fraction(0), Fraction(0)))
+            give = min(borrowed, max(Fraction(0), n - u))
+            if give:
+                out[qid][key] = give
+                borrowed -= give
+    return out
+
+
+def _resource(key: tuple, nominal: Fraction, used: Fraction, lent: Fraction) -> dict:
+    cls, unit, name = key
+    within, borrowed = min(nominal, used), max(Fraction(0), used - nominal)
+    total = max(nominal, used) or Fraction(1)
+
+    def show(value: Fraction) -> str:
+        return quantity(value, name, exact=False)
+
+    return {"class": cls, "unit": "devices" if unit == "devices" else name, "kind": unit,
+            "nominal": show(nominal), "used": show(used), "borrowed": show(borrowed), "lent": show(lent),
+            "tally": {"total": float(total), "segments": [
+                ("alloc", float(within), "in use within nominal"),
+                ("shared", float(borrowed), "borrowed"),
+                ("free", float(max(Fraction(0), nominal - used)), "nominal unused (lendable)")]}}
+
+
+def _row(q: Queue, depth: int, st: dict, amounts: dict, lent: dict, shares: Shares, ranks: dict,
+         preempted: int) -> dict:
     pending = ResourceClaim.objects.filter(phase=Phase.PENDING).filter(
         claims_of_queue_q(q.name, q.spec.get("namespaces") or []))
+    per_class = _pending_per_class(pending)
+    resources, hidden = [], 0
+    for key in sorted(amounts, key=lambda k: (k[0], k[1] != "devices", k[1], k[2])):
+        nominal, used = amounts[key]
+        if key[1] != "devices" and not nominal:
+            hidden += 1  # usage of a counter or capacity the queue has no quota for: summed up below
+            continue
+        res = _resource(key, nominal, used, lent.get(key, Fraction(0)))
+        res["pending"] = per_class.pop(key[0], 0) if key[1] == "devices" else None
+        resources.append(res)
+    for cls, n in sorted(per_class.items()):  # classes with claims waiting but no quota or use yet
+        resources.append({**_resource((cls, "devices", ""), Fraction(0), Fraction(0), Fraction(0)), "pending": n})
     oldest = pending.aggregate(oldest=Min("created_at"))["oldest"]
-    return {"queue": q, "depth": depth, "indent": depth * 18, "resources": resources,
+    return {"queue": q, "depth": depth, "indent": depth * 18, "resources": resources, "hidden": hidden,
             "pending": st["pendingClaims"], "oldest": oldest, "share": float(shares.dominant(q.id)),
-            "weight": q.weight, "preempted": preempted}
+            "weight": q.weight, "rank": ranks.get(q.id), "preempted": preempted,
+            "head": _head(pending, q.name) if st["pendingClaims"] else None}
 
 
-def _num(value: Fraction):
-    return value.numerator if value.denominator == 1 else round(float(value), 2)
+def _pending_per_class(pending) -> dict[str, int]:
+    counts: Counter = Counter()
+    for spec in pending.order_by("id").values_list("spec", flat=True)[:PENDING_SAMPLE]:
+        classes = set()
+        for req in ((spec or {}).get("devices") or {}).get("requests") or []:
+            body = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
+            if body.get("deviceClassName"):
+                classes.add(body["deviceClassName"])
+        counts.update(classes)
+    return dict(counts)
+
+
+def _head(pending, queue: str) -> dict | None:
+    """The claim first in the queue's order, with its start estimate (the claim page's figures)."""
+    claims = list(pending.select_related("namespace").order_by("created_at", "id")[:HEAD_SAMPLE])
+    fields = queue_fields(claims)
+    mine = [c for c in claims if (fields.get(c.id) or {}).get("name") == queue]
+    if not mine:
+        return None
+    claim = min(mine, key=lambda c: (fields[c.id]["position"] or 10**9, c.id))
+    return {"claim": claim, **fields[claim.id]}

@@ -1,6 +1,4 @@
-"""The periodic tasks of the queues app (collected by ``draservice.beat``)."""
-from datetime import timedelta
+"""The periodic tasks of the queues app (collected by ``draservice.beat``). The preemption pass
+(``queues-preempt``) is the scheduler's: ``scheduler.schedule``."""
 
-SCHEDULE = {
-    "queues-preempt": {"task": "queues.tasks.preempt", "schedule": timedelta(seconds=5)},
-}
+SCHEDULE: dict = {}

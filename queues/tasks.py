@@ -3,13 +3,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from queues.services import reclaim
-
-
-@shared_task(name="queues.tasks.preempt", ignore_result=True)
-def preempt() -> dict:
-    """Requeue victims past their deadline; choose and mark victims for claims waiting for room."""
-    return reclaim.run()
+# The preemption pass (``queues.tasks.preempt``) is the scheduler's: ``scheduler.tasks`` registers it.
 
 
 @shared_task(name="queues.tasks.notify_preemption", ignore_result=True)

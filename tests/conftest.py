@@ -65,7 +65,10 @@ REDIS_LAST_DB = 15  # Redis' default `databases 16`
 # seconds to start (the fixture named): split across workers, each would start its own. Only those files: the
 # rest of their folder (tests/kube's in-process door and workload tests, minutes of them) is free to go to
 # another worker. pytest_collection_modifyitems refuses a test that uses the fixture from a file not listed.
-SHARED_SERVICES = {"kube_service": ("tests/kube/test_kubectl.py", "tests/kube/test_workloads_kubectl.py")}
+SHARED_SERVICES = {"kube_service": ("tests/kube/test_kubectl.py", "tests/kube/test_workloads_kubectl.py",
+                                   "tests/kube/test_kubectl_truth.py", "tests/kube/test_python_clients.py",
+                                   "tests/kube/test_watch_server.py", "tests/kube/test_schemas_kubectl.py",
+                                   "tests/kube/test_access_reviews.py", "tests/kube/test_taint_rules_kubectl.py")}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -141,6 +144,21 @@ def django_db_setup(_require_postgresql, django_db_setup):
     flush_command.sql_flush = _sql_flush_tables_with_rows
     yield
     flush_command.sql_flush = management_sql.sql_flush
+
+
+# Each database test starts with empty tables (a rolled-back transaction, or a flush after a transactional
+# test): changes no production database makes, and neither writes the change log that the per-process state
+# follows (the rows in use, the fleet view, the engines built on them). Rows a rolled-back test allocated would
+# stay "in use" on devices of the same names in the next test, so each live test starts that state afresh.
+@pytest.fixture(autouse=True)
+def _fresh_process_state(request):
+    if request.node.get_closest_marker("live") is not None:
+        from claims.services import engines, fleet
+
+        fleet.invalidate(hard=True)
+        fleet.reset_rows()
+        engines.engines.reset()
+    yield
 
 
 def _sql_flush_tables_with_rows(style, connection, reset_sequences=True, allow_cascade=False):

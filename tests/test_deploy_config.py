@@ -136,7 +136,7 @@ def _manage_py_invocations() -> list[tuple[str, list[str]]]:
     texts = [ROOT / "README.md", ROOT / "Dockerfile", ROOT / "Makefile", ROOT / "docker-compose.yml",
              *sorted((ROOT / "deploy").rglob("*.md")), *sorted((ROOT / "deploy").rglob("*.yaml"))]
     for path in texts:
-        text = re.sub(r"\$\((PORT)\)", "8000", path.read_text())
+        text = re.sub(r"\$\(HTTPS_PORT\)", "8443", re.sub(r"\$\((PORT)\)", "8000", path.read_text()))
         for match in re.finditer(r"manage\.py\s+([^|&;#)<>`\"'\n]*)", text):
             words = shlex.split(match.group(1))
             if words:

@@ -17,12 +17,12 @@ from django.urls import resolve
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from claims import tasks
 from claims.models import AllocationRound, ClaimEvent, ResourceClaim
-from claims.services import allocation, round_log
 from frontend import metrics as fleet_metrics
 from frontend.queries.fleet import fleet_overview
 from inventory.models import Cluster
+from scheduler import tasks
+from scheduler.services import allocation, round_log
 from tests.claims import fleet as fleet_helpers
 from tests.claims.fleet import gpu_claim
 from tests.queues.conftest import queue_body

@@ -20,9 +20,18 @@ from claims.models import (
     ResourceClaimTemplate,
     UtilisationSnapshot,
 )
-from claims.services import queueing
 from claims.services.consumers import API_VERSION as CONSUMER_API_VERSION
 from draservice.prepared import Prepared, set_prefetched
+from queues.services import order as queue_order
+
+
+def queue_status(claims: list, estimate: bool = False, position: bool = True) -> dict[int, dict]:
+    """Queue fields of ``claims``' status (queue, positionInQueue, estimate), from the queues app (this door
+    renders above it). ``estimate``: also the start-time estimate (costlier: a single claim's read asks for
+    it, lists and create answers do not); ``position``: also ``positionInQueue`` (a window over the queue's
+    pending claims: reads ask for it, create answers do not -- a claim just created joins its queue's tail,
+    and ranking the whole queue on every POST made submission cost grow with the queue)."""
+    return queue_order.positions(claims, estimate, position) if claims else {}
 
 
 def ts(value: datetime | None) -> str | None:
@@ -43,7 +52,7 @@ def _metadata(obj, namespace: str) -> dict:
 def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: dict | None = None,
                  estimate: bool = False) -> dict:
     """``reservations``: the claim's Reservation rows with their consumers (prefetched by the caller);
-    ``queue``: its queue status fields (``queueing.status``), looked up when not given (with the start-time
+    ``queue``: its queue status fields (``queue_status``), looked up when not given (with the start-time
     estimate when ``estimate``: a read of this one claim)."""
     meta = _metadata(claim, claim.namespace.name)
     if claim.owner_id:
@@ -77,7 +86,7 @@ def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: 
     if claim.lease_seconds:
         status["lease"] = {"leaseDurationSeconds": claim.lease_seconds, "expireTime": ts(claim.lease_expires_at),
                            "renewTime": ts(claim.lease_renewed_at)}
-    status.update(queue if queue is not None else queueing.status([claim], estimate).get(claim.id, {}))
+    status.update(queue if queue is not None else queue_status([claim], estimate).get(claim.id, {}))
     return {"apiVersion": k8s.V1, "kind": "ResourceClaim", "metadata": meta, "spec": claim.spec, "status": status}
 
 
@@ -131,14 +140,14 @@ def load_reservations(claim: ResourceClaim) -> None:
 def render_claims(claims) -> list[dict]:
     """Render claims loaded through ``claims_queryset`` (no query per claim)."""
     claims = list(claims)
-    queues = queueing.status(claims)
+    queues = queue_status(claims)
     return [render_claim(c, list(c.reservations.all()), queues.get(c.id, {})) for c in claims]
 
 
 def render_new_claims(claims: list[ResourceClaim]) -> list[dict]:
     """Claims just created (nothing reserves them yet), their queue looked up once for all. Not their
     ``positionInQueue``: they joined their queue's tail, and a read (GET, list) ranks them."""
-    queues = queueing.status(claims, position=False)
+    queues = queue_status(claims, position=False)
     return [render_claim(c, [], queues.get(c.id, {})) for c in claims]
 
 
@@ -155,7 +164,7 @@ def current_rendering(payload: dict) -> dict:
             return payload
         # Rendered as a create answer is (``render_new_claims``): a retried create answers as the first did.
         return render_claim(claim, list(claim.reservations.all()),
-                            queueing.status([claim], position=False).get(claim.id, {}))
+                            queue_status([claim], position=False).get(claim.id, {}))
     if payload.get("kind") == "Consumer":
         consumer = Consumer.objects.select_related("namespace").filter(uid=uid).first()
         return render_consumer(consumer) if consumer else payload
@@ -205,7 +214,7 @@ def render_consumer(consumer: Consumer, reservations: list | None = None) -> dic
 
 def _unit_queue_status(claims: list[ResourceClaim]) -> dict:
     """A consumer's (or gang's) queue fields: its claims' queue, and the first place one of them holds."""
-    queues = queueing.status(claims)
+    queues = queue_status(claims)
     if not queues:
         return {}
     out = dict(next(iter(queues.values())))

@@ -2,7 +2,6 @@ from django.urls import path
 
 from claims.api import views
 from claims.api.convert import ConvertView
-from claims.api.defrag import ApplyPlanView, DefragmentationView
 from claims.api.quota import ObjectQuotaView
 from claims.api.simulate import SimulateView
 
@@ -19,8 +18,6 @@ urlpatterns = [
     path(f"{CLAIM}/release", views.ClaimReleaseView.as_view(), name="resourceclaim-release"),
     path("simulate", SimulateView.as_view(), name="simulate"),
     path("convert", ConvertView.as_view(), name="convert"),
-    path("defragmentation", DefragmentationView.as_view(), name="defragmentation"),
-    path("defragmentation/plans/<str:plan_id>/apply", ApplyPlanView.as_view(), name="defragmentation-apply"),
     path("namespaces", views.NamespaceListView.as_view(), name="namespace-list"),
     path("resourceclaims", views.AllClaimsView.as_view(), name="resourceclaim-all"),
     path("utilisation", views.UtilisationView.as_view(), name="utilisation-list"),

@@ -31,7 +31,7 @@ from claims.services import consumers as consumer_services
 from claims.services import events as ev
 from claims.services import explain as explain_service
 from claims.services import idempotency
-from draservice import notify
+from draservice import dryrun, notify
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser, MergePatchParser
 from draservice.permissions import (
@@ -57,6 +57,7 @@ def _claim_or_404(ns: str, name: str) -> ResourceClaim:
     claim = s.load_claim(ns, name)
     if claim is None:  # get_object_or_404's words
         raise Http404("No ResourceClaim matches the given query.")
+    dryrun.keep_version(str(claim.resource_version))  # a dry-run update answers the version it did not change
     return claim
 
 
@@ -276,7 +277,8 @@ class ClaimExplainView(ClaimsBase):
     def get(self, request, namespace, name):
         claim = _claim_or_404(namespace, name)
         refresh = request.query_params.get("refresh", "").lower() in ("1", "true", "yes")
-        return Response(explain_service.explain(claim, refresh=refresh))
+        queue = s.queue_status([claim], estimate=True).get(claim.id)
+        return Response(explain_service.explain(claim, refresh=refresh, queue=queue))
 
 
 class ClaimEventsView(ClaimsBase):

@@ -375,33 +375,40 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     bulk.update_and_insert(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
                                   "resource_version", "updated_at", "conditions"], events)
     # Last, because it moves the fleet clock, a row every release locks: held only until the commit.
-    if _free_rows([c.id for c in live], now):  # counted for the wake-ups: only claims they could serve wake
+    if free_devices([c.id for c in live], now):  # counted for the wake-ups: only claims they could serve wake
         transaction.on_commit(dispatch.request_allocation)
     ids = [c.id for c in live]
     transaction.on_commit(lambda: notify.publish(ids))
     return live
 
 
-def _free_rows(claim_ids: list[int], now) -> Counter:
-    """Delete the claims' DeviceAllocation rows and their wake rows (``wake.forget``), close their usage
-    intervals (``ledger.close_intervals``; same transaction: the ledger matches the rows), and count the freed
-    devices for the wake-ups (``wake.released``). Returns the devices freed per cluster. On PostgreSQL one
+def free_devices(claim_ids: list[int], now) -> Counter:
+    """Free the devices of claims whose rows the caller has locked, for every way a claim gives its devices
+    back (a release, a preemption's requeue): delete their DeviceAllocation rows and their wake rows
+    (``wake.forget``), close their usage intervals (``ledger.close_intervals``; same transaction: the ledger
+    matches the rows), and count the freed devices for the wake-ups (``wake.released``) and offer each to the
+    first few pending claims it can serve (``wake.offer``: insert-only ``ReleasedDevice`` rows the round's
+    wake-up step reads, ``scheduler.services.wakeups``). Returns the devices freed per cluster. Call it last in
+    the transaction: it moves the fleet clock, a row every release locks, held only until the commit. On PostgreSQL one
     statement (the others as data-modifying WITH queries, which run whether or not the main query reads them):
     every release runs it, and each statement costs the web a round trip and the driver's and Django's
     per-statement CPU."""
     if connection.vendor != "postgresql":
         rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
+        devices = list(rows.filter(admin_access=False).values_list("cluster", "driver", "pool", "device"))
         freed = Counter(rows.values_list("cluster", flat=True))
         rows.delete()
         wake.forget(claim_ids)
         ledger.close_intervals(claim_ids, now)
         wake.released(freed)
+        wake.offer(devices)
         return freed
     table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), closed AS ({ledger.close_intervals_sql()}), "
-                       f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) RETURNING cluster), "
-                       f"{wake.released_sql('freed')} "
+                       f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) "
+                       "RETURNING cluster, driver, pool, device, admin_access), "
+                       f"{wake.released_sql('freed')}, {wake.offer_sql('freed')} "
                        "SELECT cluster, count(*), (SELECT count(*) FROM woken) FROM freed GROUP BY cluster",
                        {"ids": claim_ids, "now": now, **wake.wake_params()})
         rows = cursor.fetchall()

@@ -6,7 +6,8 @@ transaction of its own. Nothing slow happens under these locks: no engine search
 the checks and bulk writes below, so a lock is held for milliseconds (a whole 500-claim round's write well
 under the 2 s bound; ``LOCK_TIMEOUT`` caps how long we ever wait for one).
 
-``commit`` checks, under locks held to commit, that what the decision relied on still holds:
+``changed_claims`` and ``verify`` check, under locks held to commit, that what the decision relied on still
+holds:
 
 1. the claims are still as they were read: each is locked (``FOR UPDATE``, ascending id) and must still be
    Pending at the ``resource_version`` the decision started from; a claim deleted, released or edited in
@@ -15,9 +16,11 @@ under the 2 s bound; ``LOCK_TIMEOUT`` caps how long we ever wait for one).
 3. no allocation row appeared, since the devices in use were read, on a device we use nor in a pool with
    shared counters that we use (``claims.services.locking``); such a unit "lost the race" and is retried.
 
-Then it inserts the ``DeviceAllocation`` rows (the partial unique indexes stay the last line of defence: a
-violation aborts the caller's transaction), marks the claims Allocated and appends their events. Units are
-all or nothing: a claim, a consumer's claims, a whole gang.
+Then the caller admits the units still live (the scheduler asks the queues' quota, in the same transaction:
+``scheduler.services.admit``), and ``write`` inserts, for the units neither lost nor refused, the
+``DeviceAllocation`` rows (the partial unique indexes stay the last line of defence: a violation aborts the
+caller's transaction), marks the claims Allocated and appends their events. Units are all or nothing: a
+claim, a consumer's claims, a whole gang.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from django.db import connection
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services import bulk, fleet, locking, queueing, wake
 from claims.services import events as ev
-from claims.services.conditions import set_allocated_condition, set_condition
+from claims.services.conditions import PREEMPTED, READMITTED, set_allocated_condition, set_condition
 from usage.services import ledger
 
 LOCK_TIMEOUT = "2s"
@@ -128,13 +131,12 @@ def verify(units: list[Unit], view, rows_seen) -> set[int]:
     return lost
 
 
-def commit(units: list[Unit], view, rows_seen, now) -> CommitResult:
-    """Verify and write ``units`` in the caller's transaction; claims of won units are updated in memory
-    (Allocated) and saved. Claims must have been checked with ``changed_claims`` in this transaction."""
-    out = CommitResult(lost=verify(units, view, rows_seen))
-    # Quota is decided here and only here, in this transaction, on what the engine actually placed.
-    live = [i for i in range(len(units)) if i not in out.lost]
-    verdicts = {live[j]: v for j, v in queueing.admit([units[i] for i in live], view, now).items()}
+def write(units: list[Unit], view, now, lost: set[int], verdicts: dict[int, queueing.Verdict]) -> CommitResult:
+    """Write ``units`` in the caller's transaction, but those ``verify`` found ``lost`` and those whose verdict
+    (the caller's admission, by unit index) is not ``ADMITTED``; claims of won units are updated in memory
+    (Allocated) and saved. Claims must have been checked with ``changed_claims`` and the units with ``verify``
+    in this transaction."""
+    out = CommitResult(lost=lost)
     out.refused = {i: v for i, v in verdicts.items() if v.reason != queueing.ADMITTED}
     rows: list[DeviceAllocation] = []
     held: list[ledger.Held] = []
@@ -196,6 +198,11 @@ def set_allocated(claim: ResourceClaim, p: Placement, allocation: dict | None, n
         claim.message = "allocated with no devices: the spec has no device requests (upstream defaulting)"
     claim.diagnostics = p.diagnostics or {"allocated": True, "cluster": claim.cluster, "node": claim.node or None}
     claim.conditions = set_allocated_condition(claim.conditions, True, "Allocated", claim.message, now)
+    if any(c.get("type") == PREEMPTED and c.get("status") == "True" for c in claim.conditions or []):
+        # Requeued by preemption and allocated again: the preemption is over (Preempted=True goes with
+        # Allocated only while a notice runs).
+        claim.conditions = set_condition(claim.conditions, PREEMPTED, False, READMITTED,
+                                         "allocated again after its preemption", now)
     events.append(ev.event(claim, ev.ALLOCATED, "Allocated", claim.message, {
         "cluster": claim.cluster, "node": claim.node or None, **p.event_data,
         "devices": [{k: r.get(k) for k in ("request", "driver", "pool", "device", "shareID") if r.get(k) is not None}

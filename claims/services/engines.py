@@ -8,8 +8,17 @@ those are compared (a round costs what changed, not the size of the fleet), else
 claims round, the gang worker and (later) queue admission all ask this cache, so a process holds one engine,
 not one per allocator. ``rows`` is what the engine currently counts, by row id: the rows read plus the
 round's own writes (``note_written``), which the log brings back later and which are then not counted twice.
+
+A decision pass (a claims round, a gang placement) uses the engine through one ``session()``: the session
+owns what the pass may do to the cache's state -- ``poison`` it (an engine call raised half-way), ``invalidate``
+it (the unique index refused a write: the engine and the fleet view are both in doubt), reset it when the pass
+raises, and settle it (``memory.settle``) when a pass that used it ends. Nothing outside this module writes
+the cache's state.
 """
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from claims.services import fleet
 from dra.engine import AllocatedDevice, Engine, memory
@@ -98,6 +107,58 @@ class EngineCache:
                 return
             self.rows[row_id] = AllocatedDevice(cluster, driver, pool, device, share_id or None, consumed or None,
                                                 admin)
+
+
+    def poison(self) -> None:
+        """An engine call raised half-way: its in-use state may be inconsistent; rebuilt at the next use."""
+        self.poisoned = True
+
+
+class EngineSession:
+    """One decision pass's use of an ``EngineCache`` (see ``session``)."""
+
+    def __init__(self, cache: EngineCache) -> None:
+        self.cache = cache
+        self.used = False
+
+    def engine_for(self, view, rows: dict[int, AllocatedDevice]) -> Engine:
+        self.used = True
+        return self.cache.engine_for(view, rows)
+
+    def placer_for(self, view, rows: dict[int, AllocatedDevice]) -> GangPlacer:
+        self.used = True
+        return self.cache.placer_for(view, rows)
+
+    def note_written(self, written: list[tuple]) -> None:
+        self.cache.note_written(written)
+
+    @property
+    def poisoned(self) -> bool:
+        return self.cache.poisoned
+
+    def poison(self) -> None:
+        self.cache.poison()
+
+    def invalidate(self) -> None:
+        """The unique index refused a row: something slipped past the checks, so neither what the engine
+        counts nor the cached fleet view is trusted; both are rebuilt at the next use."""
+        self.cache.reset()
+        fleet.invalidate(hard=True)
+
+
+@contextmanager
+def session(cache: EngineCache | None = None) -> Iterator[EngineSession]:
+    """The engine for one decision pass. A pass that raises resets the cache (its in-use state may now disagree
+    with the database); a pass that used the engine settles it when it ends (what the pass left alive leaves
+    the collector's generations, ``dra.engine.memory``)."""
+    current = EngineSession(engines if cache is None else cache)
+    try:
+        yield current
+    except BaseException:
+        current.cache.reset()
+        raise
+    if current.used:
+        current.cache.settle()
 
 
 engines = EngineCache(long_lived=True)

@@ -7,12 +7,14 @@ the fleet's version. ``refresh`` runs the engine now on a throw-away copy (no wr
 from __future__ import annotations
 
 from claims.models import Phase, ResourceClaim
-from claims.services import allocation, fleet, queueing
-from claims.services.grouping import Group
+from claims.placement import claim_group
+from claims.services import fleet, taking
 
 
-def explain(claim: ResourceClaim, *, refresh: bool = False) -> dict:
-    version = allocation.fleet_version()
+def explain(claim: ResourceClaim, *, refresh: bool = False, queue: dict | None = None) -> dict:
+    """``queue``: the claim's queue status fields with the start-time estimate (the door reads them from the
+    queues app), or None."""
+    version = taking.fleet_version()
     out = {
         "claim": {"namespace": claim.namespace.name, "name": claim.name, "uid": str(claim.uid)},
         "phase": str(claim.phase), "reason": claim.reason, "message": claim.message,
@@ -20,10 +22,9 @@ def explain(claim: ResourceClaim, *, refresh: bool = False) -> dict:
         "attempts": claim.attempts,
         "lastAttemptTime": claim.last_attempt_at.strftime("%Y-%m-%dT%H:%M:%SZ") if claim.last_attempt_at else None,
         "fleetVersion": version, "attemptedVersion": claim.attempted_version,
-        "current": claim.phase != Phase.PENDING or not allocation.undecided_pending().filter(pk=claim.pk).exists(),
+        "current": claim.phase != Phase.PENDING or not taking.undecided_pending().filter(pk=claim.pk).exists(),
         "diagnostics": claim.diagnostics,
     }
-    queue = queueing.status([claim], estimate=True).get(claim.id)
     if queue:  # e.g. "position 3 in team-a; about 12 min: running claims ending by 14:11 free the 8 ..."
         words = [f"position {queue['positionInQueue']} in {queue['queue']}" if "positionInQueue" in queue
                  else f"queue {queue['queue']}"]
@@ -48,7 +49,8 @@ def dry_run(claim: ResourceClaim) -> dict:
     try:
         # All CEL evaluations of the dry run share one budget (each also has its own, dra.cel's default).
         with metered(CostMeter(REQUEST_COST_BUDGET)):
-            outcome = engine.allocate(allocation.engine_group(Group(claims=[claim]), view), raise_errors=False)
+            outcome = engine.allocate(claim_group([claim], view.cluster_labels, key=f"claim:{claim.uid}"),
+                                     raise_errors=False)
     except CostBudgetExhausted as exc:
         return {"allocatable": False, "reason": "cel_budget_exhausted", "message": f"the dry run was stopped: "
                 f"{exc.reason}", "cluster": None, "node": None, "diagnostics": None, "error": None}

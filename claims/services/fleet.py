@@ -32,7 +32,7 @@ SNAPSHOT_MAX_AGE_SECONDS = 60.0
 @dataclass
 class FleetView:
     key: tuple
-    snapshot: object  # dra.engine.FleetSnapshot
+    snapshot: FleetSnapshot
     cluster_versions: dict[str, tuple[int, tuple]]  # name -> (cluster id, (inventory_version, stale_since))
     cluster_labels: list[tuple[str, dict]]
     counter_pools: set[tuple[str, str, str]] = field(default_factory=set)  # pools with sharedCounters

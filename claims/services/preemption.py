@@ -1,4 +1,4 @@
-"""Claim state changes of preemption with notice (the claims app writes claim rows; ``queues`` decides).
+"""Claim state changes of preemption with notice (the claims app writes claim rows; the scheduler decides).
 
 The safe-release flow: a victim is first *marked* (condition ``Preempted``, reason ``PreemptionPending``, a
 deadline; it keeps its devices and its holder is told), and at the deadline *requeued*: its devices are freed
@@ -10,16 +10,15 @@ from __future__ import annotations
 from django.db import transaction
 
 from claims import dispatch
-from claims.models import DeviceAllocation, Phase, ResourceClaim
-from claims.services import bulk
+from claims.models import Phase, ResourceClaim
+from claims.services import bulk, conditions
 from claims.services import events as ev
-from claims.services.allocation import bump_fleet_version
+from claims.services.claims import free_devices
 from claims.services.conditions import set_allocated_condition, set_condition
 from draservice import notify
-from usage.services import ledger
 
-PREEMPTED = "Preempted"
-PREEMPTION_PENDING = "PreemptionPending"
+PREEMPTED = conditions.PREEMPTED
+PREEMPTION_PENDING = conditions.PREEMPTION_PENDING
 FIELDS = ["phase", "reason", "message", "conditions", "allocation", "cluster", "node", "attempted_version",
           "lease_expires_at", "resource_version", "updated_at", "allocated_at"]
 
@@ -42,12 +41,13 @@ def mark(claims: list[ResourceClaim], message: str, data: dict, now) -> None:
 
 
 def requeue(claims: list[ResourceClaim], message: str, now) -> None:
-    """Locked ``claims`` give their devices back and wait again, at their original place (``created_at``)."""
+    """Locked ``claims`` give their devices back and wait again, at their original place (``created_at``).
+    Their devices are freed as a release frees them (``free_devices``): the wake-ups are the same, targeted
+    ones (each freed device wakes the first ``WAKE_FANOUT`` pending claims it can serve; the requeued claims
+    are eligible anyway, never having been tried since)."""
     live = [c for c in claims if c.phase == Phase.ALLOCATED]
     if not live:
         return
-    DeviceAllocation.objects.filter(claim_id__in=[c.id for c in live]).delete()
-    ledger.close_intervals([c.id for c in live], now)  # same transaction: the ledger matches the rows
     for c in live:
         c.phase = Phase.PENDING
         c.reason, c.message = PREEMPTED, message
@@ -56,11 +56,14 @@ def requeue(claims: list[ResourceClaim], message: str, now) -> None:
         c.lease_expires_at = None
         c.resource_version += 1
         c.updated_at = now
-        c.conditions = set_condition(set_allocated_condition(c.conditions, False, PREEMPTED, message, now),
-                                     PREEMPTED, True, PREEMPTED, message, now)
+        # Its quota is given back with its devices: QuotaReserved=False (it was left True on a Pending claim).
+        done = set_allocated_condition(c.conditions, False, PREEMPTED, message, now)
+        if any(x.get("type") == conditions.QUOTA_RESERVED for x in done):
+            done = set_condition(done, conditions.QUOTA_RESERVED, False, PREEMPTED, message, now)
+        c.conditions = set_condition(done, PREEMPTED, True, PREEMPTED, message, now, phase=Phase.PENDING)
     bulk.update_rows(live, FIELDS)
     ev.record([ev.event(c, PREEMPTED, PREEMPTED, message) for c in live])
-    bump_fleet_version()
-    transaction.on_commit(dispatch.request_allocation)
+    free_devices([c.id for c in live], now)  # last, as a release does: it locks the fleet clock's row
+    transaction.on_commit(dispatch.request_allocation)  # the requeued claims are pending again
     ids = [c.id for c in live]
     transaction.on_commit(lambda: notify.publish(ids))

@@ -21,6 +21,11 @@ explanation budget: it counted only part of the available devices), the claim wa
 any release wakes it, as every release did before. Inventory, class and queue changes wake every pending
 claim (``FleetState.wake_all_version``).
 
+The counters only say which claims a release *could* help (``candidates``): a release does not make them
+eligible by itself. It leaves one insert-only ``ReleasedDevice`` row per freed device (``offer``), and the
+round's wake-up step (``scheduler.services.wakeups``) wakes only the first few candidates in the scheduler's
+order that the device can serve (``wake_claims``), so a release costs O(1) decisions, not O(pending).
+
 Race: a claim decided at fleet version V (read with the claim) records its marks from the counters read in
 the committing transaction. A release committed before that read but after V was read moved the key's
 ``version`` past V: the engine may not have seen it, so such a claim is retried at once instead. A release
@@ -33,7 +38,7 @@ from collections import Counter
 from django.db import connection
 from django.db.models import F, Subquery
 
-from claims.models import FleetState, PendingWake, Phase, WakeKey
+from claims.models import FleetState, PendingWake, Phase, ReleasedDevice, ResourceClaim, WakeKey
 from dra.engine.diagnostics import BEST_NODES_LISTED
 
 ANY = "*"
@@ -97,7 +102,7 @@ def _most_on_one_node(request: dict, cluster: str) -> int:
 def mark(claims, version, keys, head_of: str = "", hold: tuple[str, str] | None = None) -> None:
     """Note on ``claims`` (in memory) what they wait for; written by ``store`` with the claims.
 
-    ``head_of``: the group is its queue's head and held a node this round (queues.services.reservation).
+    ``head_of``: the group is its queue's head and held a node this round (scheduler.services.queue_holds).
     The hold lasts only for rounds that decide the head, so the head is woken by any release where it could
     go, however many devices it lacks -- the oldest such head of a queue only: a round that did not take the
     older head made a younger claim its head, which waits by its count again."""
@@ -207,3 +212,84 @@ def released(clusters: Counter) -> None:
     version = bump_version(wake_all=False)
     with connection.cursor() as cursor:
         cursor.executemany(upsert.format(rows="VALUES (%s, %s, %s)"), [(k, counts[k], version) for k in keys])
+
+
+def offer_sql(freed: str) -> str:
+    """``offer`` as one more WITH query (``offered``) of the release statement whose WITH query ``freed``
+    returns the released rows' ``cluster, driver, pool, device, admin_access``. Insert-only: nothing another
+    release waits on."""
+    table = connection.ops.quote_name(ReleasedDevice._meta.db_table)
+    return (f"offered AS (INSERT INTO {table} (cluster, driver, pool, device, woken) "
+            f"SELECT DISTINCT cluster, driver, pool, device, '[]'::jsonb FROM {freed} WHERE NOT admin_access)")
+
+
+def offer(devices) -> None:
+    """Leave the freed ``devices`` ((cluster, driver, pool, device)) for the round's wake-up step (the portable
+    way; PostgreSQL runs ``offer_sql`` inside the release's statement)."""
+    ReleasedDevice.objects.bulk_create([ReleasedDevice(cluster=c, driver=d, pool=p, device=n)
+                                        for c, d, p, n in sorted(set(devices))])
+
+
+def candidates_sql() -> str:
+    """Pending claims a release in ``%(keys)s`` (wake keys) could help (their counter reached their mark),
+    tried before and not taken by a worker, with the keys they wait for: per queue partition (namespace and
+    queue label) the first ``%(window)s`` by priority and age, the order the scheduler uses inside a queue.
+    Only the window leaves the database: the worker orders, screens and wakes a bounded number, however many
+    are pending."""
+    t = {name: connection.ops.quote_name(model._meta.db_table) for name, model in (
+        ("claim", ResourceClaim), ("wake", PendingWake), ("key", WakeKey))}
+    queue = "COALESCE(" + ", ".join(f"c.labels->>%(queue_label_{i})s" for i in range(3)) + ", '')"
+    prio = ("CASE WHEN c.labels->>%(prio_label)s ~ '^-?[0-9]{1,9}$' THEN (c.labels->>%(prio_label)s)::int "
+            "ELSE 0 END")
+    return (f"SELECT id, keys FROM (SELECT c.id, m.keys, row_number() OVER (PARTITION BY c.namespace_id, {queue} "
+            f"ORDER BY {prio} DESC, c.created_at, c.id) AS rn FROM {t['claim']} c JOIN ("
+            f"SELECT w.claim_id, array_agg(w.key) AS keys FROM {t['wake']} w JOIN {t['key']} k ON k.key = w.key "
+            "WHERE w.key = ANY(%(keys)s) AND w.wake_at <= k.freed GROUP BY w.claim_id) m ON m.claim_id = c.id "
+            "WHERE c.phase = %(pending)s AND c.attempted_version IS NOT NULL "
+            "AND (c.taken_until IS NULL OR c.taken_until < now())) ranked WHERE rn <= %(window)s")
+
+
+def candidates(keys: list[str], window: int, queue_labels: tuple[str, ...],
+               prio_label: str) -> dict[int, set[str]]:
+    """The claims ``candidates_sql`` selects, with the keys (of ``keys``) each waits for (on SQLite, the
+    embedded demo: every candidate)."""
+    if connection.vendor != "postgresql":
+        out: dict[int, set[str]] = {}
+        for claim_id, key in PendingWake.objects.filter(
+                key_id__in=keys, wake_at__lte=F("key__freed"), claim__phase=Phase.PENDING,
+                claim__attempted_version__isnull=False).values_list("claim_id", "key_id"):
+            out.setdefault(claim_id, set()).add(key)
+        return out
+    params = {"keys": keys, "window": window, "pending": Phase.PENDING, "prio_label": prio_label,
+              **{f"queue_label_{i}": label for i, label in enumerate(queue_labels)}}
+    with connection.cursor() as cursor:
+        cursor.execute(candidates_sql(), params)
+        return {claim_id: set(found) for claim_id, found in cursor.fetchall()}
+
+
+def held_heads(clusters: list[str]) -> list[tuple[int, str, str]]:
+    """(claim id, cluster, node) of the queue heads holding a node in ``clusters``, pending and tried."""
+    return list(PendingWake.objects.filter(hold_cluster__in=clusters, claim__phase=Phase.PENDING,
+                                           claim__attempted_version__isnull=False)
+                .exclude(hold_node="").values_list("claim_id", "hold_cluster", "hold_node").distinct())
+
+
+def wake_claims(ids) -> int:
+    """Make these pending claims eligible for the next take (as if never tried); their wake rows stay, so a
+    queue head keeps its held node until it is decided again."""
+    if not ids:
+        return 0
+    return ResourceClaim.objects.filter(id__in=sorted(ids), phase=Phase.PENDING,
+                                        attempted_version__isnull=False).update(attempted_version=None)
+
+
+def all_keys() -> list[str]:
+    return list(WakeKey.objects.order_by("key").values_list("key", flat=True))
+
+
+def undecided(ids) -> set[int]:
+    """Of these claims, the ones woken and not decided since (pending, ``attempted_version`` cleared)."""
+    if not ids:
+        return set()
+    return set(ResourceClaim.objects.filter(id__in=sorted(set(ids)), phase=Phase.PENDING,
+                                            attempted_version__isnull=True).values_list("id", flat=True))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import yaml
 from django.core.paginator import Paginator
@@ -13,6 +14,7 @@ from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, Reserv
 from dra.k8s.fields import V1
 from frontend.queries.sql import is_postgres
 from inventory.models import Cluster, DeviceClass
+from queues.services import order as queue_order
 
 PAGE_SIZE = 50
 
@@ -70,7 +72,25 @@ def claim_list(filters: ClaimFilters, page: int = 1) -> dict:
         c.classes = sorted(_request_classes(c.spec))
         c.count = claim_size(c.spec)
         c.waited = ((c.allocated_at or now) - c.created_at) if c.created_at else None
+    queues = queue_fields(list(page_obj.object_list))
+    for c in page_obj.object_list:
+        c.queue = queues.get(c.id)
     return {"page": page_obj, "paginator": paginator}
+
+
+def queue_fields(claims: list[ResourceClaim]) -> dict[int, dict]:
+    """claim id -> its queue (``name``), and for a pending claim its ``position`` in the queue and the
+    start-time estimate (``eta``: seconds from now, ``when``, ``message``), as the claim's REST status says."""
+    now = timezone.now()
+    out = {}
+    for claim_id, status in (queue_order.positions(claims, True) if claims else {}).items():
+        estimate = status.get("estimate") or {}
+        when = (datetime.strptime(status["estimatedStartTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+                if status.get("estimatedStartTime") else None)
+        out[claim_id] = {"name": status.get("queue"), "position": status.get("positionInQueue"), "when": when,
+                         "eta": max(0.0, (when - now).total_seconds()) if when else None,
+                         "message": estimate.get("message", ""), "reason": estimate.get("reason", "")}
+    return out
 
 
 def filter_choices() -> dict:
@@ -160,4 +180,5 @@ def claim_detail(namespace: str, name: str) -> dict | None:
         "events": events,
         "size": claim_size(claim.spec),
         "classes": sorted(_request_classes(claim.spec)),
+        "queue": queue_fields([claim]).get(claim.id),
     }

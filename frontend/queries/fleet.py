@@ -10,13 +10,15 @@ from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from draservice.models import Change, ChangeLogState
+from frontend.accelerators import four_states
 from frontend.queries.claim_tally import ClaimTally
 from frontend.queries.fleet_tally import FleetTally, StateKey
 from frontend.queries.sql import T_ALLOC, T_CLUSTER, T_RESERVATION, T_TAINTRULE, fetch_dicts
 from frontend.queries.units import STATE_SQL, units_sql
-from inventory.models import Cluster, Node, ResourceSlice
+from inventory.models import Cluster, DeviceClass, Node, ResourceSlice
 
 T_CHANGE = Change._meta.db_table
+T_CLASS = DeviceClass._meta.db_table
 T_CHANGELOG = ChangeLogState._meta.db_table
 
 
@@ -33,6 +35,7 @@ class Tally:
     invalid: int = 0
     free: int = 0
     partitioned: int = 0
+    partial: int = 0  # held partitioned units (part of allocated_only and shared)
 
     def add_row(self, row: dict, stale_cluster: bool) -> None:
         self.total += row["total"] or 0
@@ -40,6 +43,7 @@ class Tally:
         self.shared += row["shared"] or 0
         self.tainted += row["tainted"] or 0
         self.partitioned += row["partitioned"] or 0
+        self.partial += row.get("partial") or 0
         if stale_cluster:  # nothing on a stale cluster is offered, whatever its own state
             self.stale += (row["free"] or 0) + (row["invalid"] or 0)
         else:
@@ -57,6 +61,19 @@ class Tally:
     @property
     def utilisation(self) -> int:
         return int(round(100 * self.allocated / self.total)) if self.total else 0
+
+    @property
+    def allocated_full(self) -> int:
+        return self.states["allocated"]
+
+    @property
+    def unavailable_all(self) -> int:
+        return self.states["unavailable"]
+
+    @property
+    def states(self) -> dict[str, int]:
+        """The four exclusive states every count of accelerators uses (``frontend.accelerators``)."""
+        return four_states(self)
 
     @property
     def segments(self) -> list[tuple[str, int, str]]:
@@ -123,8 +140,9 @@ class FleetState:
     sequences and are never reused, so (count, max id, sum of ids) changes with any insert or delete,
     including a late-committed row below the max. Every cluster's ``inventory_version`` moves with each push
     and node write (devices, pools, taints on devices, nodes), DeviceTaintRules' ``resource_version`` with each
-    write. Claims (phases, the oldest pending) move the change log (``claim_tally``: its highest seq, settled
-    seq and compaction point)."""
+    write; DeviceClasses' likewise (a class marked as an accelerator changes what is counted: see
+    ``frontend.accelerators``). Claims (phases, the oldest pending) move the change log (``claim_tally``: its
+    highest seq, settled seq and compaction point)."""
 
     allocations: tuple
     reservations: tuple
@@ -146,12 +164,14 @@ def fleet_state() -> FleetState:
         (SELECT COALESCE(SUM(resource_version), 0) FROM {T_TAINTRULE}) AS rules_rv,
         (SELECT COUNT(*) FROM {T_TAINTRULE}) AS rules_n,
         (SELECT COALESCE(MAX(id), 0) FROM {T_TAINTRULE}) AS rules_max,
+        (SELECT COALESCE(SUM(resource_version), 0) FROM {T_CLASS}) AS classes_rv,
+        (SELECT COUNT(*) FROM {T_CLASS}) AS classes_n, (SELECT COALESCE(MAX(id), 0) FROM {T_CLASS}) AS classes_max,
         (SELECT COALESCE(MAX(seq), 0) FROM {T_CHANGE}) AS changes,
         (SELECT COALESCE(MAX(settled), 0) FROM {T_CHANGELOG}) AS settled,
         (SELECT COALESCE(MAX(compacted_through), 0) FROM {T_CHANGELOG}) AS compacted""", [])[0]
     v = list(row.values())
-    return FleetState(allocations=tuple(v[0:3]), reservations=tuple(v[3:6]), inventory=tuple(v[6:12]),
-                      claims=tuple(v[12:15]))
+    return FleetState(allocations=tuple(v[0:3]), reservations=tuple(v[3:6]), inventory=tuple(v[6:15]),
+                      claims=tuple(v[15:18]))
 
 
 def fleet_state_key() -> tuple:
@@ -246,3 +266,23 @@ def cluster_detail(cluster: Cluster, *, search: str = "", offset: int = 0, limit
     ordered = [nodes[n] for n in sorted(nodes)]
     return {"nodes": ordered[offset:offset + limit], "node_total": len(ordered), "totals": totals,
             "products": sorted(products.values(), key=lambda g: (-g.tally.total, g.label))}
+
+
+def node_tally(cluster: Cluster, node_name: str) -> Tally:
+    """The accelerators of one node (``frontend.accelerators``), from the same unit aggregate as the cluster
+    page's rows, so a node page and its cluster page's row agree."""
+    rows = _tally_rows("u.node_name", "d.cluster_id = %s AND d.node_name = %s", [cluster.id, node_name])
+    tally = Tally()
+    stale = cluster.is_stale()
+    for row in rows:
+        tally.add_row(row, stale)
+    return tally
+
+
+def accelerator_summary(now: datetime | None = None) -> dict:
+    """The fleet's accelerators in the four states, in total and per cluster: what the overview shows, as
+    ``/api/v1/devices/summary/`` returns it."""
+    overview = fleet_overview(now)
+    return {"accelerators": {"total": overview["totals"].total, **overview["totals"].states},
+            "clusters": [{"cluster": g.key, "total": g.tally.total, **g.tally.states}
+                         for g in overview["by_cluster"]]}

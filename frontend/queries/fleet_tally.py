@@ -37,7 +37,9 @@ from frontend.queries.units import device_rows_sql
 
 # The exclusive states of a unit, as STATE_SQL names its columns.
 SHARED, ALLOCATED, TAINTED, INVALID, FREE = "shared", "allocated_only", "tainted", "invalid", "free"
-COLUMNS = (SHARED, ALLOCATED, TAINTED, INVALID, FREE, "partitioned", "total")
+PARTIAL = "partial"  # held partitioned units: a subset of SHARED and ALLOCATED, counted on the side
+COLUMNS = (SHARED, ALLOCATED, TAINTED, INVALID, FREE, "partitioned", PARTIAL, "total")
+HELD = (SHARED, ALLOCATED)
 GroupKey = tuple[int, str, str]  # (cluster id, driver, product)
 DeviceKey = tuple[str, str, str, str]  # (cluster name, driver, pool, device), as allocations name a device
 PoolKey = tuple[str, str, str]  # (cluster name, driver, pool): the first three parts of a DeviceKey
@@ -314,6 +316,8 @@ class FleetTally:
             counts[unit.state] -= 1
             counts["total"] -= 1
             counts["partitioned"] -= unit.partitioned
+            if unit.partitioned and unit.state in HELD:
+                counts[PARTIAL] -= 1
             if not counts["total"]:  # a fresh computation has no row for a group without units
                 del self.groups[unit.group]
 
@@ -420,6 +424,8 @@ class FleetTally:
             counts = self.groups[unit.group]
             counts[unit.state] -= 1
             counts[state] += 1
+            if unit.partitioned:
+                counts[PARTIAL] += (state in HELD) - (unit.state in HELD)
             unit.state = state
 
 

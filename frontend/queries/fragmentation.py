@@ -10,11 +10,13 @@ from django.urls import reverse
 from claims.models import Phase, ResourceClaim
 from dra.cel import compile_expression
 from dra.cel.errors import CELCompileError
+from frontend.accelerators import accelerator_sql
 from frontend.queries.claims import claim_size
 from frontend.queries.fleet import cluster_freshness
 from frontend.queries.sql import T_ALLOC, T_CLAIM, fetch_dicts, is_postgres
 from frontend.queries.units import partition_expr, tainted_sql, units_sql
 from inventory.services.selectors import _evaluate_all, class_selectors, device_groups
+from scheduler.services.defrag import QUOTA_REASONS
 
 PENDING_SAMPLE = 2000  # distinct shapes come from the oldest pending claims; more adds nothing but time
 SIZE_SAMPLE = 5000  # claim sizes are learnt from the most recent claims
@@ -22,9 +24,11 @@ COMMON_SHARE = 0.05  # a size is "common" when at least 5% of recent claims ask 
 
 
 def pending_shapes() -> list[dict]:
-    """Distinct (device class, request selectors) among pending claims, with how many claims want each."""
+    """Distinct (device class, request selectors) among pending claims that wait for room (not for quota: those
+    are the queues' matter), with how many claims want each."""
     shapes: dict[tuple, dict] = {}
-    for claim_id, spec in (ResourceClaim.objects.filter(phase=Phase.PENDING).order_by("id")
+    for claim_id, spec in (ResourceClaim.objects.filter(phase=Phase.PENDING).exclude(reason__in=QUOTA_REASONS)
+                           .order_by("id")
                            .values_list("id", "spec")[:PENDING_SAMPLE]):
         for req in ((spec or {}).get("devices") or {}).get("requests") or []:
             alternatives = [req["exactly"]] if req.get("exactly") else list(req.get("firstAvailable") or [])
@@ -53,8 +57,8 @@ def _compiled_shapes(shapes: list[dict]) -> list[tuple[dict, list]]:
 
 
 def unusable_free_devices(stale_ids: set[int]) -> dict:
-    """Free whole devices (not partitions, not tainted, fresh cluster, valid pool) that match none of the
-    pending claims' shapes, grouped by cluster and product."""
+    """Free whole GPUs (accelerators that are no partitions; not tainted, fresh cluster, valid pool) that match
+    none of the pending claims' shapes, grouped by cluster and product."""
     shapes = pending_shapes()
     compiled = _compiled_shapes(shapes)
     # Free: no allocation row. Partitions are left out: their free placements overlap and are shown per GPU.
@@ -65,6 +69,9 @@ def unusable_free_devices(stale_ids: set[int]) -> dict:
     if stale_ids:
         where += f" AND d.cluster_id NOT IN ({', '.join(['%s'] * len(stale_ids))})"
         params += sorted(stale_ids)
+    # GPUs only (``frontend.accelerators``): a helper device nobody asks for is not capacity going to waste.
+    predicate, predicate_params = accelerator_sql(where, params)
+    where, params = f"{where} AND {predicate}", params + predicate_params
     all_exprs = [c for _, cl in compiled for c in cl]
     groups, state, method = device_groups(all_exprs, where, params)
     unusable: dict[tuple, int] = defaultdict(int)
@@ -115,14 +122,17 @@ def common_sizes() -> list[dict]:
 
 
 def fragmented_nodes(stale_ids: set[int], sizes: list[int]) -> dict:
-    """Per node and product, free whole units; nodes with some free but fewer than a common size."""
+    """Per node, its accelerators and the free ones (``frontend.accelerators``: a partitioned GPU is one, free
+    when no partition of it is in use); nodes with some free but fewer than a common size. Every node with an
+    accelerator is a row, once, whatever products it holds; a stale cluster's nodes have nothing free."""
     units, params = units_sql("d.node_name <> %s", [""])
     rows = fetch_dicts(
-        f"SELECT u.cluster_id, u.cluster, u.node_name, u.product, COUNT(*) AS total, "
+        f"SELECT u.cluster_id, u.cluster, u.node_name, MAX(u.product) AS product, COUNT(*) AS total, "
         f"SUM(CASE WHEN u.claims = 0 AND u.tainted = 0 AND u.invalid = 0 THEN 1 ELSE 0 END) AS free "
-        f"FROM ({units}) u WHERE u.partitioned = 0 "
-        f"GROUP BY u.cluster_id, u.cluster, u.node_name, u.product", params, analytic=True)
-    rows = [r for r in rows if r["cluster_id"] not in stale_ids and r["total"] > 1]
+        f"FROM ({units}) u GROUP BY u.cluster_id, u.cluster, u.node_name", params, analytic=True)
+    for r in rows:
+        if r["cluster_id"] in stale_ids:
+            r["free"] = 0
     # A node is fragmented for size s when it is big enough to hold s but has fewer than s free: a node
     # smaller than s never could, which is a fleet-shape question, not fragmentation.
     by_size = []
@@ -157,4 +167,5 @@ def fragmentation() -> dict:
         "sizes": sizes,
         "nodes": fragmented_nodes(stale_ids, [s["size"] for s in sizes]),
         "free": unusable_free_devices(stale_ids),
+        "waiting_for_quota": ResourceClaim.objects.filter(phase=Phase.PENDING, reason__in=QUOTA_REASONS).count(),
     }

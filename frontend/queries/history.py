@@ -16,11 +16,12 @@ from django.utils import timezone
 
 from claims.models import ClaimEvent, DeviceAllocation, ResourceClaim
 from claims.services import events as ev
+from inventory.models import Device
 
-# label -> (span, step). About 100-170 steps per chart.
-RANGES = {"24h": (timedelta(hours=24), timedelta(minutes=15)), "7d": (timedelta(days=7), timedelta(hours=1)),
+# label -> (span, step). 60-170 steps per chart.
+RANGES = {"1h": (timedelta(hours=1), timedelta(minutes=1)), "6h": (timedelta(hours=6), timedelta(minutes=5)),
+          "24h": (timedelta(hours=24), timedelta(minutes=15)), "7d": (timedelta(days=7), timedelta(hours=1)),
           "30d": (timedelta(days=30), timedelta(hours=6))}
-DEFAULT_RANGE = "24h"
 LIMIT = 500  # holdings per page: the newest; the page says when there were more
 
 
@@ -99,19 +100,33 @@ def series(hs: list[Holding], start: datetime, end: datetime, step: timedelta,
             "claims": claims}
 
 
+def default_range(cluster: str, node: str, now: datetime) -> str:
+    """The shortest range that holds the node's whole history (at least 1 h, at most 30 days): a node first
+    used ten minutes ago gets 60 one-minute steps, not a line squeezed into the last of a day's 96."""
+    first = (ResourceClaim.objects.filter(cluster=cluster, node=node, allocated_at__isnull=False,
+                                          allocated_at__gte=now - RANGES["30d"][0])
+             .order_by("allocated_at").values_list("allocated_at", flat=True).first())
+    age = now - first if first else timedelta(0)
+    return next((key for key, (span, _) in RANGES.items() if age <= span), "30d")
+
+
 def history(cluster: str, node: str, range_key: str | None, devices: set[tuple[str, str, str]] | None = None,
             now: datetime | None = None) -> dict:
     """The page's data. ``devices``: (driver, pool, device) keys to narrow the node's history to (a device, or
     every partition of one GPU); None: the whole node."""
-    range_key = range_key if range_key in RANGES else DEFAULT_RANGE
-    span, step = RANGES[range_key]
     now = now or timezone.now()
+    range_key = range_key if range_key in RANGES else default_range(cluster, node, now)
+    span, step = RANGES[range_key]
     # Steps start on a whole step (UTC) so the axis reads 14:00, 14:15, ... rather than the minute it was opened.
     end = datetime.fromtimestamp((now.timestamp() // step.total_seconds() + 1) * step.total_seconds(), tz=UTC)
     start = end - span
     hs, more = holdings(cluster, node, start, end)
     if devices is not None:
         hs = [h for h in hs if h.holds_any(devices)]
+    chart = series(hs, start, end, step, devices)
+    # The y axis at the node's (or device's, or GPU's) scale: 2 of 8 GPUs held is a quarter of the height.
+    chart["scale"] = len(devices) if devices is not None else Device.objects.filter(
+        cluster__name=cluster, node_name=node).values("driver", "pool_name", "name").distinct().count()
     return {"range": range_key, "ranges": list(RANGES), "start": start, "end": end, "step": step,
-            "holdings": hs, "more": more, "chart": series(hs, start, end, step, devices),
+            "holdings": hs, "more": more, "chart": chart,
             "device_names": sorted({d[2] for d in devices}) if devices is not None else None}

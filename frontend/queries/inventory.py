@@ -4,8 +4,11 @@ from __future__ import annotations
 from django.core.paginator import Paginator
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 
+from dra.cel import CELCompileError, compile_expression
+from frontend.accelerators import is_marked
 from frontend.queries.claims import to_yaml
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Pool, PoolEvent, ResourceSlice
+from inventory.services.selectors import _evaluate_all, device_groups
 
 PAGE_SIZE = 100
 
@@ -78,7 +81,37 @@ def deviceclass_list() -> dict:
     for dc in classes:
         dc.selectors = _selectors(dc.object)
         dc.has_config = bool(((dc.object or {}).get("spec") or {}).get("config"))
-    return {"classes": classes}
+        dc.accelerator = is_marked(dc.object)
+    counts, exhaustive = class_match_counts(classes)
+    for dc in classes:
+        dc.matches = counts.get(dc.pk)
+    return {"classes": classes, "counts_exhaustive": exhaustive}
+
+
+def class_match_counts(classes: list[DeviceClass]) -> tuple[dict[int, int | None], bool]:
+    """DeviceClass id -> devices (current pool generations; a cluster's own class: that cluster's devices) its
+    selectors match, None when a selector does not compile. One grouped scan for all classes: devices that agree
+    on every value the selectors read are evaluated once (``inventory.services.selectors.device_groups``)."""
+    compiled: dict[int, list] = {}
+    counts: dict[int, int | None] = {}
+    for dc in classes:
+        try:
+            compiled[dc.pk] = [compile_expression(e) for e in _selectors(dc.object)]
+            counts[dc.pk] = 0
+        except CELCompileError:
+            counts[dc.pk] = None
+    groups, state, _ = device_groups([c for cl in compiled.values() for c in cl])
+    verdicts: dict[tuple, bool] = {}
+    for g in groups:
+        for dc in classes:
+            if dc.pk not in compiled or (dc.cluster_id is not None and dc.cluster.name != g.cluster):
+                continue
+            key = (dc.pk, g.key)
+            if key not in verdicts:
+                verdicts[key] = _evaluate_all(compiled[dc.pk], g.device)[0]
+            if verdicts[key]:
+                counts[dc.pk] = (counts[dc.pk] or 0) + g.count
+    return counts, state["exhaustive"]
 
 
 def deviceclass_detail(name: str, cluster: str = "") -> dict | None:

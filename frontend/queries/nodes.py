@@ -15,9 +15,12 @@ from django.urls import reverse
 
 from claims.models import DeviceAllocation, Reservation
 from dra.engine.quantity import QuantityError, parse_quantity
+from frontend.accelerators import accelerator_sql
 from frontend.queries.units import BLOCKING_EFFECTS
 from frontend.templatetags.dash import attribute_value, format_quantity
 from inventory.models import Cluster, Device, DeviceTaintRule, Pool, ResourceSlice
+from inventory.services.selectors import BASE_FROM
+from inventory.sql import fetch_dicts
 
 # NVIDIA's partitionable GPUs publish one counter per memory slice (KEP-4815); the layout is drawn from them.
 MEMORY_SLICE = re.compile(r"^memory-slice-(\d+)$")
@@ -383,3 +386,12 @@ def device_detail(cluster: Cluster, driver: str, pool: str,
     lay = layout(cluster, views)
     this = next((v for v in views if v.device.pk == device.pk), None)
     return this, (lay.counter_sets[0] if lay.counter_sets else None)
+
+
+def helper_devices(cluster: Cluster, node_name: str) -> int:
+    """Devices of the node's current pools that are no accelerator (``frontend.accelerators``)."""
+    where, params = "d.cluster_id = %s AND d.node_name = %s", [cluster.id, node_name]
+    predicate, predicate_params = accelerator_sql(where, params)
+    rows = fetch_dicts(f"SELECT COUNT(*) AS n {BASE_FROM} WHERE {where} AND NOT {predicate}",
+                       params + predicate_params)
+    return rows[0]["n"]

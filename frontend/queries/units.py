@@ -11,6 +11,7 @@ one claim (or a claim reserved for more than one consumer) holds any part of it.
 """
 from __future__ import annotations
 
+from frontend.accelerators import accelerator_sql
 from frontend.queries.sql import (
     T_ALLOC,
     T_CLUSTER,
@@ -89,14 +90,20 @@ def _fence() -> str:
     return "OFFSET 0" if is_postgres() else "LIMIT -1 OFFSET 0"
 
 
-def device_rows_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = True) -> tuple[str, list]:
-    """SQL and parameters for one row per device of the current pool generations, with its unit's key.
+def device_rows_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = True,
+                    accelerators: bool = True) -> tuple[str, list]:
+    """SQL and parameters for one row per device of the current pool generations, with its unit's key; only
+    the devices of accelerators (``frontend.accelerators``) unless ``accelerators`` is False.
 
     Columns: cluster_id, cluster, node_name, driver, pool_name, name, product, tainted (0/1), invalid (0/1,
     pool invalid), partitioned (0/1), unit (pool/device or pool/counter-set). ``where`` as in ``units_sql``.
     The JSON work happens here, once per device; ``units_sql`` groups these rows, and the overview's
     maintained tally (``frontend.queries.fleet_tally``) reads them per pool, when the pool moves.
     """
+    params = list(params)
+    if accelerators:
+        predicate, predicate_params = accelerator_sql(where, params)
+        where, params = (f"({where}) AND {predicate}" if where else predicate), params + predicate_params
     part = partition_expr("d")
     tainted, taint_params = tainted_sql("d", with_rules)
     unit = f"d.pool_name || '/' || COALESCE(CASE WHEN {part} THEN {counter_set_expr('d')} END, d.name)"
@@ -112,7 +119,8 @@ def device_rows_sql(where: str = "", params: list | tuple = (), *, with_rules: b
     return sql, taint_params + list(params)
 
 
-def units_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = True) -> tuple[str, list]:
+def units_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = True,
+              accelerators: bool = True) -> tuple[str, list]:
     """SQL and parameters for one row per unit (current pool generation only).
 
     Columns: cluster_id, cluster, node_name, driver, product, unit (pool/device or pool/counter-set),
@@ -125,7 +133,7 @@ def units_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = 
     aggregate, grouped by unit. A whole device is a group of one; a partitioned GPU's group is every device
     consuming its counter set.
     """
-    devices, device_params = device_rows_sql(where, params, with_rules=with_rules)
+    devices, device_params = device_rows_sql(where, params, with_rules=with_rules, accelerators=accelerators)
     sql = f"""{_alloc_cte()}
         SELECT w.cluster_id AS cluster_id, w.cluster AS cluster, w.node_name AS node_name, w.driver AS driver,
                w.product AS product, w.unit AS unit, w.partitioned AS partitioned, COUNT(*) AS devices,
@@ -148,6 +156,7 @@ STATE_SQL = """
     SUM(CASE WHEN u.claims = 0 AND u.tainted = 0 AND u.invalid = 1 THEN 1 ELSE 0 END) AS invalid,
     SUM(CASE WHEN u.claims = 0 AND u.tainted = 0 AND u.invalid = 0 THEN 1 ELSE 0 END) AS free,
     SUM(u.partitioned) AS partitioned,
+    SUM(CASE WHEN u.claims > 0 AND u.partitioned = 1 THEN 1 ELSE 0 END) AS partial,
     COUNT(*) AS total
 """
 

@@ -1,7 +1,7 @@
 """Display helpers for the dashboard templates: ages, percentages, Kubernetes quantities, v1 attribute values."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from django import template
@@ -134,3 +134,33 @@ def qs(context, **changes) -> str:
             params[key] = value
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
+
+
+@register.filter
+def ts(value, precision: str = "") -> str:
+    """A timestamp for people, in UTC: '2026-11-27 08:03 UTC' (``precision`` "s": seconds, "ms": milliseconds).
+    Takes a datetime or an ISO 8601 string (the API's form, 'Z' or an offset, with or without microseconds);
+    anything else is shown as given."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+    if not isinstance(value, datetime):
+        return "" if value is None else str(value)
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    value = value.astimezone(UTC)
+    if precision == "ms":
+        return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d} UTC"
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC" if precision == "s" else "%Y-%m-%d %H:%M UTC")
+
+
+@register.filter
+def held(start, end) -> str:
+    """The time from ``start`` to ``end`` to a tenth of a second below ten minutes ('68.1 s': the ledger keeps
+    milliseconds, and rounding a short use to '1m' or '70 s' misstates it), else as ``human_duration``."""
+    if not isinstance(start, datetime) or not isinstance(end, datetime):
+        return ""
+    seconds = (end - start).total_seconds()
+    return f"{seconds:.1f} s" if seconds < 600 else human_duration(seconds)

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from frontend import actions
+from frontend.accelerators import STATE_LABELS
 from frontend.queries import fleet as fleet_q
 from frontend.queries import history as history_q
 from frontend.queries import inventory as inv_q
@@ -51,9 +52,11 @@ def node_detail(request, cluster, node):
     lay = nodes_q.node_detail(c, node)
     if node_obj is None and not (lay.whole or lay.counter_sets or lay.parents):
         raise Http404("no such node")
+    gpus = fleet_q.node_tally(c, node)
     return page(request, "frontend/fleet/node.html", "clusters", {
         "title": f"{node} · {c.name}", "cluster": c, "node_name": node, "node": node_obj, "layout": lay,
-        "stale": c.is_stale(),
+        "stale": c.is_stale(), "gpus": gpus, "helpers": nodes_q.helper_devices(c, node),
+        "gpu_states": [((s, STATE_LABELS[s]), n) for s, n in gpus.states.items()],
     })
 
 

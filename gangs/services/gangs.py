@@ -169,6 +169,12 @@ def member_claims(gang: Gang, *, lock: bool = False, skip_locked: bool = False
 
 # --------------------------------------------------------------------------------------------- release
 
+def fail_timeout(gang: Gang, mcs: list[MemberClaims], now) -> None:
+    why = f": {gang.message}" if gang.message and gang.reason not in ("WaitingForPlacement", "") else ""
+    finish_locked(gang, mcs, GangPhase.FAILED, "ScheduleTimeout",
+                  f"not placed within scheduleTimeoutSeconds={gang.schedule_timeout_seconds}{why}", now)
+
+
 def finish_locked(gang: Gang, mcs: list[MemberClaims], phase: str, reason: str, message: str, now) -> None:
     """Fail or release a gang whose row and member claims the caller has locked: every member claim that is
     pending or allocated is released (its devices freed at once), members and gang say why."""

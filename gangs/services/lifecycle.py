@@ -18,8 +18,7 @@ from claims.models import Phase, ResourceClaim
 from gangs.models import Gang, GangMember, GangPhase, MemberPhase
 from gangs.services import events as ev
 from gangs.services import hold
-from gangs.services.gangs import finish_locked, member_claims
-from gangs.services.placement import fail_timeout
+from gangs.services.gangs import fail_timeout, finish_locked, member_claims
 
 BATCH = 100
 

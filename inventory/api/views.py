@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from draservice.yaml import YAMLParser
+from frontend.queries.fleet import accelerator_summary
 from inventory import filtersets
 from inventory.api import serializers as s
 from inventory.api.parsers import FastJSONParser
@@ -276,6 +277,13 @@ class DeviceViewSet(InventoryViewMixin, viewsets.ReadOnlyModelViewSet):
         device = self.get_object()
         self._prepare([device])
         return Response(self.get_serializer(device).data)
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, filters=False)
+    @action(detail=False, methods=["get"], url_path="summary", filterset_class=None, pagination_class=None)
+    def summary(self, request):
+        """The fleet's accelerators (one per physical GPU; helper devices not counted) in the four exclusive
+        states free, partial, allocated and unavailable, in total and per cluster: the dashboard's numbers."""
+        return Response(accelerator_summary())
 
 
 class FleetObjectViewSet(InventoryViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,

@@ -66,6 +66,12 @@ def fleet_vocabulary() -> FleetVocabulary:
     return vocabulary
 
 
+def forget_vocabulary() -> None:
+    """After a write that was rolled back (a dry run): what it read is no fleet's state."""
+    with _memo_lock:
+        _memo.clear()
+
+
 def problem_members(diagnosis: Diagnosis) -> dict:
     """What a 422 carries of a diagnosis: ``rewrite`` and ``changes``, or ``skeleton``, with ``explanation``;
     nothing when the doctor has nothing to add (a v1 object with an ordinary mistake)."""

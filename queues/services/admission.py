@@ -1,7 +1,7 @@
 """Admission: does a placed unit (a claim, a consumer's claims, a gang) fit its queue's quota?
 
-Called by ``claims.services.commit`` (through ``claims.services.queueing``) in the commit's transaction, after
-the race checks, with what the engine actually placed. Under locks held to commit:
+Called by the scheduler's commit step (``scheduler.services.admit``) in the commit's transaction, after the
+claims app's race checks, with what the engine actually placed. Under locks held to commit:
 
 1. the queue rows of every unit's queue and its ancestors, ``SELECT ... FOR SHARE`` in ascending id (the
    fixed order that rules out deadlocks; a queue update waits for them, so a commit sees one version); then
@@ -16,10 +16,11 @@ A unit that does not fit holds nothing: its devices are not written and nothing 
 
 The rule, for every (deviceClassName, unit, resource) the placement uses, at the leaf and every ancestor that
 has a quota entry for the class (and whose ``clusterSelector`` covers the cluster):
-``use after <= nominal + borrowingLimit`` (absent borrowingLimit: unlimited). At the root, a queue going
-beyond its nominal borrows: what the other top-level queues keep for themselves (``nominal - lendingLimit``,
-where idle) must stay free, so ``sum over the others of max(use, kept) + use after <= fleet capacity`` (for
-devices, whose fleet capacity per class the engine counts). A class the leaf does not list is refused
+``use after <= nominal + borrowingLimit`` (absent borrowingLimit: unlimited). At every level, a queue going
+beyond its nominal borrows: what its siblings keep for themselves (``nominal - lendingLimit``, where idle) must
+stay free, so ``sum over the siblings of max(use, kept) + use after <= room``, the room being the parent's
+nominal + borrowingLimit, or, at the top level (or under a parent without borrowingLimit), the fleet's
+devices of the class, which the engine counts. A class the leaf does not list is refused
 (``NoQuotaForClass``), except in ``default`` (nominal 0 and unlimited borrowing for every class).
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dra.engine.selectors import MATCH
 from draservice.bulk import bulk_insert
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QuotaCharge
+from queues.quantities import quantity
 from queues.services import usage as u
 from queues.services.resolve import Tree, queue_of
 
@@ -208,33 +210,53 @@ class _State:
             borrowing = limits.get("borrowingLimit")
             if borrowing is not None and after > nominal + Fraction(queue_spec.amount_of(borrowing)):
                 return queueing.Verdict(queueing.WAITING_FOR_QUOTA, (
-                    f'queue "{queue.name}": {what} in use would be {_fmt(after)}, over nominal {_fmt(nominal)} + '
+                    f'queue "{queue.name}": {what} in use would be {quantity(after, res)}, over nominal '
+                    f'{quantity(nominal, res)} + '
                     f"borrowingLimit {borrowing}"), leaf.name)
-            if queue.parent_id is None and after > nominal and unit_name == "devices" and entry.get(
-                    "clusterSelector") is None and not self.fits_root(queue, cls, after):
+            if after > nominal and entry.get("clusterSelector") is None and not self.fits_beside_siblings(
+                    queue, key, after):
+                where = ("other queues" if queue.parent_id is None else
+                         f'its sibling queues under "{self.by_id[queue.parent_id].name}"')
                 return queueing.Verdict(queueing.WAITING_FOR_QUOTA, (
-                    f'queue "{queue.name}" would borrow {what} that other queues keep for themselves (their nominal '
+                    f'queue "{queue.name}" would borrow {what} that {where} keep for themselves (their nominal '
                     "beyond lendingLimit)"), leaf.name)
         return None
 
-    def fits_root(self, borrower: Queue, cls: str, after: Fraction) -> bool:
+    def fits_beside_siblings(self, borrower: Queue, key: tuple[str, str, str], after: Fraction) -> bool:
+        """``lendingLimit`` at the borrower's level of the tree: what its siblings keep for themselves
+        (``nominal - lendingLimit``, where idle) must stay free within what their parent may use (its nominal
+        plus borrowingLimit; for the top level or a parent that may borrow without limit, the fleet's devices
+        of the class)."""
         kept_total = Fraction(0)
-        for qid in self.children.get(None, ()):
+        for qid in self.children.get(borrower.parent_id, ()):
             other = self.by_id[qid]
             if other.id == borrower.id:
                 continue
-            entry = self.entry(other, cls, "")
-            limits = _limits(entry, "devices", "") if entry else None
-            used = self.used(other, (cls, "devices", ""), None)
+            entry = self.entry(other, key[0], "")
+            limits = _limits(entry, key[1], key[2]) if entry else None
             kept = Fraction(0)
             if limits is not None and limits.get("lendingLimit") is not None:
                 kept = Fraction(queue_spec.amount_of(limits["nominal"])) - Fraction(
                     queue_spec.amount_of(limits["lendingLimit"]))
-            kept_total += max(used, kept)
+            kept_total += max(self.used(other, key, None), kept)
         if not kept_total:
             return True  # nobody keeps anything: the engine's placement is the only bound
-        capacity = class_capacity(self.view, cls)
+        capacity = self.room_under(borrower.parent_id, key)
         return capacity is None or kept_total + after <= capacity
+
+    def room_under(self, parent_id: int | None, key: tuple[str, str, str]) -> Fraction | None:
+        """What the children of ``parent_id`` may use together, or None when that is not known here."""
+        parent = self.by_id.get(parent_id) if parent_id is not None else None
+        if parent is not None:
+            entry = self.entry(parent, key[0], "")
+            limits = _limits(entry, key[1], key[2]) if entry else None
+            if limits is not None and limits.get("borrowingLimit") is not None:
+                return Fraction(queue_spec.amount_of(limits.get("nominal", 0)) or 0) + Fraction(
+                    queue_spec.amount_of(limits["borrowingLimit"]))
+        if key[1] != "devices":
+            return None  # counters and capacity of the whole fleet are not counted here
+        capacity = class_capacity(self.view, key[0])
+        return None if capacity is None else Fraction(capacity)
 
 
 def _limits(entry: dict, unit_name: str, res: str) -> dict | None:
@@ -254,10 +276,6 @@ class _One(NamedTuple):
 
 def _one(p, claim, allocation) -> _One:
     return _One([claim], [allocation], p.cluster)
-
-
-def _fmt(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
 
 
 def class_capacity(view, cls: str) -> int | None:

@@ -1,8 +1,12 @@
 """The order in which pending claims are tried, and a claim's place in its queue.
 
 Inside a queue: claim priority (label ``draservice.io/priority``, capped by the queue's ``maxPriority``), then
-age. Among queues: dominant-resource fair share of what each borrows beyond its nominal quota, divided by its
-``weight`` (lowest first), then queue ``priority`` (highest first). The round interleaves queues by that rule,
+age. Among queues: a queue whose next group fits within its nominal quota before one whose next group would
+borrow (Kueue's first rule: "request under nominal quota before borrowing"), then dominant-resource fair share
+of what each borrows beyond its nominal quota, divided by its ``weight`` (lowest first), then queue
+``priority`` (highest first). Without the first rule, what a reclaim freed for a claim within its nominal went
+back to the borrower whenever both queues ranked alike (the borrower back at its nominal: share 0 each), the
+borrower borrowed again, was reclaimed again, and so on for ever. The round interleaves queues by that rule,
 charging each group's requested devices to its queue as it goes, so a heavier-weighted queue gets
 proportionally more of the surplus in every round.
 """
@@ -43,6 +47,10 @@ class Shares:
         self.used[(qid, cls)] += n
         self.total[cls] += n
 
+    def borrows(self, qid: int, wants) -> bool:
+        """Whether ``wants`` ((class, devices) pairs) takes queue ``qid`` beyond its nominal of a class."""
+        return any(self.used[(qid, cls)] + n > self.nominal.get((qid, cls), Fraction(0)) for cls, n in wants)
+
     def dominant(self, qid: int) -> Fraction:
         best = Fraction(0)
         for (q, cls), used in self.used.items():
@@ -75,7 +83,7 @@ def order(groups: list) -> list:
     heap = []
     for name, items in per_queue.items():
         items.sort(key=lambda t: t[:3])
-        heap.append(_rank(tree, shares, name) + (name,))
+        heap.append(_rank(tree, shares, name, _wants(items[0][-1])) + (name,))
     heapq.heapify(heap)
     out, pos = [], dict.fromkeys(per_queue, 0)
     while heap:
@@ -85,10 +93,10 @@ def order(groups: list) -> list:
         out.append(group)
         queue = tree.queues.get(name)
         if queue is not None:
-            for cls, n in (r for c in group.claims for r in u.requested_devices(c.spec)):
+            for cls, n in _wants(group):
                 shares.add(queue.id, cls, n)
         if pos[name] < len(per_queue[name]):
-            heapq.heappush(heap, _rank(tree, shares, name) + (name,))
+            heapq.heappush(heap, _rank(tree, shares, name, _wants(per_queue[name][pos[name]][-1])) + (name,))
     return out
 
 
@@ -102,11 +110,17 @@ def fill_labels(claims: list) -> None:
             c.labels = labels.get(c.id) or {}
 
 
-def _rank(tree: Tree, shares: Shares, name: str) -> tuple:
+def _wants(group) -> list[tuple[str, int]]:
+    return [r for c in group.claims for r in u.requested_devices(c.spec)]
+
+
+def _rank(tree: Tree, shares: Shares, name: str, wants=()) -> tuple:
+    """A queue's place among queues, for its next group, which asks for ``wants`` ((class, devices) pairs)."""
     queue = tree.queues.get(name)
     if queue is None:
-        return (Fraction(0), 0)
-    return (shares.dominant(queue.id) / Fraction(queue.weight).limit_denominator(1000), -queue.priority)
+        return (False, Fraction(0), 0)
+    return (shares.borrows(queue.id, wants), shares.dominant(queue.id) / Fraction(queue.weight).limit_denominator(1000),
+            -queue.priority)
 
 
 def positions(claims: list, with_estimate: bool = False, with_position: bool = True) -> dict[int, dict]:

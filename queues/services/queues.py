@@ -12,7 +12,7 @@ import zlib
 from django.db import IntegrityError, connection, transaction
 
 from claims.models import Phase, ResourceClaim
-from claims.services.allocation import bump_fleet_version
+from claims.services.taking import bump_fleet_version
 from draservice.etag import check_if_match
 from draservice.problems import Conflict, FieldError
 from draservice.requests import merge_patch

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ["agent", "claims", "dra", "draservice", "frontend", "gangs", "inventory", "usage", "workloads", "kube"]
+PRODUCT = ["agent", "claims", "dra", "draservice", "frontend", "gangs", "inventory", "scheduler", "usage", "workloads",
+           "kube"]
 MAX_LINES = 80
 
 

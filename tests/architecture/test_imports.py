@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("dra", "draservice", "inventory", "claims", "gangs", "queues", "usage", "frontend", "agent", "workloads",
-            "kube")
+PACKAGES = ("dra", "draservice", "inventory", "claims", "gangs", "queues", "scheduler", "usage", "frontend", "agent",
+            "workloads", "kube")
 DRA_ALLOWED = {"celpy", "lark", "re2"}
 
 

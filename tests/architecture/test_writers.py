@@ -41,7 +41,7 @@ def _writes(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("app", ["gangs", "usage", "workloads", "kube"])
+@pytest.mark.parametrize("app", ["gangs", "scheduler", "usage", "workloads", "kube"])
 def test_only_the_claims_app_writes_claim_rows(app):
     offenders = [w for path in sorted((ROOT / app).rglob("*.py")) if "migrations" not in path.parts
                  for w in _writes(path)]

@@ -16,7 +16,7 @@ if os.environ.get("CLAIMS_TEST_QUEUE"):
     settings.NOTIFY_QUEUE = f"{os.environ['CLAIMS_TEST_QUEUE']}-notify"
 
 if os.environ.get("CLAIMS_TEST_RACE") == "1":
-    # Let the workers decide concurrently (no per-cluster turns: claims.services.turns), so that only the
+    # Let the workers decide concurrently (no per-cluster turns: scheduler.services.turns), so that only the
     # database checks stand between them and a double allocation.
     from django.conf import settings
 

@@ -15,9 +15,9 @@ from collections import defaultdict
 from django.db import connection
 
 from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim
-from claims.services import allocation
 from dra.engine.quantity import Q
 from inventory.models import Device, ResourceSlice
+from scheduler.services import allocation
 from tests.claims.fleet import gpu_claim, load_fleet
 
 NS = "/api/v1/namespaces/race"
@@ -147,7 +147,7 @@ def unexplained_idle_gpus() -> tuple[dict[str, int], set[str]]:
     """Whole GPUs left free after settling that nothing explains, by node, and the nodes held for heads.
 
     Demand far exceeds supply, so after settling every whole GPU should be held -- except on a node held for
-    the head of a queue (queues.services.reservation): a 2-GPU head that does not fit anywhere keeps the node
+    the head of a queue (scheduler.services.queue_holds): a 2-GPU head that does not fit anywhere keeps the node
     with the most free GPUs for itself, and the 1-GPU claims behind it are kept off that node
     (HeldForQueueHead) so that freed GPUs accumulate there. Such a node holds one free GPU at most (with two
     the head would fit)."""

@@ -8,11 +8,12 @@ from django.db import connection
 from django.utils import timezone
 
 from claims.models import ClaimEvent, DeviceAllocation, FleetState, ResourceClaim
-from claims.services import allocation, external, fleet
 from claims.services import claims as claim_services
+from claims.services import external, fleet
 from claims.services.engines import engines
 from inventory.models import Device
 from inventory.services import sync
+from scheduler.services import allocation
 from tests.claims.fleet import cluster_body, gpu_claim, mig_pair_claim
 
 pytestmark = pytest.mark.django_db
@@ -180,7 +181,7 @@ def test_placement_hints_across_clusters(admin_client, two_clusters):
 @pytest.mark.parametrize("cluster_turns", [False, True], ids=["racing", "cluster-turns"])
 def test_lost_race_is_detected_and_retried(admin_client, small_fleet, monkeypatch, settings, cluster_turns):
     """A worker whose view missed another worker's allocation must not write on top of it: with or without
-    per-cluster turns (claims.services.turns, an optimisation), the write-time check under device locks
+    per-cluster turns (scheduler.services.turns, an optimisation), the write-time check under device locks
     catches it and only that group waits."""
     settings.CLAIMS_CLUSTER_TURNS = cluster_turns
     admin_client.post(f"{NS}/resourceclaims", gpu_claim("first"), format="json")

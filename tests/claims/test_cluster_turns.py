@@ -1,4 +1,4 @@
-"""Per-cluster turns (claims.services.turns) with real workers: three worker processes place claims of four
+"""Per-cluster turns (scheduler.services.turns) with real workers: three worker processes place claims of four
 clusters at the same time, one is SIGKILLed while it holds a cluster's turn, and still no device is
 allocated twice (checked by SQL over every row, tests/claims/race.py), the killed worker's turn dies with its
 session (the others go on placing claims in that cluster), and the workers did decide in parallel (their
@@ -14,8 +14,8 @@ from django.db import connection
 from django.utils import timezone
 
 from claims.models import AllocationRound, ClaimEvent, DeviceAllocation, Phase, ResourceClaim
-from claims.services import turns
-from claims.tasks import allocate_pending
+from scheduler.services import turns
+from scheduler.tasks import allocate_pending
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.claims.race import assert_invariants, mig_claim, submit, wait_settled
 

@@ -10,11 +10,11 @@ from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
-from claims.services import allocation, defrag, defrag_apply, holds
 from claims.services import claims as claim_services
 from claims.services.conditions import RELEASING, is_true
 from inventory.models import APIToken, Cluster
 from inventory.services.tokens import issue_token
+from scheduler.services import allocation, defrag, defrag_apply, holds
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.conftest import client_for
 
@@ -154,10 +154,16 @@ def test_stranded_capacity_per_cluster_and_node(db):
     assert figures["total"] == 4 and figures["freeTotal"] == 4
     assert figures["byCluster"] == [{"cluster": "c1", "stranded": 4}]
     assert figures["nodes"] == [{"cluster": "c1", "node": "c1-l4-000", "free": 4}]
-    # A 1-GPU claim asked for recently: the L4 GPUs are usable, nothing is stranded.
+    # A 1-GPU claim takes one L4 GPU: claims asked for recently do not make the rest usable, only pending ones
+    # would (the 8-GPU claim still fits nowhere: the other 3 stay stranded).
     claim_services.create_claims(NS, [gpu_claim("one", count=1)])
+    run_rounds()
     figures = defrag.advice().stranded
-    assert figures["total"] == 0 and figures["freeTotal"] == 4
+    assert figures["total"] == 3 and figures["freeTotal"] == 3
+    # Nothing waits for room any more: nothing is stranded.
+    claim_services.release_claim(ResourceClaim.objects.get(name="eight-more").id)
+    figures = defrag.advice().stranded
+    assert figures["total"] == 0
 
 
 def test_node_pin_needs_a_cluster_pin(db):
@@ -176,7 +182,8 @@ def test_api_lists_plans_for_admins_only(fragmented, admin_client, ns_client):
     body = res.json()
     assert [p["target"]["claim"] for p in body["plans"]] == ["team-c/eight"]
     assert {m["claim"] for m in body["plans"][0]["moves"]} == {"team-a/one-a", "team-a/one-b"}
-    assert body["stranded"]["total"] == 0 and body["exhaustive"] is True
+    # The 8-GPU claim fits on neither node: their 6 + 2 free GPUs are stranded by placement.
+    assert body["stranded"]["total"] == 8 and body["exhaustive"] is True
     # Tenants: 403, even the namespace whose claims the plan moves (a plan names other tenants' claims).
     for client in (ns_client(NS), ns_client("team-c")):
         res = client.get(URL)

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from claims.models import ClaimEvent, Phase, ResourceClaim
-from claims.services import allocation
 from inventory.services import sync
+from scheduler.services import allocation
 from tests.claims.fleet import cluster_body, gpu_claim, mig_pair_claim
 
 NS = "/api/v1/namespaces/team-a"

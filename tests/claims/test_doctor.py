@@ -12,11 +12,11 @@ import yaml
 from django.db import connection
 
 from claims.models import Phase, ResourceClaim
-from claims.services import allocation
 from inventory.models import APIToken
 from inventory.services import doctor as doctor_services
 from inventory.services.doctor import fleet_vocabulary
 from inventory.services.tokens import issue_token
+from scheduler.services import allocation
 from tests.claims.fleet import load_fleet
 from tests.conftest import client_for
 

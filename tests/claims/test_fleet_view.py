@@ -8,10 +8,11 @@ import time
 import pytest
 
 from claims.models import ResourceClaim
-from claims.services import allocation, fleet
+from claims.services import fleet
 from claims.services.engines import engines
 from inventory.models import Node, ResourceSlice
 from inventory.services import sync
+from scheduler.services import allocation
 from tests.claims.fleet import cluster_body, gpu_claim, load_fleet
 
 NS = "/api/v1/namespaces/default"

@@ -53,7 +53,7 @@ def test_a_stand_in_must_reach_the_parameters_once(db):
 
 
 def test_release_answers_the_claim_as_a_read_after_it_does(admin_client, small_fleet):
-    from claims.services import allocation
+    from scheduler.services import allocation
 
     assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("held", labels={"a": "b"}),
                              format="json").status_code == 201
@@ -102,7 +102,7 @@ def test_a_read_asks_for_reservations_only_when_the_claim_has_some(admin_client,
 
 
 def test_a_release_reads_the_claim_once_and_answers_as_a_read_after_it(admin_client, small_fleet):
-    from claims.services import allocation
+    from scheduler.services import allocation
 
     assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("one"), format="json").status_code == 201
     assert allocation.allocate_round().taken == 1

@@ -6,7 +6,7 @@ from django.db import connection
 from django.utils import timezone
 
 from claims.models import ClaimEvent, Namespace, ResourceClaim
-from claims.services import allocation
+from scheduler.services import allocation
 from tests.claims.fleet import gpu_claim
 
 pytestmark = pytest.mark.django_db

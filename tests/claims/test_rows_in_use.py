@@ -18,12 +18,13 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from claims.models import DeviceAllocation, ResourceClaim
-from claims.services import allocation, fleet
 from claims.services import claims as claim_services
+from claims.services import fleet
 from claims.services.engines import engines
 from dra.engine import Engine
 from draservice import changes
 from draservice.models import Change
+from scheduler.services import allocation
 from tests.claims import fleet as fleet_helpers
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real commits: a change settles once its writer ends

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from claims.models import Phase, ResourceClaim
-from claims.tasks import allocate_pending
+from scheduler.tasks import allocate_pending
 from tests.claims.race import (
     H100_NODES,
     assert_invariants,

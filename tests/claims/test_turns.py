@@ -1,4 +1,4 @@
-"""claims.services.turns without workers: how a round's groups are split into parts, and turns between two
+"""scheduler.services.turns without workers: how a round's groups are split into parts, and turns between two
 database sessions."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, connections
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
-from claims.services import allocation, turns
+from scheduler.services import allocation, turns
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.claims.race import submit
 

@@ -10,9 +10,10 @@ from django.utils import timezone
 from benchmarks.engine_bench import claim as bench_claim
 from benchmarks.engine_bench import exact, gpu_fleet
 from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim, WakeKey
-from claims.services import allocation, commit, wake
 from claims.services import claims as claim_services
+from claims.services import commit, wake
 from dra.engine import ClaimGroup, Engine
+from scheduler.services import allocation, wakeups
 from tests.claims.fleet import gpu_claim, load_fleet, mig_pair_claim
 from tests.queues.conftest import queue_body
 
@@ -41,6 +42,8 @@ def run_rounds() -> None:
 
 
 def eligible() -> set[str]:
+    """Eligible after the round's wake-up step offered the freed devices (a release alone wakes nobody)."""
+    wakeups.wake_for_released()
     return set(allocation.eligible_pending().values_list("name", flat=True))
 
 

@@ -15,9 +15,9 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from claims.models import DeviceAllocation, ResourceClaim
-from claims.services import allocation
 from claims.tasks import expire_leases
 from inventory.models import Device
+from scheduler.services import allocation
 from tests.claims.fleet import gpu_claim, mig_pair_claim
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

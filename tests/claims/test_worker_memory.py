@@ -8,10 +8,10 @@ import gc
 import pytest
 
 from claims.models import ResourceClaim
-from claims.services import allocation
 from claims.services import claims as claim_services
 from claims.services.engines import engines
 from dra.engine import memory
+from scheduler.services import allocation
 from tests.claims import fleet as fleet_helpers
 
 pytestmark = pytest.mark.django_db

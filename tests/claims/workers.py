@@ -45,18 +45,32 @@ class WorkerPool:
         for _ in range(n):
             i = len(self.procs)
             log = Path(f"/tmp/claims-worker-{self.queue}-{i}.log")
-            cmd = [sys.executable, "-m", "celery", "-A", "tests.claims.celery_test_app", "worker", "--pool", "solo",
-                   "-Q", self.queue, "-n", f"w{i}-{self.queue}@%h", "--without-gossip", "--without-mingle",
-                   "--without-heartbeat", "--loglevel", "INFO"]
-            self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=self.env(i), stdout=log.open("w"),
-                                               stderr=subprocess.STDOUT))
+            self.procs.append(self._spawn(i, log.open("w")))
             self.logs.append(log)
-        deadline = time.monotonic() + 60
-        for proc, log in zip(self.procs, self.logs, strict=False):
-            while "ready." not in log.read_text():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"celery worker did not start:\n{log.read_text()[-3000:]}")
-                time.sleep(0.1)
+        for i in range(len(self.procs)):
+            self._wait_ready(i)
+
+    def restart(self, i: int) -> None:
+        """Start worker ``i`` again (after ``kill``), under the same name and database application_name; its
+        log goes on in the same file."""
+        assert self.procs[i].poll() is not None, "restart a worker that was killed"
+        start = self.logs[i].stat().st_size
+        self.procs[i] = self._spawn(i, self.logs[i].open("a"))
+        self._wait_ready(i, start)
+
+    def _spawn(self, i: int, log) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "celery", "-A", "tests.claims.celery_test_app", "worker", "--pool", "solo",
+               "-Q", self.queue, "-n", f"w{i}-{self.queue}@%h", "--without-gossip", "--without-mingle",
+               "--without-heartbeat", "--loglevel", "INFO"]
+        return subprocess.Popen(cmd, cwd=ROOT, env=self.env(i), stdout=log, stderr=subprocess.STDOUT)
+
+    def _wait_ready(self, i: int, start: int = 0, timeout: float = 60) -> None:
+        proc, log = self.procs[i], self.logs[i]
+        deadline = time.monotonic() + timeout
+        while "ready." not in log.read_text()[start:]:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"celery worker did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
 
     def app_name(self, i: int) -> str:
         return f"{self.queue}-w{i}"

@@ -5,9 +5,9 @@ import pytest
 
 from claims.models import Phase, ResourceClaim
 from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
-from claims.services import allocation
 from claims.services import claims as claim_services
 from claims.services.claims import release_claim
+from scheduler.services import allocation
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.frontend.conftest import login
 

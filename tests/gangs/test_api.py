@@ -75,6 +75,7 @@ def test_gang_that_fits_in_no_single_rack_stays_pending_while_small_claims_flow(
 def test_members_beyond_min_member_are_added_when_room_frees_in_the_domain(admin_client, rack_fleet):
     from claims.services import claims as claim_services
     from gangs import tasks
+    from scheduler import tasks as scheduler_tasks
 
     assert admin_client.post(URL, fleet.gang_body("elastic", 5, min_member=3), format="json").status_code == 201
     gang = Gang.objects.get(name="elastic")
@@ -86,7 +87,7 @@ def test_members_beyond_min_member_are_added_when_room_frees_in_the_domain(admin
     claim = ResourceClaim.objects.get(reservations__consumer=placed.consumer)
     claim_services.release_claim(claim.id)
     tasks.sweep_gangs.apply()
-    tasks.place_gangs.apply()
+    scheduler_tasks.place_gangs.apply()
     gang.refresh_from_db()
     assert gang.phase == GangPhase.PLACED and gang.placed_count == 4 and gang.waiting_count == 0
     assert GangMember.objects.get(pk=placed.pk).phase == MemberPhase.LOST
@@ -159,8 +160,8 @@ def test_round_never_takes_member_claims_and_a_stray_is_contained(admin_client, 
     an annotation lost behind the API's back is put back by the sweep, and if the round allocated that claim
     on its own first, the gang worker finds the stray, releases it (it must block nothing) and loses the member.
     """
-    from claims.tasks import allocate_pending
     from gangs import tasks
+    from scheduler.tasks import allocate_pending, place_gangs
 
     def patch(name, body):
         resp = admin_client.patch(f"/api/v1/namespaces/{NS}/resourceclaims/{name}", json.dumps(body),
@@ -193,7 +194,7 @@ def test_round_never_takes_member_claims_and_a_stray_is_contained(admin_client, 
     claims[0].refresh_from_db()
     assert claims[0].phase == Phase.ALLOCATED
     Gang.objects.filter(name="held").update(attempted_version=None)  # as after any change to the fleet
-    tasks.place_gangs.apply()
+    place_gangs.apply()
     claims[0].refresh_from_db()
     gang = Gang.objects.get(name="held")
     assert claims[0].phase == Phase.RELEASED and claims[0].reason == "GangMemberAllocatedAlone"

@@ -51,7 +51,7 @@ def rows_by_gang() -> dict[str, int]:
 
 def settled() -> bool:
     """Every live gang was tried since the fleet last changed: placed, or pending with a recorded attempt."""
-    from claims.services.allocation import fleet_version
+    from scheduler.services.allocation import fleet_version
 
     version = fleet_version()
     return all(phase == GangPhase.PLACED or (phase == GangPhase.PENDING and tried is not None and tried >= version)

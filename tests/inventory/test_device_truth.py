@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from claims.services import allocation
 from inventory import hooks
+from scheduler.services import allocation
 from tests.claims.fleet import gpu_claim, load_fleet
 
 pytestmark = pytest.mark.django_db

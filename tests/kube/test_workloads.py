@@ -469,7 +469,7 @@ def test_watching_pods_sees_them_added_get_devices_and_go(admin_client, gpus, mo
     post(admin_client, f"{APPS}/deployments", deployment("w", 2))
     resp = admin_client.get(f"{CORE}/pods?watch=1&timeoutSeconds=60")  # closed below
     assert resp.status_code == 200
-    stream = iter(resp.streaming_content)
+    stream = (chunk for chunk in resp.streaming_content if chunk)  # the first is the headers' flush
     first = [json.loads(next(stream)) for _ in range(2)]
     assert {e["type"] for e in first} == {"ADDED"}
     assert all(e["object"]["status"]["reason"] == "Allocated" for e in first)
@@ -489,7 +489,7 @@ def test_watching_pods_sees_them_added_get_devices_and_go(admin_client, gpus, mo
     resp.close()
     table = admin_client.get(f"{APPS}/deployments?watch=1&timeoutSeconds=1",
                              HTTP_ACCEPT="application/json;as=Table;v=v1;g=meta.k8s.io")
-    event = json.loads(next(iter(table.streaming_content)))
+    event = json.loads(next(c for c in table.streaming_content if c))
     assert event["object"]["kind"] == "Table" and event["object"]["rows"][0]["cells"][:2] == ["w", "2/2"]
     table.close()
     # From a list's resourceVersion: the current state once (what was listed may have changed since).
@@ -497,7 +497,7 @@ def test_watching_pods_sees_them_added_get_devices_and_go(admin_client, gpus, mo
     changes.seal()  # past seqs of rows earlier tests truncated: a list's resourceVersion is then not "0"
     since = admin_client.get(f"{APPS}/deployments").json()["metadata"]["resourceVersion"]
     again = admin_client.get(f"{APPS}/deployments?watch=1&timeoutSeconds=1&resourceVersion={since}")
-    event = json.loads(next(iter(again.streaming_content)))
+    event = json.loads(next(c for c in again.streaming_content if c))
     assert event["type"] == "MODIFIED" and event["object"]["status"]["readyReplicas"] == 2
     again.close()
 

@@ -8,8 +8,8 @@ import pytest
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services import claims as claim_services
-from claims.services.allocation import allocate_round
 from queues.models import QuotaCharge
+from scheduler.services.allocation import allocate_round
 from tests.claims.fleet import gpu_claim
 from tests.queues.conftest import queue_body
 
@@ -139,8 +139,10 @@ def test_no_quota_for_class_and_queue_does_not_exist(admin_client, h100_fleet):
 
 
 def test_a_quota_blocked_claim_blocks_no_other_queue(admin_client, h100_fleet):
+    # team-b borrows everything it holds (nominal 0): a queue whose next claim fits within its nominal goes
+    # first, so for "big" (over its quota) to be tried before b-second, b-second must borrow as well.
     make(admin_client, queue_body("team-a", namespaces=["a"], gpus=1, borrowing=0),
-         queue_body("team-b", namespaces=["b"], gpus=16))
+         queue_body("team-b", namespaces=["b"], gpus=0))
     submit(admin_client, "b", "b-first", 8)
     rounds(1)  # one node of two is full
     submit(admin_client, "a", "big", 8)  # tried first, placed by the engine on the last node, refused by quota
@@ -231,7 +233,7 @@ def test_mixed_queues_in_one_consumer_is_422(admin_client, h100_fleet):
 
 def test_a_gang_is_admitted_whole_or_not_at_all(admin_client, h100_fleet):
     from gangs.models import Gang, GangPhase
-    from gangs.services.placement import place_next
+    from scheduler.services.gang_placement import place_next
     from tests.gangs.fleet import gang_body, template_body
 
     make(admin_client, queue_body("team-a", namespaces=["a"], gpus=6, borrowing=0))
@@ -490,7 +492,7 @@ def test_commits_without_quota_share_the_root_lock_and_a_quota_check_excludes_th
 
 
 def test_quota_goes_by_priority_across_clusters_decided_in_separate_turns(admin_client, settings):
-    """A round decides and commits per cluster (claims.services.turns), but a queue's quota must still go in
+    """A round decides and commits per cluster (scheduler.services.turns), but a queue's quota must still go in
     queue order: a low-priority claim on one cluster may not take the quota a higher one on another cluster
     needs, because its cluster's part happened to commit first."""
     from tests.claims import fleet as fleet_helpers

@@ -1,6 +1,8 @@
 """The dashboard's Queues page: the tree with use against nominal, pending claims, shares."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -28,5 +30,8 @@ def test_queues_page_shows_the_tree_use_and_waiting(admin_client, h100_fleet):
     team = rows[2]
     assert "padding-left: 26px" in team  # indented one level
     cells = [c.split(">", 1)[1].split("<", 1)[0] for c in team.split('<td class="num"')[1:]]
-    assert cells[:3] == ["2", "3", "1"]  # nominal, in use, borrowed
-    assert cells[3] == "1"  # pending: the claim that fits nowhere
+    assert cells[:4] == ["2", "3", "1", "0"]  # nominal, in use, borrowed, lent
+    assert cells[4] == "1"  # pending: the claim that fits nowhere
+    assert 'id="q-team-a"' in team and re.search(r">#[1-3] · ", team)  # an anchor for claim pages; the rank
+    head = team.split('data-testid="queue-head">')[1].split("</td>")[0]
+    assert "/claims/a/huge/" in head  # the head of the queue, linked

@@ -8,10 +8,10 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from claims.models import ClaimEvent, DeviceAllocation, Phase, ResourceClaim
-from claims.services.allocation import allocate_round
 from draservice.models import DeliveryStatus, WebhookDelivery
 from queues.models import Preemption, PreemptionState
-from queues.services import preemption, reclaim
+from scheduler.services import preemption, reclaim
+from scheduler.services.allocation import allocate_round
 from tests.queues.conftest import queue_body
 from tests.queues.receivers import Receiver
 from tests.queues.test_admission import make, ns, rounds, submit
@@ -119,7 +119,7 @@ def test_webhook_is_signed_and_a_dead_receiver_still_preempts(admin_client, h100
 def test_a_gang_within_quota_reclaims_whole_nodes(admin_client, h100_fleet):
     from claims.services import claims as claim_services
     from gangs.models import Gang, GangPhase
-    from gangs.services.placement import place_next
+    from scheduler.services.gang_placement import place_next
     from tests.gangs.fleet import gang_body, template_body
 
     borrowed_fleet(admin_client, grace=0)
@@ -189,3 +189,120 @@ def test_a_queue_of_alike_claims_reads_the_running_claims_once_per_pass(admin_cl
     looked.clear()
     out = reclaim.run()
     assert "urgent" in looked and out["victims"] == 2
+
+
+def test_what_a_reclaim_frees_goes_to_the_claims_within_nominal_not_back_to_the_borrower(admin_client, h100_fleet):
+    """Two queues of nominal 8 (borrowing 4) on 16 GPUs: team-a borrows 4, then team-b asks for its nominal 8
+    and reclaims them. Once requeued, team-a is back at its nominal: it and team-b rank alike by fair share, and
+    the freed GPUs must go to team-b's claims (within its nominal), not back to team-a's waiting claims -- which
+    would borrow again, be reclaimed again, and so on for ever (found by the preemption chaos, tests/chaos: one
+    claim of team-a preempted 23 times for the same claim of team-b)."""
+    pre = {"graceSeconds": 0, "minRuntimeSeconds": 0}
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
+         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
+    for i in range(14):
+        submit(admin_client, "a", f"a{i}")
+    rounds(2)
+    for i in range(8):
+        submit(admin_client, "b", f"b{i}")
+    rounds(2)
+
+    def held():
+        return {ns: DeviceAllocation.objects.filter(claim__namespace__name=ns).count() for ns in ("a", "b")}
+
+    assert held() == {"a": 12, "b": 4}
+    victims = 0
+    for _ in range(3):  # a pass, and the round that gives the freed GPUs out
+        victims += reclaim.run()["victims"]
+        allocate_round()
+    assert held() == {"a": 8, "b": 8} and victims == 4, (held(), victims)
+    assert reclaim.run()["victims"] == 0
+
+
+def test_a_claim_whose_victims_were_just_requeued_preempts_nobody_else(admin_client, h100_fleet):
+    """A pass first requeues the victims whose deadline passed, then looks at the claims waiting for room:
+    the claims those victims were noticed for are still Pending (the round that places them comes after the
+    pass). They fit now, so no further victim may be chosen for them (found by the preemption chaos,
+    tests/chaos: 6 victims for 4 devices, and a second claim preempted for one urgent claim)."""
+    pre = {"graceSeconds": 30, "minRuntimeSeconds": 0}
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
+         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
+    for i in range(14):
+        submit(admin_client, "a", f"a{i}")
+    rounds(2)
+    for i in range(8):
+        submit(admin_client, "b", f"b{i}")
+    rounds(2)
+    assert reclaim.run()["victims"] == 4
+    due = list(Preemption.objects.values_list("id", flat=True)[:2])
+    Preemption.objects.filter(id__in=due).update(deadline=Preemption.objects.first().created_at)
+    out = reclaim.run()
+    assert (out["requeued"], out["victims"]) == (2, 0), out
+    assert Preemption.objects.count() == 4
+
+
+def test_a_claim_within_nominal_is_not_starved_by_a_borrowing_queues_head(admin_client, h100_fleet):
+    """team-a borrows 2 of team-b's nominal and its head, a 2-GPU claim, holds the node with the one free GPU;
+    team-b's next claim (6 of its nominal 8) must get a GPU: a borrowing queue's head does not keep its node from
+    a claim within its queue's nominal, so it gets the free one in its first round (it waited HeldForQueueHead
+    for ever, the GPU idle: in the chaos, 4 borrowed GPUs kept from team-b's burst of its nominal for the whole
+    run)."""
+    pre = {"graceSeconds": 0, "minRuntimeSeconds": 0}
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
+         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
+    for i in range(10):
+        submit(admin_client, "a", f"a{i}")
+    rounds(2)
+    for i in range(5):
+        submit(admin_client, "b", f"b{i}")
+    rounds(2)
+    submit(admin_client, "a", "a-big", 2)  # no node has 2 free: team-a's head, holding the node with 1 free
+    rounds(1)
+    submit(admin_client, "b", "b-next", 1)
+    rounds(1)
+    assert ResourceClaim.objects.get(name="b-next").phase == Phase.ALLOCATED
+    assert ResourceClaim.objects.get(name="a-big").phase == Phase.PENDING  # no node has 2 free
+
+
+def test_a_claim_within_nominal_reclaims_behind_twenty_older_claims_that_may_not(admin_client, h100_fleet):
+    """team-a (nominal 8, borrowing 8) holds 12 and has 20 older claims waiting for room, none of which may
+    preempt anyone (equal priority, its queue borrows); team-b's claim (5 of its nominal 8) must reclaim one
+    of team-a's 4 borrowed GPUs. The pass takes waiting claims per queue, in turns between queues: it reaches
+    it (it looked at the fleet's 20 oldest only; in the chaos, a burst of team-b's nominal stayed stuck with 10
+    borrowed GPUs unreclaimed for the rest of the run)."""
+    pre = {"graceSeconds": 0, "minRuntimeSeconds": 0}
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=8, preemption=pre),
+         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
+    for i in range(12):
+        submit(admin_client, "a", f"a{i}")
+    rounds(2)
+    for i in range(4):
+        submit(admin_client, "b", f"b{i}")
+    rounds(2)
+    for i in range(20):
+        submit(admin_client, "a", f"wait{i}")
+    submit(admin_client, "b", "b-next")
+    rounds(2)
+    assert ResourceClaim.objects.get(name="b-next").reason == "Unsatisfiable"
+    assert ResourceClaim.objects.filter(namespace__name="a", reason="Unsatisfiable").count() == 20
+    assert reclaim.run()["victims"] == 1
+
+
+def test_overlapping_passes_give_a_claim_its_victims_once(admin_client, h100_fleet):
+    pre = {"graceSeconds": 30, "minRuntimeSeconds": 0}
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
+         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
+    for i in range(12):
+        submit(admin_client, "a", f"a{i}")
+    rounds(2)
+    for i in range(5):
+        submit(admin_client, "b", f"b{i}")
+    rounds(2)
+    waiting = ResourceClaim.objects.select_related("namespace").get(name="b4")
+    assert waiting.reason == "Unsatisfiable"
+    assert reclaim.run()["victims"] == 1  # the first pass marks b4's victim
+    # The overlapping pass read the claims with a pending notice before that: it decides for b4 again.
+    tree = preemption.Tree.load()
+    second = preemption.choose_victims(waiting, tree, {}, {})
+    assert second and second[0].id not in set(Preemption.objects.values_list("victim_id", flat=True))
+    assert preemption.mark(waiting, second, tree) == 0  # b4 has its victim: no second one

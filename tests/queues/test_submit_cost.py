@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from claims.services.allocation import allocate_round
 from queues.models import QuotaCharge
+from scheduler.services.allocation import allocate_round
 from tests.queues.test_admission import ns, submit
 
 pytestmark = pytest.mark.django_db

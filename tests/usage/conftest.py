@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from claims.models import DeviceAllocation
-from claims.services import allocation
+from scheduler.services import allocation
 from tests.claims import fleet as fleet_helpers
 from usage.models import UsageInterval
 

@@ -18,7 +18,7 @@ from django.db import connection
 
 from claims import dispatch
 from claims.models import DeviceAllocation, Phase, ResourceClaim
-from claims.tasks import allocate_pending
+from scheduler.tasks import allocate_pending
 from tests.claims import workers
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.claims.race import assert_invariants, claim_bodies, load_race_fleet, submit, wait_settled
@@ -34,7 +34,8 @@ WORKERS = 2  # read by the worker_pool fixture
 HANG_IN_COMMIT = """
 import sys, time, django
 django.setup()
-from claims.services import allocation, commit
+from claims.services import commit
+from scheduler.services import allocation
 original = commit.record
 def record(*args, **kwargs):
     original(*args, **kwargs)

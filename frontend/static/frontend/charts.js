@@ -76,6 +76,8 @@
     if (!canvas || !h) return;
     var o = baseOptions("devices / claims");
     o.scales.y.ticks = { precision: 0 };
+    // At the node's scale (all its devices), so a few devices held do not fill the chart.
+    if (h.scale) { o.scales.y.min = 0; o.scales.y.suggestedMax = h.scale; }
     // Stepped: a count holds until the next step, there is nothing in between to interpolate.
     charts.push(new Chart(canvas, {
       type: "line",

@@ -7,7 +7,7 @@
    passed, tidy its members (claims allocated outside the gang are released, lost members counted) and read
    the member claims still to place;
 2. with no transaction and no lock: read the fleet view and the devices in use and ask ``dra.gang`` for a
-   placement (the process's one engine, ``claims.services.engines``);
+   placement (the process's one engine, ``claims.services.engines``, through one engine session);
 3. one short transaction: the gang and its claims must be as read (else decided afresh), then the claims
    app's commit service (``claims.services.commit``) verifies under locks and writes every member's
    allocation rows and claim status at once, or nothing; the gang and its members record the outcome.
@@ -26,19 +26,21 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from claims.placement import clusters_matching
-from claims.services import allocation, commit, fleet
+from claims.placement import claim_object, clusters_matching
 from claims.services import claims as claim_services
-from claims.services.engines import engines
+from claims.services import commit, fleet, taking
+from claims.services.engines import EngineSession
+from claims.services.engines import session as engine_session
 from dra.cel import CostBudgetExhausted, CostMeter, metered
 from dra.gang import Gang as LibGang
 from dra.gang import GangMember as LibMember
-from dra.gang import GangSpecError, Topology
+from dra.gang import GangOutcome, GangSpecError, Topology
 from draservice import notify
 from gangs.models import Gang, GangMember, GangPhase, MemberPhase
 from gangs.services import events as ev
 from gangs.services import hold
-from gangs.services.gangs import MemberClaims, finish_locked, member_claims, set_gang_condition
+from gangs.services.gangs import MemberClaims, fail_timeout, finish_locked, member_claims, set_gang_condition
+from scheduler.services import admit, allocation
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +66,13 @@ def eligible(version: int) -> Q:
 
 def place_next(*, gang_id: int | None = None, exclude: set[int] | frozenset = frozenset()) -> Attempt:
     started = time.perf_counter()
-    try:
+    # The session resets the engine if the attempt raises, and settles it after a placement that used it.
+    with engine_session() as session:
         prepared = _prepare(gang_id, exclude)
         if isinstance(prepared, Attempt):
             prepared.seconds = time.perf_counter() - started
             return prepared
-        result = _decide_and_commit(prepared)
-    except BaseException:
-        engines.reset()  # its in-use state may now disagree with the database
-        raise
+        result = _decide_and_commit(session, prepared)
     return Attempt(prepared.gang.id, result, time.perf_counter() - started)
 
 
@@ -89,10 +89,10 @@ class Prepared:
 def _prepare(gang_id: int | None, exclude) -> Prepared | Attempt:
     """Step 1 (one short transaction)."""
     with transaction.atomic():
-        version = allocation.fleet_version()  # read FIRST: anything freed later moves it past `version`
+        version = taking.fleet_version()  # read FIRST: anything freed later moves it past `version`
         now = timezone.now()
         qs = Gang.objects.select_for_update(skip_locked=True, of=("self",)).select_related("namespace")
-        qs = qs.filter(allocation.not_taken(now))
+        qs = qs.filter(taking.not_taken(now))
         if gang_id is not None:
             qs = qs.filter(pk=gang_id, phase__in=[GangPhase.PENDING, GangPhase.PLACED])
         else:
@@ -110,7 +110,7 @@ def _prepare(gang_id: int | None, exclude) -> Prepared | Attempt:
         prepared = _tidy(gang, mcs, version, now)
         if isinstance(prepared, str):
             return Attempt(gang.id, prepared)
-        Gang.objects.filter(pk=gang.pk).update(**allocation.taken_mark())
+        Gang.objects.filter(pk=gang.pk).update(**taking.taken_mark())
         return prepared
 
 
@@ -149,13 +149,14 @@ def _tidy(gang: Gang, mcs: list[MemberClaims], version: int, now) -> Prepared | 
     return Prepared(gang, pending, version, (gang.cluster, gang.domain), 1, now)
 
 
-def _decide_and_commit(p: Prepared) -> str:
+def _decide_and_commit(session: EngineSession, p: Prepared) -> str:
     """Steps 2 (no transaction, no lock) and 3 (one short transaction)."""
     gang = p.gang
     view = fleet.current_view()
     rows_seen = fleet.rows_in_use()
-    placer = engines.placer_for(view, rows_seen)
+    placer = session.placer_for(view, rows_seen)
     lib_gang = library_gang(gang, p.pending, view.cluster_labels, p.min_member)
+    outcome: GangOutcome | GangSpecError
     try:
         # All CEL work of this placement shares one budget, a claim round's per member (see allocation).
         with metered(CostMeter(allocation.GROUP_COST_BUDGET * max(1, len(p.pending)))):
@@ -163,24 +164,22 @@ def _decide_and_commit(p: Prepared) -> str:
     except GangSpecError as exc:  # the spec was validated at creation; only a changed validator gets here
         outcome = exc
     except CostBudgetExhausted as exc:  # deterministic: the gang fails rather than retrying forever
-        engines.poisoned = True  # stopped mid-search: the engine may hold tentative picks
+        session.poison()  # stopped mid-search: the engine may hold tentative picks
         outcome = GangSpecError([("spec.members", f"placement stopped: {exc.reason}; the member claims' "
                                                    "selectors cost too much to evaluate over the fleet")])
     try:
         with transaction.atomic():
             commit.begin()
-            result = _commit_locked(p, outcome, view, rows_seen, placer)
+            result = _commit_locked(session, p, outcome, view, rows_seen, placer)
     except IntegrityError as exc:  # the unique index refused a row: nothing written, decide afresh
         log.warning("gang %s lost a race at the unique index: %s", gang.name, exc)
-        engines.reset()
-        fleet.invalidate(hard=True)
+        session.invalidate()
         Gang.objects.filter(pk=gang.pk).update(taken_until=None)
         return "lost_race"
-    engines.settle()  # as after a claims round: what the placement keeps leaves the collector's generations
     return result
 
 
-def _commit_locked(p: Prepared, outcome, view, rows_seen, placer) -> str:
+def _commit_locked(session: EngineSession, p: Prepared, outcome, view, rows_seen, placer) -> str:
     gang = p.gang
     current = Gang.objects.select_for_update(of=("self",)).filter(pk=gang.pk).values_list("resource_version",
                                                                                           flat=True).first()
@@ -198,7 +197,7 @@ def _commit_locked(p: Prepared, outcome, view, rows_seen, placer) -> str:
         return "failed"
     if outcome.placed:
         first = gang.phase == GangPhase.PENDING
-        written = _write(gang, outcome, {mc.member.name: mc for mc in p.pending}, view, rows_seen, placer,
+        written = _write(session, gang, outcome, {mc.member.name: mc for mc in p.pending}, view, rows_seen, placer,
                          p.version, p.now)
         if written is not True:
             return written or "lost_race"
@@ -211,18 +210,12 @@ def _commit_locked(p: Prepared, outcome, view, rows_seen, placer) -> str:
     return "pending"
 
 
-def fail_timeout(gang: Gang, mcs: list[MemberClaims], now) -> None:
-    why = f": {gang.message}" if gang.message and gang.reason not in ("WaitingForPlacement", "") else ""
-    finish_locked(gang, mcs, GangPhase.FAILED, "ScheduleTimeout",
-                  f"not placed within scheduleTimeoutSeconds={gang.schedule_timeout_seconds}{why}", now)
-
-
 def library_gang(gang: Gang, members: list[MemberClaims], cluster_labels: list[tuple[str, dict]],
                  min_member: int) -> LibGang:
     """The ``dra.gang`` input for these members: claims as v1 JSON, cluster restrictions intersected."""
     placement = gang.spec.get("placement") or {}
-    allowed = clusters_matching(placement.get("clusterSelector"), cluster_labels)
-    allowed = set(allowed) if allowed is not None else None
+    selected = clusters_matching(placement.get("clusterSelector"), cluster_labels)
+    allowed = set(selected) if selected is not None else None
     preferred = placement.get("preferredCluster")
     lib_members = []
     for mc in members:
@@ -231,7 +224,7 @@ def library_gang(gang: Gang, members: list[MemberClaims], cluster_labels: list[t
             if names is not None:
                 allowed = set(names) if allowed is None else allowed & set(names)
             preferred = preferred or c.preferred_cluster or None
-        lib_members.append(LibMember(mc.member.name, [allocation.claim_object(c) for c in mc.claims],
+        lib_members.append(LibMember(mc.member.name, [claim_object(c) for c in mc.claims],
                                      key=f"gang:{gang.uid}/{mc.member.name}"))
     return LibGang(gang.name, lib_members, min(min_member, len(lib_members)), Topology.from_dict(gang.topology),
                    allowed_clusters=sorted(allowed) if allowed is not None else None, preferred_cluster=preferred,
@@ -247,8 +240,8 @@ def summary(outcome) -> dict:
 
 # --------------------------------------------------------------------------------------------- writing
 
-def _write(gang: Gang, outcome, by_name: dict[str, MemberClaims], view, rows_seen, placer, version: int,
-           now) -> bool | str:
+def _write(session: EngineSession, gang: Gang, outcome, by_name: dict[str, MemberClaims], view, rows_seen, placer,
+           version: int, now) -> bool | str:
     """Persist a placement, all of it or nothing; False when it lost a race, "pending" when its queue refused
     it (either way the engine gets its devices back)."""
     cluster = outcome.cluster
@@ -265,7 +258,7 @@ def _write(gang: Gang, outcome, by_name: dict[str, MemberClaims], view, rows_see
             event_data={"gang": gang.name, "member": pl.member}))
     for c in (c for pl in placements for c in pl.claims):
         commit.touch_attempt(c, now)
-    committed = commit.commit([commit.Unit(placements)], view, rows_seen, now)
+    committed = admit.commit([commit.Unit(placements)], view, rows_seen, now)
     if committed.refused:  # the whole gang is one unit of admission: its queue's quota said no
         placer.release_placements(outcome.placements)
         verdict = committed.refused[0]
@@ -276,7 +269,7 @@ def _write(gang: Gang, outcome, by_name: dict[str, MemberClaims], view, rows_see
         placer.release_placements(outcome.placements)
         Gang.objects.filter(pk=gang.pk).update(taken_until=None)
         return False
-    engines.note_written(committed.written)
+    session.note_written(committed.written)
 
     members = []
     for pl in outcome.placements:

@@ -1,6 +1,6 @@
 """Defragmentation holds: a node freed by a defragmentation plan waits for the plan's target claim.
 
-Applying a plan (``claims.services.defrag``) pins the target claim to the freed node and marks it with
+Applying a plan (``scheduler.services.defrag``) pins the target claim to the freed node and marks it with
 ``draservice.io/defrag-hold-until``. Until then, while the target is pending, a claims round does not give
 that node's devices to any other group: a placement there is undone in the engine and the group waits
 (``HeldForDefragmentation``), exactly as a queue head's reservation does. The hold ends when the target is
@@ -16,11 +16,22 @@ from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from claims.placement import node_pin
-from claims.services import queueing
 
 HOLD_UNTIL = "draservice.io/defrag-hold-until"
 PLAN = "draservice.io/defrag-plan"
 HELD_FOR_DEFRAG = "held_for_defragmentation"  # an engine outcome reason (the round maps it to a Reason)
+
+
+class Screen:
+    """A per-round filter of the engine's outcomes, in decision order: ``screen(group, outcome) -> outcome``
+    undoes a placement on a node held for someone else and reports it held; ``avoid(group)`` names the
+    (cluster, node) pairs held from ``group`` so far, for the engine to look elsewhere first."""
+
+    def __call__(self, group, outcome):
+        return outcome
+
+    def avoid(self, group) -> frozenset[tuple[str, str]]:
+        return frozenset()
 
 
 def _until(text: str | None) -> datetime | None:
@@ -44,12 +55,12 @@ def held_nodes(now=None) -> dict[tuple[str, str], int]:
     return out
 
 
-class DefragScreen(queueing.Screen):
+class DefragScreen(Screen):
     """A placement on a held node by anyone but its holder is undone and reported as held; every other outcome
     goes to ``inner`` (the queues' screen). First, because it is the more specific reason: the target of a
     plan is often its queue's head too, holding the same node."""
 
-    def __init__(self, engine, inner: queueing.Screen, held: dict[tuple[str, str], int]) -> None:
+    def __init__(self, engine, inner: Screen, held: dict[tuple[str, str], int]) -> None:
         self.engine, self.inner, self.held = engine, inner, held
 
     def avoid(self, group) -> frozenset[tuple[str, str]]:
@@ -71,6 +82,6 @@ class DefragScreen(queueing.Screen):
                                                                 "cluster": where[0]})
 
 
-def round_screen(engine, inner: queueing.Screen) -> queueing.Screen:
+def round_screen(engine, inner: Screen) -> Screen:
     held = held_nodes()
     return DefragScreen(engine, inner, held) if held else inner

@@ -2,12 +2,13 @@
 
 Everything here is a what-if on a private copy of the fleet: one ``Engine`` built from the worker's own
 snapshot and the allocation rows, changed by ``release``/``allocate`` and put back after every try. Nothing is
-written; ``claims.services.defrag_apply`` carries a plan out.
+written; ``scheduler.services.defrag_apply`` carries a plan out.
 
 *Shapes* are the specs people ask for: the distinct specs of pending claims and the most common specs of the
 last day's claims. A shape is tried as asked, without its placement hints (a shape stands for many claims).
 
-*Stranded* free capacity: the free units of a node where no shape fits (the engine says so, node by node).
+*Stranded* free capacity: the free units of a node where no pending claim that waits for room only (not for
+quota: ``QUOTA_REASONS``) fits (the engine says so, node by node); none while no such claim waits.
 Units are counted as the dashboard counts them (a partitionable GPU is one unit, free when no partition of it
 is in use), and only devices one of the shapes' device classes selects (other kinds nobody asked for are the
 Fragmentation page's "free devices no pending claim can use").
@@ -42,13 +43,13 @@ from django.utils import timezone
 from claims import k8s
 from claims.models import DeviceAllocation, Phase, Reservation, ResourceClaim
 from claims.placement import clusters_matching, node_pin
-from claims.services import fleet
+from claims.services import fleet, queueing
 from claims.services.conditions import RELEASING, is_true
 from claims.services.external import managed_elsewhere
-from claims.services.holds import HOLD_UNTIL
 from dra.cel import MAX_SELECTOR_COST, CostBudgetExhausted, CostMeter, metered
 from dra.engine import AllocatedDevice, ClaimGroup, Engine
 from dra.engine.selectors import MATCH
+from scheduler.services.holds import HOLD_UNTIL
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ RECENT = timedelta(days=1)
 RECENT_SAMPLE = 5000  # the last day's shapes are learnt from its most recent claims
 SECONDS = 1.5  # engine time for the plans, and as much again for the stranded figures
 NODES_SHOWN = 50
+QUOTA_REASONS = (queueing.WAITING_FOR_QUOTA, queueing.NO_QUOTA_FOR_CLASS, queueing.QUEUE_DOES_NOT_EXIST)
 CALL_BUDGET = 2 * MAX_SELECTOR_COST  # CEL cost of one engine call, as in a claims round
 
 
@@ -143,7 +145,10 @@ def advice(*, plans: bool = True, stranded: bool = True) -> Advice:
     rows = fleet.rows_in_use()
     engine = Engine(view.snapshot, list(rows.values()))
     shapes = _shapes()
-    stranded_out, done_s = stranded_capacity(engine, shapes) if stranded else ({}, True)
+    # Stranded by placement: free on nodes where no claim that waits only for room fits. Claims waiting for
+    # quota are the queues' matter, not the fleet's shape (they would not start on a fitting node either).
+    admitted = [s for s in shapes if s["admitted"]]
+    stranded_out, done_s = stranded_capacity(engine, admitted) if stranded else ({}, True)
     found, done_p = find_plans(engine, view, rows, shapes) if plans else ([], True)
     return Advice(plans=found, stranded=stranded_out, shapes=shapes, exhaustive=done_s and done_p, view=view,
                   rows=rows)
@@ -170,11 +175,13 @@ def _shapes() -> list[dict]:
     counts: Counter = Counter()
     specs: dict[str, dict] = {}
     pending: Counter = Counter()
-    for spec in (ResourceClaim.objects.filter(phase=Phase.PENDING).order_by("id")
-                 .values_list("spec", flat=True)[:PENDING_SAMPLE]):
+    admitted: Counter = Counter()  # pending claims no queue holds back (they wait for room only)
+    for spec, reason in (ResourceClaim.objects.filter(phase=Phase.PENDING).order_by("id")
+                         .values_list("spec", "reason")[:PENDING_SAMPLE]):
         key = json.dumps(spec, sort_keys=True)
         specs[key] = spec
         pending[key] += 1
+        admitted[key] += reason not in QUOTA_REASONS
     since = timezone.now() - RECENT
     recent: Counter = Counter()
     for spec in (ResourceClaim.objects.filter(created_at__gte=since).order_by("-id")
@@ -188,7 +195,7 @@ def _shapes() -> list[dict]:
     for i, (key, _) in enumerate(counts.most_common(MAX_SHAPES)):
         spec = specs[key]
         out.append({"spec": spec, "devices": spec_devices(spec), "pending": pending.get(key, 0),
-                    "recent": recent.get(key, 0),
+                    "admitted": admitted.get(key, 0), "recent": recent.get(key, 0),
                     "obj": _claim_obj(f"shape-{i}", "defragmentation", str(uuid.UUID(int=i + 1)), spec)})
     return out
 
@@ -197,7 +204,7 @@ def spec_devices(spec: dict | None) -> int:
     """Devices a spec asks for (ExactCount; the first alternative of firstAvailable; All counts one)."""
     total = 0
     for req in ((spec or {}).get("devices") or {}).get("requests") or []:
-        body = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
+        body: dict = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
         total += int(body.get("count") or 1) if body.get("allocationMode", "ExactCount") == "ExactCount" else 1
     return total
 
@@ -225,7 +232,7 @@ def free_units(engine: Engine, model, node, class_sets: list) -> int:
     """Free units on a node of the kinds the shapes ask for (a device one of their classes selects): whole
     devices in use by nobody, and partitionable GPUs none of whose counters are used (one unit each, as the
     dashboard counts them)."""
-    whole, counter_sets = 0, set()
+    whole, counter_sets = 0, set[tuple]()
     for d in model.node_candidates(node):
         if d.node_name != node.name or not any(sel.evaluate(d) is MATCH for sel in class_sets):
             continue  # network-attached devices belong to no node; other kinds of device nobody asked for
@@ -240,7 +247,9 @@ def free_units(engine: Engine, model, node, class_sets: list) -> int:
 def stranded_capacity(engine: Engine, shapes: list[dict]) -> tuple[dict, bool]:
     """Free units on nodes where no shape fits, per cluster and node; (figures, every node examined)."""
     deadline = time.perf_counter() + SECONDS
-    nodes, by_cluster, free_total, examined, complete = [], Counter(), 0, 0, True
+    nodes: list[dict] = []
+    by_cluster: Counter[str] = Counter()
+    free_total, examined, complete = 0, 0, True
     classes = _shape_classes(shapes)
     for model in engine.clusters.values():
         if model.stale:
@@ -296,7 +305,7 @@ def _targets(engine: Engine, view, shapes: list[dict]) -> list[_Target]:
     common shapes of two or more devices that no node can hold now."""
     qs = (ResourceClaim.objects.filter(phase=Phase.PENDING, attempts__gt=0).exclude(annotations__has_key=HOLD_UNTIL)
           .select_related("namespace").order_by("id"))
-    out = []
+    out: list[_Target] = []
     for claim in qs[:PENDING_SAMPLE]:
         if spec_devices(claim.spec) >= 2 and not managed_elsewhere(claim) and len(out) < MAX_TARGETS:
             out.append(_Target(obj=_claim_obj(claim.name, claim.namespace.name, str(claim.uid), claim.spec),
@@ -317,7 +326,7 @@ def _targets(engine: Engine, view, shapes: list[dict]) -> list[_Target]:
 def describe(spec: dict | None) -> str:
     parts = []
     for req in ((spec or {}).get("devices") or {}).get("requests") or []:
-        body = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
+        body: dict = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
         parts.append(f"{int(body.get('count') or 1)} × {body.get('deviceClassName', '?')}")
     return " + ".join(parts) or "no devices"
 

@@ -1,4 +1,4 @@
-"""Carrying out a defragmentation plan (``claims.services.defrag``): one transaction, all or nothing.
+"""Carrying out a defragmentation plan (``scheduler.services.defrag``): one transaction, all or nothing.
 
 1. The plan is recomputed from the fleet as it is now and looked up by id: a plan whose claims changed has
    another id (404), so an operator never applies advice the fleet has moved past.
@@ -14,7 +14,7 @@
    a device taken since the plan was computed aborts the whole apply with 409). Its workload can start there
    while the old one drains. A queue's quota counts both copies until the old one is released (a queue
    without room for that refuses the apply: 409).
-5. The target claim is pinned to the freed node and holds it (``claims.services.holds``) until it is
+5. The target claim is pinned to the freed node and holds it (``scheduler.services.holds``) until it is
    allocated by the ordinary claims round (once the old claims are released), or until the grace period
    plus ``HOLD`` has passed. A plan for a common shape has no claim to hold the node for: the node is freed
    and not held (the next claim of that shape, or anything else, may take it).
@@ -31,9 +31,10 @@ from claims import k8s
 from claims.models import Phase, ResourceClaim
 from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
 from claims.services import claims as claim_services
-from claims.services import commit, defrag
-from claims.services.holds import HOLD_UNTIL, PLAN
+from claims.services import commit
 from draservice.problems import Conflict, FieldError
+from scheduler.services import admit, defrag
+from scheduler.services.holds import HOLD_UNTIL, PLAN
 
 GRACE = timedelta(minutes=15)
 MAX_GRACE = timedelta(days=1)
@@ -138,7 +139,7 @@ def _recreate(plan: defrag.Plan, now, found: defrag.Advice, actor: str) -> list[
     stale = commit.changed_claims(created)
     if stale:
         raise Conflict("a re-created claim changed while the plan was applied; nothing was done")
-    result = commit.commit(units, found.view, found.rows, now)
+    result = admit.commit(units, found.view, found.rows, now)
     if result.lost or result.refused:
         why = "a device it needs was taken since the plan was computed" if result.lost else \
             next(iter(result.refused.values())).message

@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, connection, transaction
 
 from claims.services import locking
-from claims.services.grouping import DisjointSets
+from scheduler.services.grouping import DisjointSets
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,8 @@ def enabled() -> bool:
     return connection.vendor == "postgresql" and getattr(settings, "CLAIMS_CLUSTER_TURNS", True)
 
 
-def partition(groups: list, clusters_of: Callable[[object], list[str]],
-              together: Callable[[object], bool] = lambda group: False) -> list[Part]:
+def partition(groups: list, clusters_of: Callable[[Any], list[str]],
+              together: Callable[[Any], bool] = lambda group: False) -> list[Part]:
     """Parts of ``groups`` with pairwise disjoint cluster sets, groups in their given (queue) order within a
     part, parts ordered by their first group. ``clusters_of(group)``: the clusters it may take devices in.
     ``together(group)``: the groups for which it holds share one part. Quota is admitted at commit in the
@@ -156,7 +157,7 @@ def _unlock(ids: list[int]) -> None:
         log.warning("could not release allocation turns: %s", exc)
 
 
-def schedule(parts: list[Part]) -> Iterator[tuple[Part, bool]]:
+def schedule(parts: list[Part]) -> Generator[tuple[Part, bool], None, None]:
     """Yield ``(part, held)`` for each part of ``parts``: ``held`` while holding its turns (released when the
     caller asks for the next one, or closes the generator: use ``contextlib.closing``), False when waiting for
     them timed out (decide nothing of that part). Free parts first, in their order; a worker waits only when

@@ -32,7 +32,7 @@ class Group:
     holds_node: str = ""  # the queue whose head this group is
     held_at: tuple[str, str] | None = None  # (cluster, node) held for it
     # Set by the queue order: admitting it reads quota usage, so it commits in one part with every other such
-    # group of the round (claims.services.turns.partition), in queue order.
+    # group of the round (scheduler.services.turns.partition), in queue order.
     by_quota: bool = False
 
     @property
@@ -152,9 +152,9 @@ def _components(claims_of: dict[int, set[int]], ids) -> list[list[int]]:
     """Claims linked by a consumer, as lists of claim ids (union-find); every id of ``ids`` is in one."""
     links = DisjointSets()
     for members in claims_of.values():
-        members = list(members)
-        for other in members[1:]:
-            links.union(members[0], other)
+        ordered = list(members)
+        for other in ordered[1:]:
+            links.union(ordered[0], other)
     for cid in ids:
         links.find(cid)
     return list(links.sets().values())

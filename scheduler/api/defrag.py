@@ -16,10 +16,10 @@ from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.services import defrag, defrag_apply
 from draservice.permissions import IsAdminToken
 from draservice.problems import FieldError
 from inventory.permissions import access_for
+from scheduler.services import defrag, defrag_apply
 
 MAX_LIMIT = 50
 _KNOWN_QUERY = {"limit", "stranded"}

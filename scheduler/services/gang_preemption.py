@@ -17,10 +17,10 @@ from claims.services.engines import engines
 from dra.gang import GangSpecError
 from gangs.models import Gang, GangPhase
 from gangs.services.gangs import member_claims
-from gangs.services.placement import library_gang
-from queues.services.preemption import candidates, victim_devices
 from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
+from scheduler.services.gang_placement import library_gang
+from scheduler.services.preemption import candidates, victim_devices
 
 GANG_CAPACITY_REASONS = ("NoDomainFits", "MembersDoNotFit")
 
@@ -41,7 +41,7 @@ def choose_for_waiting_gangs(tree: Tree, waiting: set, coming: dict, limit: int 
         found = candidates(claims[0], need, cls, tree, coming)
         if found is None:
             continue
-        pool, held, used, nominal, own = found
+        pool, held, used, nominal, own, _ = found
         view = fleet.current_view()
         placer = engines.placer_for(view, fleet.rows_in_use())
         lib = library_gang(gang, pending, view.cluster_labels, gang.min_member)

@@ -1,4 +1,4 @@
-"""Head-of-queue reservations: an 8-GPU head is not starved by a stream of 1-GPU claims.
+"""Head-of-queue holds: an 8-GPU head is not starved by a stream of 1-GPU claims.
 
 Within one claims round, the first group of a queue that the engine cannot place for lack of capacity (not
 quota: quota is checked at commit) becomes that queue's head: the node of its first device class with the
@@ -18,23 +18,28 @@ from __future__ import annotations
 import dataclasses
 
 from claims.models import PendingWake
-from claims.services import queueing
+from queues.services import usage as u
+from queues.services.order import Shares
 from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
+from scheduler.services.holds import Screen
+
+HELD_FOR_QUEUE_HEAD = "held_for_queue_head"  # an engine outcome reason (the round maps it to HeldForQueueHead)
 
 
-class RoundReservations(queueing.Screen):
+class RoundReservations(Screen):
     def __init__(self, engine) -> None:
         self.engine = engine
         self.tree: Tree | None = None
+        self.shares: Shares | None = None  # queues' use and nominal, read once a held node is contested
         self.held: dict[tuple[str, str], str] = {}  # (cluster, node) -> queue name of the head holding it
         self.heads: set[str] = set()  # queues whose head has been found (this round or kept from before)
         self.kept: dict[int, tuple[str, tuple[str, str]]] = {}  # head claim id -> (queue, node), from before
         rows = (PendingWake.objects.exclude(head_of="").exclude(hold_node="")
                 .values_list("claim_id", "head_of", "hold_cluster", "hold_node").distinct())
         for claim_id, queue, cluster, node in rows:
-            if queue in self.heads:
-                continue  # one head per queue (``wake.store`` keeps the mark on the oldest only)
+            # One head per queue (``wake.store`` keeps the mark on the oldest only), but every claim of it that
+            # preempted keeps the node its victims free (``hold_for_preemptor``).
             self.kept[claim_id] = (queue, (cluster, node))
             self.held[(cluster, node)] = queue
             self.heads.add(queue)
@@ -57,19 +62,40 @@ class RoundReservations(queueing.Screen):
         first = group.claims[0]
         queue = queue_of(first, first.namespace.name, self.tree)
         if not outcome.allocated:
-            if outcome.error is None and queue not in self.heads and outcome.reason != queueing.HELD_FOR_QUEUE_HEAD:
+            if outcome.error is None and queue not in self.heads and outcome.reason != HELD_FOR_QUEUE_HEAD:
                 self.heads.add(queue)
                 self._reserve(group, queue)
             return outcome
         where = (outcome.cluster or "", outcome.node or "")
         holder = self.held.get(where)
-        if holder is None or not outcome.node:
+        if holder is None or not outcome.node or self._yields(holder, queue, group):
             return outcome
         self.engine.release(outcome.devices)
         return dataclasses.replace(
-            outcome, allocated=False, claims=[], devices=[], reason=queueing.HELD_FOR_QUEUE_HEAD,
+            outcome, allocated=False, claims=[], devices=[], reason=HELD_FOR_QUEUE_HEAD,
             message=f"node {where[0]}/{where[1]} is held for the head of queue {holder!r}; waiting for room "
                     "elsewhere", diagnostics={"heldFor": holder, "node": where[1], "cluster": where[0]})
+
+    def _yields(self, holder: str, queue: str, group) -> bool:
+        """A head whose queue borrows (uses beyond its nominal of the class) does not keep its held node from a
+        claim of another queue that stays within its nominal: the head's place is among the borrowers only.
+        (Such a claim waited ``HeldForQueueHead`` for ever beside an idle GPU.)"""
+        tree = self.tree
+        if holder == queue or tree is None:
+            return False
+        if self.shares is None:
+            self.shares = Shares(tree, u.load())
+        h, q = tree.queues.get(holder), tree.queues.get(queue)
+        if h is None or q is None:
+            return False
+        wants = [r for c in group.claims for r in requested_devices(c.spec)]
+        if not any(self.shares.used[(h.id, cls)] > self.shares.nominal.get((h.id, cls), 0) for cls, _ in wants):
+            return False
+        if self.shares.borrows(q.id, wants):
+            return False
+        for cls, n in wants:
+            self.shares.add(q.id, cls, n)
+        return True
 
     def _reserve(self, group, queue: str) -> None:
         """Hold the node with the most free devices that the head's first device class (and its requests'
@@ -85,7 +111,7 @@ class RoundReservations(queueing.Screen):
         sel = self._selector_set(group, cls)
         if sel is None:
             return
-        ranked = []
+        ranked: list[tuple] = []
         for order, model in enumerate(self.engine.clusters.values()):
             index = self.engine.key_index(sel, model)
             ranked.extend((-index.free_on(name), order, position, model, name)
@@ -109,6 +135,17 @@ class RoundReservations(queueing.Screen):
                         if (exact := r.get("exactly")) and exact.get("deviceClassName") == cls}
         request_exprs = next(iter(request_sets)) if len(request_sets) == 1 else ()
         return self.engine.selector_set(cls, class_exprs, request_exprs)
+
+
+def hold_for_preemptor(claim, queue: str, where: tuple[str, str]) -> None:
+    """The node a preemption decision placed ``claim`` on (its victims' devices) is held for it as for its
+    queue's head, from round to round until it is decided again: the victims, requeued at their place, and
+    later claims of other queues do not take back what was freed for it. (Before, the node its queue's head
+    had held earlier, somewhere else, was kept, and the victims took the freed devices back.) A claim that
+    fits on any device needs no node."""
+    if not where[1] or sum(n for _, n in requested_devices(claim.spec)) < 2:
+        return
+    PendingWake.objects.filter(claim_id=claim.id).update(head_of=queue, hold_cluster=where[0], hold_node=where[1])
 
 
 def round_screen(engine) -> RoundReservations:

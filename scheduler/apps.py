@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+
+
+class SchedulerConfig(AppConfig):
+    """The allocation cycle, above claims, queues and gangs: take, order, decide (``dra``), admit, preempt, and
+    commit through the claims app's commit service. It has no models of its own."""
+
+    name = "scheduler"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # The tasks register under their historical names (claims.tasks.*, gangs.tasks.*, queues.tasks.*);
+        # imported here so that a worker or the in-process runner knows them whichever module asks first.
+        from scheduler import tasks  # noqa: F401

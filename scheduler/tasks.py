@@ -1,0 +1,119 @@
+"""Celery tasks of the scheduler: the allocation round, gang placement and preemption passes. They take ids (or
+nothing) and call services; no domain logic here.
+
+The tasks keep the names they were registered under before the scheduler app owned them (``claims.tasks.*``,
+``gangs.tasks.*``, ``queues.tasks.*``): messages already queued in a broker and beat schedules name them so.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from celery import shared_task
+from django.conf import settings
+
+from claims import dispatch
+from gangs import dispatch as gang_dispatch
+from scheduler.services import allocation, gang_placement, reclaim, round_log, wakeups
+
+log = logging.getLogger(__name__)
+
+# One task keeps taking batches while there is work, up to this long; then it hands over to a fresh task
+# so that a busy queue does not starve the other tasks of the worker.
+MAX_TASK_SECONDS = 20.0
+
+
+@shared_task(name="claims.tasks.allocate_pending", ignore_result=True)
+def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: float = MAX_TASK_SECONDS) -> dict:
+    """Allocate eligible pending claims, batch after batch, until none is left."""
+    dispatch.task_started()
+    deadline = time.monotonic() + max_seconds
+    totals = {"rounds": 0, "allocated": 0, "pending": 0, "failed": 0, "lost_race": 0}
+    fanned_out = False
+    idle_spins = 0
+    while True:
+        started = time.perf_counter()
+        try:
+            result = allocation.allocate_round(batch_size)
+        except Exception as exc:
+            # /metrics counts rounds that raised (the allocation-errors alert); the task still fails as before.
+            round_log.record(None, error=exc, seconds=time.perf_counter() - started)
+            raise
+        if not result.taken:
+            break
+        round_log.record(result)
+        totals["rounds"] += 1
+        for key in ("allocated", "pending", "failed", "lost_race"):
+            totals[key] += getattr(result, key)
+        # A full batch means there is more: ask for a second task, so that another worker joins in.
+        if result.taken >= batch_size and not fanned_out and settings.CELERY_BROKER_URL:
+            dispatch.request_allocation()
+            fanned_out = True
+        if not (result.allocated or result.pending or result.failed):
+            # Everything we took belongs to groups another worker is busy with: let it finish.
+            idle_spins += 1
+            if idle_spins > 20:
+                break
+            time.sleep(0.05)
+        if time.monotonic() > deadline:
+            dispatch.request_allocation()
+            break
+    if totals["rounds"]:
+        log.info("allocation: %s", totals)
+    return totals
+
+
+@shared_task(name="scheduler.tasks.wake_backstop", ignore_result=True)
+def wake_backstop() -> int:
+    """The safety net of targeted wake-ups (``scheduler.services.wakeups``): wake a few claims a release could
+    help that no freed device was offered to, and start a round for them."""
+    woken = wakeups.backstop()
+    if woken:
+        dispatch.request_allocation()
+    return woken
+
+
+@shared_task(name="claims.tasks.purge_round_log", ignore_result=True)
+def purge_round_log() -> int:
+    return round_log.purge()
+
+
+@shared_task(name="gangs.tasks.place_gangs", ignore_result=True)
+def place_gangs(max_seconds: float = MAX_TASK_SECONDS) -> dict:
+    """Place eligible gangs, oldest first, one transaction each, until none is left."""
+    gang_dispatch.task_started()
+    deadline = time.monotonic() + max_seconds
+    totals: dict[str, int] = {}
+    skip: set[int] = set()
+    retry = False
+    while time.monotonic() < deadline:
+        attempt = gang_placement.place_next(exclude=skip)
+        if attempt.result == "none":
+            break
+        totals[attempt.result] = totals.get(attempt.result, 0) + 1
+        if attempt.retry_soon:
+            if attempt.gang_id is not None:  # always, for these results
+                skip.add(attempt.gang_id)  # not again in this task: its rows are busy or it just lost a race
+            retry = True
+    else:
+        retry = True
+    if retry:
+        gang_dispatch.request_placement()
+    if totals:
+        log.info("gang placement: %s", totals)
+    return totals
+
+
+@shared_task(name="gangs.tasks.place_gang", ignore_result=True)
+def place_gang(gang_id: int) -> str:
+    """Try one gang now (a new one: it need not wait for the next pass)."""
+    attempt = gang_placement.place_next(gang_id=gang_id)
+    if attempt.retry_soon:
+        gang_dispatch.request_placement()
+    return attempt.result
+
+
+@shared_task(name="queues.tasks.preempt", ignore_result=True)
+def preempt() -> dict:
+    """Requeue victims past their deadline; choose and mark victims for claims waiting for room."""
+    return reclaim.run()
