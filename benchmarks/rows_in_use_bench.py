@@ -64,7 +64,7 @@ def setup() -> None:
         cursor.execute("ANALYZE")
     from draservice import changes
 
-    while changes.settled() < changes._last_seq():  # the watermark a worker starts from, as beat keeps it
+    while changes.settled() < changes.last_seq():  # the watermark a worker starts from, as beat keeps it
         changes.seal()
 
 

@@ -107,13 +107,13 @@ def seal() -> int:
                                       or horizon_passed(xmin, state.pending_horizon))
         if done and state.pending_seq > state.settled:
             state.settled = state.pending_seq
-        state.pending_seq = _last_seq()
+        state.pending_seq = last_seq()
         state.pending_horizon = horizon
         state.save()
     return settled()
 
 
-def _last_seq() -> int:
+def last_seq() -> int:
     """The highest seq handed out so far (committed or not)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

@@ -234,7 +234,9 @@ class _RowCache:
         # The position first: every change at or below it is visible to the reads below, and the changes
         # after it are replayed, harmlessly, onto rows that may already show them (per row, in seq order).
         position = changes.settled()
-        if self.follower is not None and self.follower.seq > position:
+        # Past the log's own sequence, the follower's place means nothing: the log was emptied and its sequence
+        # restarted (``manage.py flush``); kept, it would skip every change until the sequence caught up.
+        if self.follower is not None and position < self.follower.seq <= changes.last_seq():
             position = self.follower.seq
         ids = set(DeviceAllocation.objects.values_list("id", flat=True))
         for gone in self.rows.keys() - ids:

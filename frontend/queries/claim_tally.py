@@ -46,7 +46,9 @@ class ClaimTally:
         the highest seq is reflected already."""
         last_seq, settled, compacted = log
         with self.lock:
-            if self.seen is None or self.seen < compacted or time.monotonic() - self.read_at > FULL_READ_SECONDS:
+            # seen > last_seq: the log was emptied and its sequence restarted (``manage.py flush``).
+            if self.seen is None or self.seen < compacted or self.seen > last_seq \
+                    or time.monotonic() - self.read_at > FULL_READ_SECONDS:
                 self._read_all(last_seq, settled)
             else:
                 self.missing = {seq for seq in self.missing if seq > settled}

@@ -88,3 +88,20 @@ def test_a_hard_invalidation_rebuilds_everything(three_clusters):
     fleet.invalidate(hard=True)  # after the unique index refused a write the view allowed
     hard = _inventories(fleet.current_view())
     assert not any(inv is _inventories(view)[name] for name, inv in hard.items())
+
+
+def test_the_rows_follower_survives_a_restarted_change_log(three_clusters):
+    """``manage.py flush`` empties the change log and restarts its sequence: a worker that followed the old
+    log must not wait for the new sequence to catch up with its old place (it would miss every release)."""
+    from claims.models import DeviceAllocation, Phase
+    from claims.services import claims as claim_services
+
+    claim_services.create_claims("team-a", [gpu_claim("one")])
+    allocation.allocate_round()
+    assert len(fleet.rows_in_use()) == 1
+    fleet._rows.follower.seq += 1_000_000  # where it stood in the old log, far past the restarted sequence
+    fleet.reset_rows()
+    assert len(fleet.rows_in_use()) == 1
+    claim_services.release_claim(ResourceClaim.objects.get(name="one").id)
+    assert not DeviceAllocation.objects.exists() and ResourceClaim.objects.get(name="one").phase != Phase.ALLOCATED
+    assert fleet.rows_in_use() == {}  # the release is seen: the follower starts from the new log
