@@ -96,6 +96,10 @@ def test_watch_sees_added_then_modified(kubectl, kube_service):
         time.sleep(1)
         kubectl("apply", "-f", "-", stdin=claim_yaml("watched"))
         kubectl("wait", "--for=jsonpath={.status.allocation}", "resourceclaim/watched", "-n", NS, "--timeout=60s")
+        # Changes of one object that the watch reads in one poll of the change log arrive as one event with
+        # the object as it is then (level-based, as an informer needs): the label comes after the ADDED was
+        # delivered, so it must come as a MODIFIED of its own.
+        _wait_for_event(events, "watched")
         kubectl("label", "resourceclaim", "watched", "-n", NS, "stage=seen")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not any(
