@@ -94,7 +94,8 @@ class ResourceClaim(models.Model):
     taken_until = models.DateTimeField(null=True, blank=True)
     taken_by = models.IntegerField(null=True, blank=True)  # the taking worker's PostgreSQL backend pid
 
-    lease_seconds = models.IntegerField(null=True, blank=True)
+    lease_seconds = models.IntegerField(null=True, blank=True)  # the walltime (draservice.io/lease-ttl)
+    # Allocation time + walltime (renewals move it); null while the claim waits: a lease runs from allocation.
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_renewed_at = models.DateTimeField(null=True, blank=True)
 
@@ -105,6 +106,8 @@ class ResourceClaim(models.Model):
     # Set while the ``DeviceRemoved`` condition is True: an inventory push removed a device the claim holds
     # (claims.services.device_removed). A column, so that metrics and the check find such claims by index.
     device_removed_at = models.DateTimeField(null=True, blank=True)
+    # Creation + draservice.io/pending-timeout, cleared at the first allocation: the bound on the first wait.
+    pending_deadline = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
@@ -124,6 +127,8 @@ class ResourceClaim(models.Model):
                          name="claims_claim_defrag_hold"),
             models.Index(fields=["lease_expires_at"], condition=Q(lease_expires_at__isnull=False),
                          name="claims_claim_lease"),
+            models.Index(fields=["pending_deadline"], condition=Q(pending_deadline__isnull=False),
+                         name="claims_claim_pending_deadline"),
             models.Index(fields=["cluster", "phase"], name="claims_claim_cluster"),
             models.Index(fields=["cluster"], condition=Q(device_removed_at__isnull=False),
                          name="claims_claim_device_removed"),

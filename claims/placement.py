@@ -3,8 +3,12 @@
 ``draservice.io/allowed-clusters``   equality label selector over cluster labels, ``region=eu,provider=gke``
                                      (all must match); ``name=<cluster>`` matches a cluster by name.
 ``draservice.io/preferred-cluster``  a cluster name tried first when it can hold the claim.
-``draservice.io/lease-ttl``          ``90s``, ``15m``, ``2h``: the claim is released when the lease is not
-                                     renewed (``POST …/renew``) within this time. Counted from creation.
+``draservice.io/lease-ttl``          ``90s``, ``15m``, ``2h``: the walltime. The claim is released when the lease
+                                     is not renewed (``POST …/renew``) within this time, counted from its
+                                     allocation (Slurm's ``--time``): waiting in a queue costs none of it.
+``draservice.io/pending-timeout``    ``30m``, ``1d``: how long the claim may wait for its first allocation; past
+                                     it the claim is released (reason ``PendingTimeout``). Counted from
+                                     creation; a claim requeued by preemption was admitted once and waits on.
 ``draservice.io/node``               a node name: the claim is placed on that node only (the engine's node
                                      restriction, like a pod's ``nodeName``). Needs ``allowed-clusters:
                                      name=<cluster>``, since node names are unique only within a cluster.
@@ -26,10 +30,12 @@ from draservice.problems import FieldError
 ALLOWED_CLUSTERS = "draservice.io/allowed-clusters"
 PREFERRED_CLUSTER = "draservice.io/preferred-cluster"
 LEASE_TTL = "draservice.io/lease-ttl"
+PENDING_TIMEOUT = "draservice.io/pending-timeout"
 NODE_PIN = "draservice.io/node"
 
 MIN_LEASE = timedelta(seconds=5)
 MAX_LEASE = timedelta(days=7)
+MAX_PENDING_TIMEOUT = timedelta(days=30)
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS subdomain, as node names are
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -52,6 +58,7 @@ class Placement:
     preferred_cluster: str
     lease: timedelta | None
     node: str = ""
+    pending_timeout: timedelta | None = None
 
 
 def parse_selector(text: str, path: str) -> dict:
@@ -80,7 +87,17 @@ def parse_annotations(annotations: dict, path: str = "metadata.annotations") -> 
         if not MIN_LEASE <= lease <= MAX_LEASE:
             raise FieldError([(lpath, f"must be between {int(MIN_LEASE.total_seconds())}s and 7d")])
     return Placement(selector, str(annotations.get(PREFERRED_CLUSTER) or ""), lease,
-                     _node_pin(annotations, selector, path))
+                     _node_pin(annotations, selector, path), _pending_timeout(annotations, path))
+
+
+def _pending_timeout(annotations: dict, path: str) -> timedelta | None:
+    if not annotations.get(PENDING_TIMEOUT):
+        return None
+    tpath = f"{path}[{PENDING_TIMEOUT}]"
+    timeout = parse_duration(annotations[PENDING_TIMEOUT], tpath)
+    if not MIN_LEASE <= timeout <= MAX_PENDING_TIMEOUT:
+        raise FieldError([(tpath, f"must be between {int(MIN_LEASE.total_seconds())}s and 30d")])
+    return timeout
 
 
 def _node_pin(annotations: dict, selector: dict | None, path: str) -> str:

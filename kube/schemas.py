@@ -47,7 +47,8 @@ OBJECT_META = obj(
     finalizers=array(string(""), "Must be empty before the object is deleted from the registry.", "set"),
     labels=string_map("Map of string keys and values to organize and categorize objects (label selectors)."),
     annotations=string_map("Unstructured key value map stored with the object. draservice reads "
-                           "draservice.io/allowed-clusters, draservice.io/lease-ttl, draservice.io/release."),
+                           "draservice.io/allowed-clusters, draservice.io/lease-ttl, draservice.io/pending-timeout, "
+                           "draservice.io/release."),
     ownerReferences=array(free("An object this one depends on."), "Objects this one depends on.", "map",
                           ("uid",)),
     managedFields=array(free("A field manager's set of fields."), "Which manager owns which fields."),
@@ -156,8 +157,9 @@ CLAIM_STATUS = obj(
     lastAttemptTime=time("The last allocation round that tried it."),
     allocatedTime=time("When it was allocated."),
     releasedTime=time("When it was released."),
-    lease=obj("The claim's lease (draservice.io/lease-ttl).",
-              leaseDurationSeconds=integer("The lease's length."), expireTime=time("When the lease ends."),
+    lease=obj("The claim's lease, its walltime (draservice.io/lease-ttl): it runs from allocation.",
+              leaseDurationSeconds=integer("The lease's length."),
+              expireTime=time("When the lease ends: null until the claim is allocated."),
               renewTime=time("When it was last renewed.")),
     queue=string("The draservice Queue the claim is admitted through."),
     positionInQueue=integer("1-based place among the queue's pending claims."),

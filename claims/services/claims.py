@@ -39,6 +39,7 @@ from usage.services import ledger
 MAX_BATCH = 1000
 LEASE_EXPIRED = "LeaseExpired"
 RELEASE_DEADLINE = "ReleaseDeadlinePassed"
+PENDING_TIMEOUT = "PendingTimeout"
 
 
 _known_classes: tuple[float, frozenset[str]] = (0.0, frozenset())
@@ -83,9 +84,10 @@ def build_claim(ns: Namespace, obj: dict, path: str = "", now=None) -> ResourceC
                           reason="WaitingForAllocation", message="waiting for the allocator",
                           conditions=set_allocated_condition([], False, "WaitingForAllocation",
                                                              "waiting for the allocator", now))
-    if placement.lease is not None:
+    if placement.lease is not None:  # the walltime: its clock starts at allocation (``commit.set_allocated``)
         claim.lease_seconds = int(placement.lease.total_seconds())
-        claim.lease_expires_at = now + placement.lease
+    if placement.pending_timeout is not None:
+        claim.pending_deadline = now + placement.pending_timeout
     return claim
 
 
@@ -298,6 +300,7 @@ def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> Re
         if errors:
             raise FieldError(errors)
         _apply_lease_change(claim, placement.lease, timezone.now())
+        _apply_pending_timeout(claim, placement.pending_timeout)
         claim.labels, claim.annotations = parsed["labels"], parsed["annotations"]
         claim.allowed_cluster_selector = placement.allowed_cluster_selector
         claim.preferred_cluster = placement.preferred_cluster
@@ -305,8 +308,8 @@ def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> Re
         # A placement change can make a pending claim placeable: try it again.
         claim.attempted_version = None
         claim.save(update_fields=["labels", "annotations", "allowed_cluster_selector", "preferred_cluster",
-                                  "lease_seconds", "lease_expires_at", "resource_version", "attempted_version",
-                                  "updated_at"])
+                                  "lease_seconds", "lease_expires_at", "pending_deadline", "resource_version",
+                                  "attempted_version", "updated_at"])
         if claim.phase == Phase.PENDING:
             transaction.on_commit(dispatch.request_allocation)
     return claim
@@ -314,15 +317,24 @@ def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> Re
 
 def _apply_lease_change(claim: ResourceClaim, lease: timedelta | None, now) -> None:
     """The lease annotation is the lease's one source: ``leaseDurationSeconds`` and ``expireTime`` always agree
-    with it. A changed (or new) TTL starts a fresh lease from now, as a renewal with that TTL would; an
-    unchanged one leaves the lease alone; a removed one ends the lease (the claim is kept until released)."""
+    with it. On an allocated claim a changed (or new) TTL starts a fresh lease from now, as a renewal with that
+    TTL would; an unchanged one leaves the lease alone; a removed one ends the lease (the claim is kept until
+    released). A pending claim's lease has not started: only its length changes."""
     if claim.phase not in (Phase.PENDING, Phase.ALLOCATED):
         return
     seconds = int(lease.total_seconds()) if lease is not None else None
     if seconds == claim.lease_seconds:
         return
     claim.lease_seconds = seconds
-    claim.lease_expires_at = now + lease if lease is not None else None
+    claim.lease_expires_at = now + lease if lease is not None and claim.phase == Phase.ALLOCATED else None
+
+
+def _apply_pending_timeout(claim: ResourceClaim, timeout: timedelta | None) -> None:
+    """The pending-timeout annotation bounds the first wait, counted from creation: set, changed or removed
+    on a claim that was never allocated, it moves the deadline; on any other claim it no longer applies."""
+    if claim.phase != Phase.PENDING or claim.allocated_at is not None or claim.reason == "Preempted":
+        return
+    claim.pending_deadline = claim.created_at + timeout if timeout is not None else None
 
 
 # --------------------------------------------------------------------------------------------- release
@@ -497,30 +509,39 @@ def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None =
         if not claim.lease_seconds:
             raise FieldError([("ttl", "the claim has no lease; give a ttl to start one")])
         now = timezone.now()
-        claim.lease_expires_at = now + timedelta(seconds=claim.lease_seconds)
+        # A pending claim's lease starts at its allocation: a renewal sets only its length.
+        claim.lease_expires_at = (now + timedelta(seconds=claim.lease_seconds)
+                                  if claim.phase == Phase.ALLOCATED else None)
         claim.lease_renewed_at = now
         claim.resource_version += 1
         claim.save(update_fields=["lease_seconds", "lease_expires_at", "lease_renewed_at", "resource_version",
                                   "annotations", "updated_at"])
-        ev.record([ev.event(claim, ev.LEASE_RENEWED, "LeaseRenewed",
-                            f"lease renewed until {claim.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}")])
+        said = (f"lease renewed until {claim.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}" if claim.lease_expires_at
+                else f"lease of {claim.lease_seconds}s set: it starts when the claim is allocated")
+        ev.record([ev.event(claim, ev.LEASE_RENEWED, "LeaseRenewed", said)])
     return claim
 
 
 def expire_leases(limit: int = 500) -> int:
-    """Release claims whose lease ran out. Skips rows another transaction holds (they are retried later)."""
+    """Release claims whose lease ran out, and pending claims past their ``pending-timeout``. Skips rows another
+    transaction holds (they are retried later)."""
     now = timezone.now()
     with transaction.atomic():
         due = list(ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
                    .select_related("namespace")
                    .filter(lease_expires_at__lte=now, phase__in=[Phase.PENDING, Phase.ALLOCATED])
                    .order_by("lease_expires_at")[:limit])
+        waited = list(ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
+                      .select_related("namespace").filter(pending_deadline__lte=now, phase=Phase.PENDING)
+                      .order_by("pending_deadline")[:limit])
         releasing = [c for c in due if is_true(c.conditions, RELEASING)]
         lapsed = [c for c in due if not is_true(c.conditions, RELEASING)]
         released = _release_locked(lapsed, LEASE_EXPIRED, "the lease was not renewed in time", now)
         # A release nobody confirmed before its deadline happens now (see ``begin_release``).
         released += _release_locked(releasing, RELEASE_DEADLINE, "released at the end of its grace period: "
                                     "nobody confirmed earlier that its devices were no longer used", now)
+        released += _release_locked(waited, PENDING_TIMEOUT, "not allocated within its "
+                                    "draservice.io/pending-timeout", now)
     return len(released)
 
 

@@ -25,6 +25,7 @@ claim, a consumer's claims, a whole gang.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.db import connection
 
@@ -39,7 +40,7 @@ ROW_KEY = ("id", "cluster", "driver", "pool", "device", "share_id", "consumed_ca
 # What a decision writes to a claim (allocated, pending or failed): the fields ``record`` updates.
 CLAIM_FIELDS = ["phase", "reason", "message", "conditions", "cluster", "node", "allocation", "diagnostics",
                 "attempts", "attempted_version", "last_attempt_at", "allocated_at", "resource_version",
-                "updated_at", "taken_until"]
+                "updated_at", "taken_until", "lease_expires_at", "pending_deadline"]
 
 
 @dataclass
@@ -191,6 +192,10 @@ def set_allocated(claim: ResourceClaim, p: Placement, allocation: dict | None, n
     claim.allocation = allocation
     claim.cluster, claim.node = p.cluster or "", p.node or ""
     claim.allocated_at = now
+    # The walltime runs from here (a requeued victim starts a fresh one, as a requeued Slurm job does); the
+    # bound on the first wait is over.
+    claim.lease_expires_at = now + timedelta(seconds=claim.lease_seconds) if claim.lease_seconds else None
+    claim.pending_deadline = None
     claim.reason = "Allocated"
     where = f"{claim.cluster}/{claim.node}" if claim.node else claim.cluster
     claim.message = p.message or f"allocated on {where}"

@@ -132,7 +132,11 @@ def _test_wrapper_only() -> bool:
 
 def test_renew_then_edit_keeps_lease_fields_in_agreement(admin_client, small_fleet):
     body = gpu_claim("leased", annotations={"draservice.io/lease-ttl": "30m"})
-    assert admin_client.post(f"{NS}/resourceclaims", body, format="json").status_code == 201
+    created = admin_client.post(f"{NS}/resourceclaims", body, format="json")
+    assert created.status_code == 201
+    assert created.json()["status"]["lease"] == {"leaseDurationSeconds": 1800, "expireTime": None,
+                                                 "renewTime": None}  # the walltime starts at allocation
+    run_rounds()
     assert admin_client.post(f"{NS}/resourceclaims/leased/renew", {"ttl": "2h"}, format="json").status_code == 200
     resp = admin_client.patch(f"{NS}/resourceclaims/leased", {"metadata": {"labels": {"team": "x"}}}, format="json")
     assert resp.status_code == 200, resp.content
@@ -190,3 +194,19 @@ def test_an_expensive_selector_is_refused_at_creation_and_bounded_when_already_s
     assert hostile.phase == "Failed" and hostile.attempts == 1, (hostile.reason, hostile.message)
     assert hostile.reason in ("CELBudgetExceeded", "CELError")
     assert status(admin_client, "canary")["phase"] == "Allocated"
+
+
+def test_a_bad_pending_timeout_is_refused_naming_the_annotation(admin_client, small_fleet):
+    for value, says in (("forever", "invalid duration"), ("31d", "between 5s and 30d"), ("1s", "between 5s")):
+        body = gpu_claim("w", annotations={"draservice.io/pending-timeout": value})
+        resp = admin_client.post(f"{NS}/resourceclaims", body, format="json")
+        assert resp.status_code in (400, 422), resp.content
+        text = resp.content.decode()
+        assert "metadata.annotations[draservice.io/pending-timeout]" in text and says in text, text
+    assert not ResourceClaim.objects.filter(name="w").exists()
+    body = gpu_claim("w", annotations={"draservice.io/pending-timeout": "30m"})
+    assert admin_client.post(f"{NS}/resourceclaims", body, format="json").status_code == 201
+    w = ResourceClaim.objects.get(name="w")
+    assert abs(w.pending_deadline - w.created_at - timezone.timedelta(minutes=30)).total_seconds() < 1
+    run_rounds()
+    assert ResourceClaim.objects.get(name="w").pending_deadline is None  # allocated: the bound is over
