@@ -94,3 +94,15 @@ def test_a_dry_run_apply_keeps_nothing(admin):
     dry = apply(admin, queue(), "fieldManager=kubectl&dryRun=All")
     assert dry.status_code == 201 and dry.json()["metadata"]["managedFields"][0]["manager"] == "kubectl"
     assert admin.get(f"{QUEUES}/ml").status_code == 404 and not ManagedFields.objects.exists()
+
+
+def test_a_namespace_token_applies_claims_in_its_namespace_only(admin, ns_client):
+    team = ns_client("team-a")
+    body = json.dumps(fleet.gpu_claim("applied"))
+    url = "/k8s/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/applied?fieldManager=flux"
+    created = team.generic("PATCH", url.format("team-a"), body, content_type=APPLY)
+    assert created.status_code == 201, created.json()
+    assert created.json()["metadata"]["managedFields"][0]["manager"] == "flux"
+    again = team.generic("PATCH", url.format("team-a"), body, content_type=APPLY)
+    assert again.json()["metadata"]["resourceVersion"] == created.json()["metadata"]["resourceVersion"]
+    assert team.generic("PATCH", url.format("team-b"), body, content_type=APPLY).status_code == 403
