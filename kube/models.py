@@ -20,3 +20,18 @@ class ResourcePoolStatusRequest(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["owner", "created_at"], name="kube_rpsr_owner")]
+
+
+class ManagedFields(models.Model):
+    """``metadata.managedFields`` of an object the door serves (server-side apply, ``kube.apply``): kept beside
+    the owning apps' rows rather than in each of them. ``uid`` is the object's: entries of a deleted object
+    never pass to a new one of the same name."""
+
+    resource = models.CharField(max_length=63)  # the plural: resourceclaims, queues, deployments...
+    namespace = models.CharField(max_length=253, blank=True, default="")
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=80)
+    entries = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["resource", "namespace", "name"], name="kube_managed_one")]

@@ -5,7 +5,7 @@ apps/v1, batch/v1) and JSON patch (RFC 6902).
 Strategic merge differs from merge patch in lists: lists of objects with a ``name`` merge by name (the patch
 strategy of containers, volumes, resourceClaims, requests...), ``$patch: delete``/``replace`` and the
 ``$setElementOrder``/``$retainKeys``/``$deleteFromPrimitiveList`` directives are understood; other lists are
-replaced, as merge patch does.
+replaced, as merge patch does. Server-side apply (``application/apply-patch+yaml``) is ``kube.apply``'s.
 """
 from __future__ import annotations
 
@@ -33,10 +33,8 @@ def apply_patch(current: dict, patch: Any, content_type: str) -> dict:
         return strategic_merge(copy.deepcopy(current), patch)
     if ctype == JSON_PATCH:
         return json_patch(copy.deepcopy(current), patch)
-    if ctype == APPLY:
-        raise KubeError(415, "server-side apply is not supported here: use kubectl apply without --server-side")
     raise KubeError(415, f"the body of the request was in an unknown format - accepted media types include: "
-                         f"{JSON_PATCH}, {MERGE}, {STRATEGIC}")
+                         f"{JSON_PATCH}, {MERGE}, {STRATEGIC}, {APPLY}")
 
 
 def _merge_key(items: list) -> str | None:

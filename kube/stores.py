@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
+from claims import k8s as claim_k8s
 from claims.api import serializers as claim_render
 from claims.models import ClaimEvent, Consumer, Namespace, ResourceClaim, ResourceClaimTemplate
 from claims.services import caps
@@ -88,6 +89,11 @@ class Store:
     def render_many(self, objs: list, version: str) -> list[dict]:
         return [self.render(o, version) for o in objs]
 
+    def canonical(self, part: dict, version: str) -> dict:
+        """The managed part of an object as the store would keep it (its defaults), to tell whether a server-side
+        apply changes anything (``kube.apply``)."""
+        return part
+
     def create(self, view, namespace: str | None, body: dict):
         raise KubeError(405, 'the server does not allow this method on the requested resource')
 
@@ -152,6 +158,10 @@ class ClaimStore(Store):
             out.append(_with_version(rendered, self.resource.api_version(version), claim.change_seq))
         return out
 
+    def canonical(self, part: dict, version: str) -> dict:
+        return {**part, "spec": claim_k8s.claim_spec_to_v1(part.get("spec"), self.resource.api_version(version),
+                                                           "spec")}
+
     def create(self, view, namespace, body):
         view.check_object_permissions(view.request, view.new_claim(body))
         claim = claim_services.create_claims(namespace, [body])[0]
@@ -195,6 +205,10 @@ class TemplateStore(Store):
         rendered = claim_render.render_template(obj)
         rendered["spec"] = versions.template_spec_out(rendered.get("spec"), version)
         return _with_version(rendered, self.resource.api_version(version), obj.change_seq)
+
+    def canonical(self, part: dict, version: str) -> dict:
+        return {**part, "spec": claim_k8s.template_spec_to_v1(part.get("spec") or {},
+                                                              self.resource.api_version(version), "spec")}
 
     def create(self, view, namespace, body):
         template = claim_services.create_template(namespace, body)

@@ -7,6 +7,7 @@ and writes through ``kube.stores`` (which call the owning services)."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import logging
 
@@ -23,6 +24,7 @@ from draservice.problems import FieldError
 from draservice.yaml import YAMLParser
 from inventory.services.doctor import diagnosed, fleet_vocabulary, problem_members
 from kube import advice, fields, patch, scale, tables, watch
+from kube import apply as ssa
 from kube.registry import RESOURCE_GROUP, Resource, lookup
 from kube.status import KubeError, translate
 from kube.stores import STORES, Store
@@ -37,6 +39,18 @@ class StrategicMergePatchParser(JSONParser):
 
 class JSONPatchParser(JSONParser):
     media_type = patch.JSON_PATCH
+
+
+class ApplyPatchParser(YAMLParser):
+    media_type = patch.APPLY  # YAML, or JSON (which is YAML): what kubectl apply --server-side sends
+
+
+def _unmanaged(body: dict) -> dict:
+    """A body for the stores: managedFields are kept beside the object (``kube.apply``), not in it."""
+    meta = body.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return body
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 def _json(body: dict, code: int = 200) -> JsonResponse:
@@ -58,7 +72,8 @@ def _decode_continue(token: str) -> tuple[int, int]:
 class ResourceView(APIView):
     """``/k8s/api[s]/{group}/{version}[/namespaces/{namespace}]/{plural}[/{name}[/status]]``."""
 
-    parser_classes = [JSONParser, YAMLParser, MergePatchParser, StrategicMergePatchParser, JSONPatchParser]
+    parser_classes = [JSONParser, YAMLParser, MergePatchParser, StrategicMergePatchParser, JSONPatchParser,
+                      ApplyPatchParser]
     claim_verb: str | None = None
 
     # ------------------------------------------------------------------ plumbing
@@ -141,8 +156,16 @@ class ResourceView(APIView):
         return fields.validate(body, r.plural, version, self.request.query_params.get("fieldValidation"),
                                duplicates)
 
-    def _respond(self, obj, code: int = 200, warnings: list[str] | None = None):
-        response = _json(self.store.render(obj, self.kwargs["version"]), code)
+    def _respond(self, obj, code: int = 200, warnings: list[str] | None = None, before: dict | None = None,
+                 body: dict | None = None):
+        """The object as stored; a write (``before``: the object before it, {} for a create) recorded as its
+        manager's update in managedFields."""
+        rendered = obj if isinstance(obj, dict) else self.store.render(obj, self.kwargs["version"])
+        if before is not None:
+            ssa.track(self, before, rendered, body)
+        else:
+            ssa.attach(self.resource, [rendered])
+        response = _json(rendered, code)
         for warning in warnings or []:
             dryrun.add_warning(response, warning)
         return response
@@ -168,6 +191,7 @@ class ResourceView(APIView):
                                 {"name": kw["name"], "kind": self.resource.plural})
             obj = self.store.get(kw.get("namespace"), kw["name"])
             rendered = self.store.render(obj, kw["version"])
+            ssa.attach(self.resource, [rendered])
             if tables.wants_table(request):
                 return _json(tables.table(self.resource.plural, [rendered], request.query_params.get(
                     "includeObject") or "Metadata"))
@@ -198,6 +222,7 @@ class ResourceView(APIView):
         if more:
             meta["continue"] = _encode_continue(objects[-1].pk, rv)
         rendered = self.store.render_many(objects, kw["version"])
+        ssa.attach(self.resource, rendered)
         if tables.wants_table(request):
             return _json(tables.table(self.resource.plural, rendered, params.get("includeObject") or "Metadata",
                                       meta))
@@ -227,11 +252,12 @@ class ResourceView(APIView):
     def post(self, request, **kw):
         if "name" in kw:
             raise KubeError(405, "the server does not allow this method on the requested resource")
+        ssa.write_options(request.query_params, False)
         original = self._body(request)
         with diagnosed(original):
             body, warnings = self._checked_or_diagnosed(original, kw.get("namespace"))
-            obj = self.store.create(self, kw.get("namespace"), body)
-        return self._respond(obj, 201, warnings + self._older_version_advice(original))
+            obj = self.store.create(self, kw.get("namespace"), _unmanaged(body))
+        return self._respond(obj, 201, warnings + self._older_version_advice(original), {}, original)
 
     def _older_version_advice(self, original: dict) -> list[str]:
         """A manifest in an older DRA version is stored as it is, and the doctor's rewrite is printed."""
@@ -243,12 +269,15 @@ class ResourceView(APIView):
         if kw.get("subresource") == "scale":
             return _json(scale.write(self, request, kw))
         self._object_write_allowed(kw)
+        ssa.write_options(request.query_params, False)
         obj = self.store.get(kw.get("namespace"), kw["name"])
-        dryrun.keep_version(self.store.render(obj, kw["version"])["metadata"].get("resourceVersion"))
+        before = self.store.render(obj, kw["version"])
+        dryrun.keep_version(before["metadata"].get("resourceVersion"))
         original = self._body(request)
         with diagnosed(original):
             body, warnings = self._checked_or_diagnosed(original, kw.get("namespace"), kw["name"])
-            return self._replaced(obj, body, warnings)
+            rendered, more = self.replaced(obj, body)
+            return self._respond(rendered, 200, warnings + more, before, original)
 
     def _checked_or_diagnosed(self, body: dict, namespace: str | None, name: str | None = None):
         """``_check_body``; but a manifest written for an older API (a v1beta1-shaped v1 claim has "unknown"
@@ -268,13 +297,25 @@ class ResourceView(APIView):
         if kw.get("subresource") == "scale":
             return _json(scale.write(self, request, kw))
         self._object_write_allowed(kw)
+        content_type = (request.content_type or "").split(";")[0].strip()
+        if content_type == patch.APPLY:
+            rendered, code, warnings = ssa.serve(self, request, kw)
+            return self._respond(rendered, code, warnings)
+        ssa.write_options(request.query_params, False)
         obj = self.store.get(kw.get("namespace"), kw["name"])
-        current = self.store.render(obj, kw["version"])
+        before = self.store.render(obj, kw["version"])
+        ssa.attach(self.resource, [before])
+        current = copy.deepcopy(before)
         current.pop("status", None)
         meta = current.get("metadata") or {}
-        dryrun.keep_version(meta.get("resourceVersion"))
-        meta.pop("resourceVersion", None)  # a patch applies to the object as it is, unless it names a version
+        version = meta.get("resourceVersion")
+        dryrun.keep_version(version)
+        if content_type != patch.JSON_PATCH:  # (a JSON patch may test it: kubectl's move to server-side apply)
+            meta.pop("resourceVersion", None)  # a patch applies to the object as it is, unless it names one
         patched = patch.apply_patch(current, request.data, request.content_type or "")
+        if isinstance(patched, dict) and isinstance(patched.get("metadata"), dict) and patched["metadata"].get(
+                "resourceVersion") == version:
+            patched["metadata"].pop("resourceVersion")
         if not isinstance(patched, dict):
             raise KubeError(422, "the patched object is not an object")
         patched_meta = patched.get("metadata")
@@ -288,13 +329,17 @@ class ResourceView(APIView):
                              "causes": [{"reason": "FieldValueRequired", "field": field,
                                          "message": f"Required value: {field} may not be removed by a patch"}]})
         body, warnings = self._check_body(patched, kw.get("namespace"), kw["name"])
-        return self._replaced(obj, body, warnings)
+        rendered, more = self.replaced(obj, body)
+        return self._respond(rendered, 200, warnings + more, before, patched)
 
-    def _replaced(self, obj, body: dict, warnings: list[str]):
+    def replaced(self, obj, body: dict) -> tuple[dict, list[str]]:
+        """The store's replace; the object as stored after it, and warnings."""
+        warnings = []
         if self.resource.plural == "deviceclasses":
             before = self.store.render(obj, self.kwargs["version"])
-            warnings = warnings + advice.selector_change(self.kwargs["name"], before, body)
-        return self._respond(self.store.replace(self, obj, body), 200, warnings)
+            warnings = advice.selector_change(self.kwargs["name"], before, body)
+        stored = self.store.replace(self, obj, _unmanaged(body))
+        return self.store.render(stored, self.kwargs["version"]), warnings
 
     def delete(self, request, **kw):
         if "name" not in kw:
@@ -304,6 +349,7 @@ class ResourceView(APIView):
         rendered = self.store.render(obj, kw["version"])
         dryrun.keep_version(rendered["metadata"].get("resourceVersion"))
         self.store.delete(self, obj)
+        ssa.forget(self.resource, rendered)
         return _json(rendered)
 
     def _delete_collection(self, request, kw):
@@ -317,6 +363,8 @@ class ResourceView(APIView):
         for obj in objects:
             self.body_name = getattr(obj, "name", "")
             self.store.delete(self, obj)
+        for each in rendered:
+            ssa.forget(self.resource, each)
         return _json({"apiVersion": self.resource.api_version(kw["version"]), "kind": f"{self.resource.kind}List",
                       "metadata": {}, "items": rendered})
 

@@ -68,7 +68,8 @@ REDIS_LAST_DB = 15  # Redis' default `databases 16`
 SHARED_SERVICES = {"kube_service": ("tests/kube/test_kubectl.py", "tests/kube/test_workloads_kubectl.py",
                                    "tests/kube/test_kubectl_truth.py", "tests/kube/test_python_clients.py",
                                    "tests/kube/test_watch_server.py", "tests/kube/test_schemas_kubectl.py",
-                                   "tests/kube/test_access_reviews.py", "tests/kube/test_taint_rules_kubectl.py")}
+                                   "tests/kube/test_access_reviews.py", "tests/kube/test_taint_rules_kubectl.py",
+                                   "tests/kube/test_server_side_apply_kubectl.py")}
 
 
 @pytest.hookimpl(optionalhook=True)
