@@ -14,6 +14,14 @@ Shapes (from issue 4):
 Goals: fill >= 5,000 claims/s, match >= 2,500 claims/s, mig >= 1,000 claims/s, unsat < 100 ms per claim.
 
     python benchmarks/engine_bench.py [--shape NAME] [--nodes N] [--json]
+    python benchmarks/engine_bench.py --vs REV [--runs 3] [--shape NAME]
+
+``--vs REV`` compares this tree's ``dra`` with REV's: a git worktree of REV in a temporary directory (removed
+after), the same benchmark code and interpreter run against each tree in turn (``PYTHONPATH``), alternating,
+``--runs`` times each (default shapes: fill, match, mig). Figures are CPU-time rates (``time.process_time``),
+each printed with the 1-minute load average when its run ended; the ratio is of the medians (ours/theirs).
+Targets (issue 32): fill, match and mig >= 1.0x REV; fill >= 16,700 claims/cpu-s (the upstream Go
+allocator's rate on the fill shape); the first claim of a shape <= 20 ms CPU (fill) and <= 50 ms (mig).
 """
 from __future__ import annotations
 
@@ -21,12 +29,18 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+# --vs runs this script against another tree's ``dra``: DRA_BENCH_TREE names it (else: this checkout).
+TREE = os.environ.get("DRA_BENCH_TREE") or os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, TREE)
 
+import dra  # noqa: E402
 from dra.cel import compile_expression  # noqa: E402
 from dra.engine import ClaimGroup, ClusterInventory, Engine, FleetSnapshot  # noqa: E402
 
@@ -80,19 +94,21 @@ def gpu_fleet(nodes: int, per_node: int, **extra) -> FleetSnapshot:
 
 
 def run(engine: Engine, groups: list[ClaimGroup], claims_per_group: int = 1):
-    latencies, ok = [], 0
+    latencies, ok, first_cpu = [], 0, 0.0
     start, cpu_start = time.perf_counter(), time.process_time()
     for g in groups:
         t0 = time.perf_counter()
         out = engine.allocate(g)
         latencies.append(time.perf_counter() - t0)
+        if len(latencies) == 1:
+            first_cpu = time.process_time() - cpu_start
         ok += out.allocated
     total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {"groups": len(groups), "claims": len(groups) * claims_per_group, "allocated_groups": ok,
             "seconds": round(total, 3), "claims_per_s": round(len(groups) * claims_per_group / total, 1),
             # On a shared machine wall-clock rates include other processes' time slices; CPU time does not.
             "claims_per_cpu_s": round(len(groups) * claims_per_group / max(cpu, 1e-9), 1),
-            "first_ms": round(latencies[0] * 1000, 3),
+            "first_ms": round(latencies[0] * 1000, 3), "first_cpu_ms": round(first_cpu * 1000, 3),
             "p50_ms": round(statistics.median(latencies) * 1000, 3),
             "p99_ms": round(sorted(latencies)[int(len(latencies) * 0.99) - 1] * 1000, 3),
             "max_ms": round(max(latencies) * 1000, 3)}
@@ -207,12 +223,91 @@ SHAPES = {"fill": shape_fill, "match": shape_match, "mig": shape_mig, "shared": 
           "unsat-131730-search": lambda nodes: shape_unsat(True)}
 
 
+VS_SHAPES = ("fill", "match", "mig")
+RATIO_TARGET = 1.0  # of REV's rate, for each of VS_SHAPES
+FILL_TARGET = 16_700  # claims per CPU second: the upstream Go allocator on the fill shape
+FIRST_TARGET_MS = {"fill": 20.0, "mig": 50.0}  # CPU of the first claim of a shape (index builds included)
+
+
+def bench_tree(tree: str, shapes: list[str], nodes: int | None) -> dict:
+    """One run of this script against ``tree``'s ``dra`` in a fresh interpreter (the same one)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--json"] + [a for s in shapes for a in ("--shape", s)]
+    if nodes:
+        cmd += ["--nodes", str(nodes)]
+    env = dict(os.environ, PYTHONPATH=tree, DRA_BENCH_TREE=tree, DRA_SHARED_DIR=SHARED)
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    results = json.loads(out)
+    for r in results.values():  # the run measured the tree it was meant to
+        assert r["dra"].startswith(os.path.realpath(tree) + os.sep), (r["dra"], tree)
+    return results
+
+
+def median(runs: list[dict], shape: str, field: str) -> float:
+    return statistics.median(r[shape][field] for r in runs)
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def vs_report(rev: str, ours: list[dict], theirs: list[dict], shapes: list[str]) -> list[str]:
+    def figures(runs, shape, field="claims_per_cpu_s"):
+        return " ".join(f"{r[shape][field]:.0f}@{r[shape]['load']:.1f}" for r in runs)
+
+    lines = [f"engine_bench --vs {rev}: claims per CPU second, each run as rate@load (1-min load average); "
+             f"ratio of medians, ours/theirs; {len(ours)} runs each, alternating"]
+    for shape in shapes:
+        mine, base = median(ours, shape, "claims_per_cpu_s"), median(theirs, shape, "claims_per_cpu_s")
+        ratio = mine / base if base else float("inf")
+        first, first_base = median(ours, shape, "first_cpu_ms"), median(theirs, shape, "first_cpu_ms")
+        lines.append(f"{shape:8s} ours {figures(ours, shape):32s} theirs {figures(theirs, shape):32s} "
+                     f"ratio {ratio:.2f}x  first claim CPU ours {first:.1f} ms, theirs {first_base:.1f} ms")
+        targets = []
+        if shape in VS_SHAPES:
+            targets.append(f">= {RATIO_TARGET:.1f}x {rev}: {verdict(ratio >= RATIO_TARGET)}")
+        if shape == "fill":
+            targets.append(f">= {FILL_TARGET} claims/cpu-s: {verdict(mine >= FILL_TARGET)}")
+        if shape in FIRST_TARGET_MS:
+            targets.append(f"first claim <= {FIRST_TARGET_MS[shape]:.0f} ms CPU: "
+                           f"{verdict(first <= FIRST_TARGET_MS[shape])}")
+        if targets:
+            lines.append(f"{'':8s} " + "; ".join(targets))
+    return lines
+
+
+def run_vs(rev: str, shapes: list[str], nodes: int | None, runs: int) -> list[str]:
+    """Bench this checkout against a temporary git worktree of ``rev``, alternating (ours first on even rounds,
+    theirs first on odd ones, so a drift in load falls on both)."""
+    here = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+    top = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    tmp = tempfile.mkdtemp(prefix="engine-bench-vs-")
+    tree = os.path.join(tmp, "tree")
+    subprocess.run(["git", "-C", top, "worktree", "add", "--detach", tree, rev], check=True, capture_output=True)
+    ours: list[dict] = []
+    theirs: list[dict] = []
+    try:
+        for i in range(runs):
+            order = [(here, ours), (tree, theirs)]
+            for path, sink in order if i % 2 == 0 else order[::-1]:
+                sink.append(bench_tree(path, shapes, nodes))
+    finally:
+        subprocess.run(["git", "-C", top, "worktree", "remove", "--force", tree], check=False, capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return vs_report(rev, ours, theirs, shapes)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), action="append")
     ap.add_argument("--nodes", type=int, default=None, help="fleet size (default: 500; 50 for mig and shared)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--vs", metavar="REV", help="compare with a git revision (see above)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per tree with --vs (default: 3)")
     args = ap.parse_args(argv)
+    if args.vs:
+        print("\n".join(run_vs(args.vs, args.shape or list(VS_SHAPES), args.nodes, args.runs)))
+        return 0
     # The CEL parser (a lark LALR table) is built once per process on first use (~0.2 s); that is start-up
     # cost, not per-claim cost, so pay it before measuring. Index building per selector and cluster is not
     # warmed: it is part of the first claim's latency (first_ms).
@@ -221,6 +316,8 @@ def main(argv=None) -> int:
     for name in args.shape or list(SHAPES):
         nodes = args.nodes or (50 if name in ("mig", "shared") else 500)
         results[name] = SHAPES[name](nodes)
+        results[name]["load"] = round(os.getloadavg()[0], 2)
+        results[name]["dra"] = os.path.realpath(os.path.dirname(dra.__file__))
         if not args.json:
             r = results[name]
             print(f"{name:19s} claims={r['claims']:5d} allocated={r['allocated_groups']:5d} "

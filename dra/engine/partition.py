@@ -63,9 +63,28 @@ def usable_devices(engine, cluster: ClusterModel) -> list[Device]:
 
 
 def build(engine, sel: SelectorSet, cluster: ClusterModel) -> Partition | None:
+    """Devices with equal ``content`` (all CEL can see: the same model in the same slot on many nodes) project
+    alike, so only one device per content is projected: the first claim of a shape does not build a CEL view of
+    every device of the cluster. Groups keep the order of their first device, members the cluster's order."""
     devices = usable_devices(engine, cluster)
+    content_of: dict[tuple, int] = {}
+    distinct: list[Device] = []
+    kinds = []
+    for d in devices:
+        k = content_of.get(d.content)
+        if k is None:
+            k = content_of[d.content] = len(distinct)
+            distinct.append(d)
+        kinds.append(k)
     positions = engine.cel_cache.group_by_projection(
-        sel.class_exprs + sel.request_exprs, [cel_device_of(d) for d in devices], max_groups(len(devices)))
+        sel.class_exprs + sel.request_exprs, [cel_device_of(d) for d in distinct], max_groups(len(devices)))
     if positions is None:
         return None
-    return Partition([[devices[p] for p in group] for group in positions])
+    group_of = [0] * len(distinct)
+    for g, members in enumerate(positions):
+        for k in members:
+            group_of[k] = g
+    groups: list[list[Device]] = [[] for _ in positions]
+    for d, k in zip(devices, kinds, strict=True):
+        groups[group_of[k]].append(d)
+    return Partition(groups)

@@ -34,6 +34,9 @@ class SelectorState:
         self.max_selector_sets = max(1, max_selector_sets)
         self.max_key_indexes = max(1, max_key_indexes)
         self.sets: OrderedDict[tuple, SelectorSet] = OrderedDict()
+        # The set last made most recent (None once another may have become so): a group touches its sets several
+        # times per allocation and consecutive groups share them, so most touches have nothing to move.
+        self._latest: SelectorSet | None = None
         # (choice, cluster) -> index. The choice is ("set", selector key) for a set evaluated per device, or
         # ("groups", partition serial, chosen groups): then every set choosing those groups shares the index.
         self.indexes: OrderedDict[tuple, KeyIndex] = OrderedDict()
@@ -53,6 +56,7 @@ class SelectorState:
     # ------------------------------------------------------------------------------------------ selector sets
     def selector_set(self, key: tuple, make) -> SelectorSet:
         sel = self.sets.get(key)
+        self._latest = None
         if sel is None:
             sel = self.sets[key] = make()
             self._evict_sets()
@@ -62,15 +66,21 @@ class SelectorState:
 
     def touch(self, sel: SelectorSet) -> None:
         """``sel`` is in use (perhaps from a cached plan after it was evicted): keep it, most recent first."""
+        if sel is self._latest:
+            return
         if self.sets.get(sel.key) is sel:
             self.sets.move_to_end(sel.key)
+            self._latest = sel
             return
+        self._latest = None
         self.sets[sel.key] = sel
         self._evict_sets()
 
     def _evict_sets(self) -> None:
         while len(self.sets) > self.max_selector_sets:
             key, sel = self.sets.popitem(last=False)
+            if sel is self._latest:
+                self._latest = None
             # Its own indexes go with it; shared ones stay for the other sets choosing the same devices (the
             # index LRU bounds them).
             for cluster in self.engine.clusters:
