@@ -79,7 +79,8 @@ def _lent(amounts: dict[int, dict[tuple, tuple[Fraction, Fraction]]]) -> dict[in
     out: dict[int, dict[tuple, Fraction]] = defaultdict(dict)
     keys = {key for per in amounts.values() for key in per}
     for key in keys:
-        borrowed = sum((max(Fraction(0), u - n) for n, u in (per.get(key, (0, 0)) for per in amounts.values())),
+        zero = (Fraction(0), Fraction(0))
+        borrowed = sum((max(Fraction(0), u - n) for n, u in (per.get(key, zero) for per in amounts.values())),
                        Fraction(0))
         for qid, per in amounts.items():
             if borrowed <= 0:
@@ -136,7 +137,7 @@ def _pending_per_class(pending) -> dict[str, int]:
     for spec in pending.order_by("id").values_list("spec", flat=True)[:PENDING_SAMPLE]:
         classes = set()
         for req in ((spec or {}).get("devices") or {}).get("requests") or []:
-            body = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
+            body: dict = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
             if body.get("deviceClassName"):
                 classes.add(body["deviceClassName"])
         counts.update(classes)

@@ -55,8 +55,8 @@ def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: 
     ``queue``: its queue status fields (``queue_status``), looked up when not given (with the start-time
     estimate when ``estimate``: a read of this one claim)."""
     meta = _metadata(claim, claim.namespace.name)
-    if claim.owner_id:
-        owner = claim.owner
+    owner = claim.owner if claim.owner_id else None
+    if owner is not None:
         meta["ownerReferences"] = [{"apiVersion": CONSUMER_API_VERSION, "kind": "Consumer", "name": owner.name,
                                     "uid": str(owner.uid), "controller": True}]
     status: dict = {}
@@ -158,6 +158,8 @@ def current_rendering(payload: dict) -> dict:
     if payload.get("kind") == "List":
         return {**payload, "items": [current_rendering(item) for item in payload.get("items") or []]}
     uid = (payload.get("metadata") or {}).get("uid")
+    if uid is None:  # not a rendering of an object: nothing to read afresh
+        return payload
     if payload.get("kind") == "ResourceClaim":
         claim = claims_queryset(ResourceClaim.objects).filter(uid=uid).first()
         if claim is None:
@@ -274,7 +276,8 @@ class EventSerializer(serializers.Serializer):
     reason = serializers.CharField()
     message = serializers.CharField()
     time = serializers.DateTimeField()
-    data = serializers.DictField(required=False)
+    # DRF's serializer metaclass takes declared fields off the class: this does not shadow ``Serializer.data``.
+    data = serializers.DictField(required=False)  # type: ignore[assignment]
 
 
 class UtilisationSerializer(serializers.ModelSerializer):

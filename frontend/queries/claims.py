@@ -157,7 +157,7 @@ def claim_detail(namespace: str, name: str) -> dict | None:
     consumers = list(Reservation.objects.filter(claim=claim).select_related("consumer").order_by("id"))
     events = list(ClaimEvent.objects.filter(Q(claim=claim) | Q(claim_uid=claim.uid)).order_by("id")[:500])
     # Who else holds the devices this claim holds (a shared device).
-    co_holders = {}
+    co_holders: dict[tuple[str, str, str, str], list[DeviceAllocation]] = {}
     if allocations:
         q = Q()
         for a in allocations:
