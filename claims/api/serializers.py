@@ -5,8 +5,6 @@ DRF serializers below exist to document request and response bodies in the OpenA
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.db.models import Exists, OuterRef
 from rest_framework import serializers
 
@@ -21,6 +19,7 @@ from claims.models import (
     UtilisationSnapshot,
 )
 from claims.services.consumers import API_VERSION as CONSUMER_API_VERSION
+from dra.k8s.fields import ts
 from draservice.prepared import Prepared, set_prefetched
 from queues.services import order as queue_order
 
@@ -32,10 +31,6 @@ def queue_status(claims: list, estimate: bool = False, position: bool = True) ->
     pending claims: reads ask for it, create answers do not -- a claim just created joins its queue's tail,
     and ranking the whole queue on every POST made submission cost grow with the queue)."""
     return queue_order.positions(claims, estimate, position) if claims else {}
-
-
-def ts(value: datetime | None) -> str | None:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
 
 
 def _metadata(obj, namespace: str) -> dict:
