@@ -189,6 +189,7 @@ class ClaimSync:
         decided, and (``sweep``) release those whose cluster claim no longer exists."""
         remote = self.service.list_claims(label_selector=f"{SOURCE_CLUSTER}={self.cluster}")
         by_key = {}
+        item: dict | None
         for item in remote:
             annotations = (item.get("metadata") or {}).get("annotations") or {}
             if annotations.get(SOURCE_CLUSTER) == self.cluster and annotations.get(SOURCE_CLAIM):

@@ -24,6 +24,7 @@ import logging
 import re
 import threading
 import time
+from typing import Any
 
 from agent import metrics
 from agent.backoff import Backoff
@@ -74,7 +75,7 @@ class InventorySync:
         wanted = [(NODES, node_projection)] + [(resources[p], None) for p in (SLICES, CLASSES, TAINT_RULES)
                                                if p in resources]
         for resource, transform in wanted:
-            kwargs = {"transform": transform} if transform else {}
+            kwargs: dict[str, Any] = {"transform": transform} if transform else {}
             self.informers[resource.plural] = Informer(
                 kube, resource, self._change_handler(resource.plural), stop, watch_timeout=watch_timeout,
                 on_synced=self._wake.set, **kwargs)
@@ -205,7 +206,7 @@ class InventorySync:
     def _push_full(self, since: float | None, dirty_at_snapshot: dict) -> None:
         state = self.snapshot()
         started = time.monotonic()
-        excluded: list[str] = []
+        excluded: list[tuple[str, str]] = []
         while True:
             try:
                 self.service.put_inventory(state)

@@ -97,7 +97,7 @@ class Agent:
         if self.claims:
             self.claims.wake()
         deadline = time.monotonic() + timeout
-        threads = list(self._threads)
+        threads: list[threading.Thread | None] = list(self._threads)
         if self.inventory:
             threads += [i.thread for i in self.inventory.informers.values()] + [self.inventory.thread]
         if self.claims:

@@ -9,6 +9,7 @@ The no-double-allocation guarantee lives in ``DeviceAllocation`` (see its docstr
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.db import models
 from django.db.models import Q
@@ -59,6 +60,12 @@ class ResourceClaim(models.Model):
     ``FleetState.version`` the last unsuccessful attempt saw: the worker does not retry a claim until the
     fleet has changed since (the engine is deterministic, so the same input gives the same "no").
     """
+
+    # Set on the rows the dashboard lists (frontend.queries.claims): not columns, declared for mypy.
+    classes: list[str]
+    count: int | None
+    waited: timedelta | None
+    queue: dict | None
 
     namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="claims")
     name = models.CharField(max_length=253)
@@ -241,6 +248,10 @@ class DeviceAllocation(models.Model):
 
     ``admin_access`` rows do not consume the device (upstream semantics) and are outside the constraints.
     """
+
+    # Set on the rows the dashboard lists (frontend.queries.claims): not columns, declared for mypy.
+    others: list[DeviceAllocation]
+    removed: bool
 
     claim = models.ForeignKey(ResourceClaim, on_delete=models.CASCADE, related_name="device_allocations")
     cluster = models.CharField(max_length=63)

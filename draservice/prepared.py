@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.query import get_related_populators
 
+M = TypeVar("M", bound=Model)
 
-class Prepared:
+
+class Prepared(Generic[M]):
     """``build(*stand_ins)`` returns the queryset; each stand-in must reach the SQL parameters unchanged (exact
     lookups of its own type) and be a value no caller passes. ``rows(*values)`` runs it with ``values`` in
     their place."""
 
-    def __init__(self, build: Callable[..., QuerySet], stand_ins: Sequence[Any]):
+    def __init__(self, build: Callable[..., QuerySet[M]], stand_ins: Sequence[Any]):
         self._build = build
         self._stand_ins = tuple(stand_ins)
         self._local = threading.local()
@@ -38,10 +40,10 @@ class Prepared:
             compiled = cache[using] = _Compiled(self._build(*self._stand_ins), self._stand_ins, using)
         return compiled
 
-    def rows(self, *values: Any, using: str = "default") -> list[Model]:
+    def rows(self, *values: Any, using: str = "default") -> list[M]:
         return self._compiled(using).run(values)
 
-    def first(self, *values: Any, using: str = "default") -> Model | None:
+    def first(self, *values: Any, using: str = "default") -> M | None:
         found = self.rows(*values, using=using)
         return found[0] if found else None
 
@@ -91,7 +93,7 @@ class _Compiled:
         return out
 
 
-def set_prefetched(obj: Model, related_name: str, objects: list[Model], back: str | None = None) -> None:
+def set_prefetched(obj: Model, related_name: str, objects: Sequence[Model], back: str | None = None) -> None:
     """What ``prefetch_related(related_name)`` leaves on ``obj``: ``obj.<related_name>.all()`` answers
     ``objects`` without a query. ``back``: the objects' foreign key to ``obj``, cached on them too."""
     qs = getattr(obj, related_name).all()

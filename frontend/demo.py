@@ -7,6 +7,7 @@ published, and utilisation snapshots. Used by the browser tests, ``scripts/scree
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from django.core.management import call_command
@@ -31,7 +32,7 @@ def claim(name: str, requests: list[dict], constraints: list[dict] | None = None
             "spec": {"devices": devices}}
 
 
-def request(name: str, device_class: str, count: int = 1, selectors: list[str] = (),
+def request(name: str, device_class: str, count: int = 1, selectors: Sequence[str] = (),
             capacity: dict | None = None) -> dict:
     exactly: dict = {"deviceClassName": device_class, "count": count}
     if selectors:

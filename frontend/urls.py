@@ -1,4 +1,4 @@
-"""Dashboard URLs. Everything needs a logged-in person (Django auth); writes also need permissions (see views.base)."""
+"""Dashboard URLs. Everything needs a logged-in person (Django auth); writes, permissions too (draservice.pages)."""
 from django.urls import path
 
 from frontend.views import auth, claims, fleet, inventory, nodes, search

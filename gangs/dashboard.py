@@ -7,6 +7,7 @@ that came closest) marked.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from django.db.models import Count
 
@@ -60,7 +61,7 @@ def gang_detail(namespace: str, name: str) -> dict | None:
     if gang is None:
         return None
     members = list(gang.members.select_related("consumer").order_by("index"))
-    claims: dict[int, list[str]] = defaultdict(list)
+    claims: dict[int | None, list[str]] = defaultdict(list)  # looked up by a member's consumer_id
     for consumer_id, claim_name in (Reservation.objects.filter(consumer_id__in=[m.consumer_id for m in members])
                                     .order_by("claim_id").values_list("consumer_id", "claim__name")):
         claims[consumer_id].append(claim_name)
@@ -114,7 +115,7 @@ def topology(cluster: str, levels: list[str], mark: dict, mark_kind: str, gang: 
     for m in gang.members.filter(cluster=cluster).exclude(node=""):
         members_on[m.node].append(m.name)
 
-    root = {"label": cluster, "children": {}, "nodes": [], "marked": not mark, "depth": 0}
+    root: dict[str, Any] = {"label": cluster, "children": {}, "nodes": [], "marked": not mark, "depth": 0}
     for name, labels in nodes:
         labels = labels or {}
         box, path = root, {}

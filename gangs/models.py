@@ -24,6 +24,9 @@ class GangPhase(models.TextChoices):
 
 
 class Gang(models.Model):
+    # Set on the rows the dashboard lists (gangs.dashboard): not columns, declared for mypy.
+    domain_values: list[str]
+
     namespace = models.ForeignKey("claims.Namespace", on_delete=models.PROTECT, related_name="gangs")
     name = models.CharField(max_length=253)
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)

@@ -1,6 +1,6 @@
 """Dashboard pages for gangs: the list, and one gang's placement drawn over the cluster's topology.
 
-Same rules as the rest of the dashboard (``frontend.views.base``): logged-in people look; operators may
+Same rules as the rest of the dashboard (``draservice.pages``): logged-in people look; operators may
 release a gang.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from django.http import Http404
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from frontend.views.base import can_release, page, require
+from draservice.pages import can_release, page, require
 from gangs import dashboard
 from gangs.models import Gang
 from gangs.services import gangs as gang_services

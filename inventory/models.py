@@ -8,7 +8,7 @@ are projections of that JSON for filtering and indexing; they are rewritten toge
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -17,6 +17,12 @@ from django.utils import timezone
 
 class Cluster(models.Model):
     """A Kubernetes cluster whose agent pushes its DRA inventory."""
+
+    # Set on the rows the dashboard lists (frontend.queries.fleet): not columns, declared for mypy.
+    stale_now: bool
+    last_seen: datetime | None
+    node_count: int
+    devices_published: int
 
     name = models.CharField(max_length=63, unique=True)
     labels = models.JSONField(default=dict, blank=True)
@@ -201,6 +207,12 @@ class Device(models.Model):
 class DeviceClass(models.Model):
     """A v1 DeviceClass. Fleet-wide (cluster null, admin-managed) or pushed by one cluster's agent."""
 
+    # Set on the rows the dashboard lists (frontend.queries.inventory): not columns, declared for mypy.
+    selectors: list[str]
+    has_config: bool
+    accelerator: bool
+    matches: int | None
+
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, null=True, blank=True,
                                 related_name="device_classes")
     name = models.CharField(max_length=253)
@@ -224,6 +236,12 @@ class DeviceClass(models.Model):
 
 class DeviceTaintRule(models.Model):
     """A v1alpha3/v1 DeviceTaintRule. Fleet-wide (cluster null, admin-managed) or pushed by one cluster."""
+
+    # Set on the rows the dashboard lists (frontend.queries.inventory): not columns, declared for mypy.
+    taint: dict
+    selector: dict | None
+    selected: int | None
+    annotations: dict
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, null=True, blank=True,
                                 related_name="device_taint_rules")

@@ -36,14 +36,14 @@ def build_fleet_snapshot(clusters: Iterable[str] | None = None) -> FleetSnapshot
     for cluster_id, obj in (ResourceSlice.objects.filter(cluster_id__in=ids).order_by("cluster_id", "name")
                             .values_list("cluster_id", "object").iterator(chunk_size=2000)):
         inventories[cluster_id].resource_slices.append(obj)
-    fleet_rules = []
+    fleet_rules: list[dict] = []
     for cluster_id, obj in (DeviceTaintRule.objects.filter(cluster_id__in=ids) | DeviceTaintRule.objects
                             .filter(cluster__isnull=True)).order_by("name").values_list("cluster_id", "object"):
         if cluster_id is None:
             fleet_rules.append(obj)
         else:
             inventories[cluster_id].device_taint_rules.append(obj)
-    fleet_classes = []
+    fleet_classes: list[dict] = []
     for cluster_id, obj in (DeviceClass.objects.filter(cluster_id__in=ids) | DeviceClass.objects
                             .filter(cluster__isnull=True)).order_by("name").values_list("cluster_id", "object"):
         if cluster_id is None:

@@ -8,15 +8,17 @@ one) is summed up in one line instead of a row per counter.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from datetime import UTC, datetime
 from fractions import Fraction
 
 from django.db.models import Count, Min
+from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
-from frontend.queries.claims import queue_fields
 from queues import spec as queue_spec
 from queues.models import Preemption, Queue
 from queues.quantities import quantity
+from queues.services import order as queue_order
 from queues.services import status, usage
 from queues.services.order import Shares
 from queues.services.resolve import Tree, claims_of_queue_q
@@ -79,7 +81,8 @@ def _lent(amounts: dict[int, dict[tuple, tuple[Fraction, Fraction]]]) -> dict[in
     out: dict[int, dict[tuple, Fraction]] = defaultdict(dict)
     keys = {key for per in amounts.values() for key in per}
     for key in keys:
-        borrowed = sum((max(Fraction(0), u - n) for n, u in (per.get(key, (0, 0)) for per in amounts.values())),
+        zero = (Fraction(0), Fraction(0))
+        borrowed = sum((max(Fraction(0), u - n) for n, u in (per.get(key, zero) for per in amounts.values())),
                        Fraction(0))
         for qid, per in amounts.items():
             if borrowed <= 0:
@@ -136,7 +139,7 @@ def _pending_per_class(pending) -> dict[str, int]:
     for spec in pending.order_by("id").values_list("spec", flat=True)[:PENDING_SAMPLE]:
         classes = set()
         for req in ((spec or {}).get("devices") or {}).get("requests") or []:
-            body = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
+            body: dict = req.get("exactly") or next(iter(req.get("firstAvailable") or []), {})
             if body.get("deviceClassName"):
                 classes.add(body["deviceClassName"])
         counts.update(classes)
@@ -152,3 +155,18 @@ def _head(pending, queue: str) -> dict | None:
         return None
     claim = min(mine, key=lambda c: (fields[c.id]["position"] or 10**9, c.id))
     return {"claim": claim, **fields[claim.id]}
+
+
+def queue_fields(claims: list[ResourceClaim]) -> dict[int, dict]:
+    """claim id -> its queue (``name``), and for a pending claim its ``position`` in the queue and the
+    start-time estimate (``eta``: seconds from now, ``when``, ``message``), as the claim's REST status says."""
+    now = timezone.now()
+    out = {}
+    for claim_id, found in (queue_order.positions(claims, True) if claims else {}).items():
+        estimate = found.get("estimate") or {}
+        when = (datetime.strptime(found["estimatedStartTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+                if found.get("estimatedStartTime") else None)
+        out[claim_id] = {"name": found.get("queue"), "position": found.get("positionInQueue"), "when": when,
+                         "eta": max(0.0, (when - now).total_seconds()) if when else None,
+                         "message": estimate.get("message", ""), "reason": estimate.get("reason", "")}
+    return out

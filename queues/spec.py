@@ -32,7 +32,7 @@ def normalize(body: Any, url_name: str | None = None) -> tuple[dict, list[tuple[
         errors.append(f.unsupported("apiVersion", body.get("apiVersion"), [API_VERSION]))
     if body.get("kind", KIND) != KIND:
         errors.append(f.unsupported("kind", body.get("kind"), [KIND]))
-    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    meta = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
     name = meta.get("name") or url_name
     if not name:
         errors.append(f.required("metadata.name"))

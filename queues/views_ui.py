@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.views.decorators.http import require_GET
 
-from frontend.views.base import page
+from draservice.pages import page
 from queues import dashboard
 
 

@@ -7,7 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from frontend.views.base import page
+from draservice.pages import page
 from usage import dashboard
 
 

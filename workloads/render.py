@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from claims.api.serializers import ts
 from claims.models import Phase, Reservation
+from dra.k8s.fields import ts
 from gangs.models import Gang
 from workloads import spec as wspec
 from workloads.models import Gate, Kind, Workload

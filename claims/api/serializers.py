@@ -5,8 +5,6 @@ DRF serializers below exist to document request and response bodies in the OpenA
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.db.models import Exists, OuterRef
 from rest_framework import serializers
 
@@ -21,6 +19,7 @@ from claims.models import (
     UtilisationSnapshot,
 )
 from claims.services.consumers import API_VERSION as CONSUMER_API_VERSION
+from dra.k8s.fields import ts
 from draservice.prepared import Prepared, set_prefetched
 from queues.services import order as queue_order
 
@@ -32,10 +31,6 @@ def queue_status(claims: list, estimate: bool = False, position: bool = True) ->
     pending claims: reads ask for it, create answers do not -- a claim just created joins its queue's tail,
     and ranking the whole queue on every POST made submission cost grow with the queue)."""
     return queue_order.positions(claims, estimate, position) if claims else {}
-
-
-def ts(value: datetime | None) -> str | None:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
 
 
 def _metadata(obj, namespace: str) -> dict:
@@ -55,8 +50,8 @@ def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: 
     ``queue``: its queue status fields (``queue_status``), looked up when not given (with the start-time
     estimate when ``estimate``: a read of this one claim)."""
     meta = _metadata(claim, claim.namespace.name)
-    if claim.owner_id:
-        owner = claim.owner
+    owner = claim.owner if claim.owner_id else None
+    if owner is not None:
         meta["ownerReferences"] = [{"apiVersion": CONSUMER_API_VERSION, "kind": "Consumer", "name": owner.name,
                                     "uid": str(owner.uid), "controller": True}]
     status: dict = {}
@@ -158,6 +153,8 @@ def current_rendering(payload: dict) -> dict:
     if payload.get("kind") == "List":
         return {**payload, "items": [current_rendering(item) for item in payload.get("items") or []]}
     uid = (payload.get("metadata") or {}).get("uid")
+    if uid is None:  # not a rendering of an object: nothing to read afresh
+        return payload
     if payload.get("kind") == "ResourceClaim":
         claim = claims_queryset(ResourceClaim.objects).filter(uid=uid).first()
         if claim is None:
@@ -274,7 +271,8 @@ class EventSerializer(serializers.Serializer):
     reason = serializers.CharField()
     message = serializers.CharField()
     time = serializers.DateTimeField()
-    data = serializers.DictField(required=False)
+    # DRF's serializer metaclass takes declared fields off the class: this does not shadow ``Serializer.data``.
+    data = serializers.DictField(required=False)  # type: ignore[assignment]
 
 
 class UtilisationSerializer(serializers.ModelSerializer):

@@ -7,6 +7,8 @@ expect: ``manage.py serve`` runs gunicorn's threaded workers (see its ``--thread
 """
 from __future__ import annotations
 
+from typing import cast
+
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -69,7 +71,7 @@ class ClaimsBase(generics.GenericAPIView):
 
     def paginated(self, queryset, render, kind, api_version=None):
         page = self.paginate_queryset(self.filter_queryset(queryset))
-        meta = self.paginator.list_metadata() if page is not None else {}
+        meta = cast(KubeListPagination, self.paginator).list_metadata() if page is not None else {}
         items = render(page if page is not None else queryset)
         return Response(s.render_list(kind, items, api_version or s.k8s.V1, meta))
 
@@ -128,25 +130,66 @@ class ClaimListView(ClaimsBase):
         return response
 
 
+# The methods of one claim, shared by its own view and by the batch view (a claim may be named "batch").
+def _read_claim(view: ClaimsBase, request, namespace, name):
+    claim = _claim_or_404(namespace, name)
+    wait = parse_wait(request.query_params.get("wait"))
+    if wait and claim.phase == Phase.PENDING:
+        def check():
+            phase = s.claim_phase(claim.pk)
+            return phase if phase != Phase.PENDING else None  # None: keep waiting (deleted ends it too)
+
+        notify.wait_for(claim.pk, wait, check)
+        claim = _claim_or_404(namespace, name)
+    return _etag(Response(s.render_claim(claim, list(claim.reservations.all()), estimate=True)), claim)
+
+
+def _replace_claim(view: ClaimsBase, request, namespace, name):
+    claim = _claim_or_404(namespace, name)
+    view.check_object_permissions(request, claim)
+    claim = claim_services.update_claim(claim.pk, request.data, if_match=request.META.get("HTTP_IF_MATCH"))
+    claim = _claim_or_404(namespace, name)
+    return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+
+
+def _patch_claim(view: ClaimsBase, request, namespace, name):
+    claim = _claim_or_404(namespace, name)
+    view.check_object_permissions(request, claim)
+    current = s.render_claim(claim, list(claim.reservations.all()))
+    patched = merge_patch(current, request.data)
+    patched.pop("status", None)
+    claim = claim_services.update_claim(claim.pk, patched, if_match=request.META.get("HTTP_IF_MATCH"))
+    claim = _claim_or_404(namespace, name)
+    return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+
+
+def _delete_claim(view: ClaimsBase, request, namespace, name):
+    claim = _claim_or_404(namespace, name)
+    view.check_object_permissions(request, claim)
+    body = s.render_claim(claim, [])
+    claim_services.delete_claim(claim.pk, if_match=request.META.get("HTTP_IF_MATCH"))
+    return Response(body)
+
+
 class ClaimBatchView(ClaimsBase):
     permission_classes = [ClaimAccess]
     """POST creates a batch; the other methods are those of a claim that happens to be named "batch"."""
 
     @extend_schema(exclude=True)
     def get(self, request, namespace, name):
-        return ClaimDetailView.get(self, request, namespace, name)
+        return _read_claim(self, request, namespace, name)
 
     @extend_schema(exclude=True)
     def put(self, request, namespace, name):
-        return ClaimDetailView.put(self, request, namespace, name)
+        return _replace_claim(self, request, namespace, name)
 
     @extend_schema(exclude=True)
     def patch(self, request, namespace, name):
-        return ClaimDetailView.patch(self, request, namespace, name)
+        return _patch_claim(self, request, namespace, name)
 
     @extend_schema(exclude=True)
     def delete(self, request, namespace, name):
-        return ClaimDetailView.delete(self, request, namespace, name)
+        return _delete_claim(self, request, namespace, name)
 
     @extend_schema(operation_id="resourceclaims_batch_create",
                    request=s.KubeListSerializer, responses={201: s.KubeListSerializer},
@@ -194,48 +237,24 @@ class ClaimDetailView(ClaimsBase):
                                                 "is no longer Pending, or after this long (e.g. 60s, max 120s)")],
                    responses={200: s.KubeObjectSerializer}, summary="Read a ResourceClaim (optionally wait)")
     def get(self, request, namespace, name):
-        claim = _claim_or_404(namespace, name)
-        wait = parse_wait(request.query_params.get("wait"))
-        if wait and claim.phase == Phase.PENDING:
-            def check():
-                phase = s.claim_phase(claim.pk)
-                return phase if phase != Phase.PENDING else None  # None: keep waiting (deleted ends it too)
-
-            notify.wait_for(claim.pk, wait, check)
-            claim = _claim_or_404(namespace, name)
-        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()), estimate=True)), claim)
+        return _read_claim(self, request, namespace, name)
 
     @extend_schema(operation_id="resourceclaims_replace",
                    request=s.KubeObjectSerializer, responses={200: s.KubeObjectSerializer},
                    summary="Replace labels/annotations (spec is immutable); If-Match honoured")
     def put(self, request, namespace, name):
-        claim = _claim_or_404(namespace, name)
-        self.check_object_permissions(request, claim)
-        claim = claim_services.update_claim(claim.pk, request.data, if_match=request.META.get("HTTP_IF_MATCH"))
-        claim = _claim_or_404(namespace, name)
-        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+        return _replace_claim(self, request, namespace, name)
 
     @extend_schema(operation_id="resourceclaims_patch",
                    request=OpenApiTypes.OBJECT, responses={200: s.KubeObjectSerializer},
                    summary="JSON merge patch of labels/annotations; If-Match honoured")
     def patch(self, request, namespace, name):
-        claim = _claim_or_404(namespace, name)
-        self.check_object_permissions(request, claim)
-        current = s.render_claim(claim, list(claim.reservations.all()))
-        patched = merge_patch(current, request.data)
-        patched.pop("status", None)
-        claim = claim_services.update_claim(claim.pk, patched, if_match=request.META.get("HTTP_IF_MATCH"))
-        claim = _claim_or_404(namespace, name)
-        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
+        return _patch_claim(self, request, namespace, name)
 
     @extend_schema(operation_id="resourceclaims_delete",
                    responses={200: s.KubeObjectSerializer}, summary="Release the devices and delete the claim")
     def delete(self, request, namespace, name):
-        claim = _claim_or_404(namespace, name)
-        self.check_object_permissions(request, claim)
-        body = s.render_claim(claim, [])
-        claim_services.delete_claim(claim.pk, if_match=request.META.get("HTTP_IF_MATCH"))
-        return Response(body)
+        return _delete_claim(self, request, namespace, name)
 
 
 class ClaimReleaseView(ClaimsBase):

@@ -134,14 +134,15 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
     else:
         ns = get_namespace_for_write(ns_name)
     now = timezone.now()
-    claims, errors = [], []
+    claims: list[ResourceClaim] = []
+    problems: list[dict] = []
     for obj, path in zip(objects, paths, strict=False):
         try:
             claims.append(build_claim(ns, obj, path, now))
         except FieldError as exc:
-            errors.extend(exc.errors)
-    if errors:
-        raise FieldError(errors)
+            problems.extend(exc.errors)
+    if problems:
+        raise FieldError(problems)
     check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths, strict=False)])
     errors = queueing.check_new_claims(ns_name, [(p, c) for c, p in zip(claims, paths, strict=False)])
     if errors:  # a queue the namespace may not use, a priority over the queue's maxPriority
@@ -574,7 +575,7 @@ def update_template(template_id: int, obj: dict, *, if_match: str | None = None)
                     .get(pk=template_id))
         check_precondition(template, if_match)
         api_version = k8s.check_kind(obj, "ResourceClaimTemplate")
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
         if meta.get("name") not in (None, template.name):
             raise FieldError([("metadata.name", "field is immutable")])
         parsed = k8s.parse_metadata({"metadata": {**meta, "name": template.name}}, namespace=template.namespace.name)

@@ -29,7 +29,7 @@ from datetime import timedelta
 
 from django.db import connection
 
-from claims.models import DeviceAllocation, Phase, ResourceClaim
+from claims.models import ClaimEvent, DeviceAllocation, Phase, ResourceClaim
 from claims.services import bulk, fleet, locking, queueing, wake
 from claims.services import events as ev
 from claims.services.conditions import PREEMPTED, READMITTED, set_allocated_condition, set_condition
@@ -141,7 +141,7 @@ def write(units: list[Unit], view, now, lost: set[int], verdicts: dict[int, queu
     out.refused = {i: v for i, v in verdicts.items() if v.reason != queueing.ADMITTED}
     rows: list[DeviceAllocation] = []
     held: list[ledger.Held] = []
-    events = []
+    events: list[ClaimEvent] = []
     for i, unit in enumerate(units):
         if i in out.lost or i in out.refused:
             continue

@@ -79,7 +79,7 @@ def set_condition(conditions: list | None, type_: str, status: bool, reason: str
         raise ForbiddenCondition(f"{type_} may not go from {old.get('status')} to {status_s}")
     changed = old is None or old.get("status") != status_s
     out.append({"type": type_, "status": status_s, "reason": reason, "message": message,
-                "lastTransitionTime": _ts(now) if changed else old.get("lastTransitionTime", _ts(now))})
+                "lastTransitionTime": _ts(now) if changed or old is None else old.get("lastTransitionTime", _ts(now))})
     if phase is not None:
         bad = violations(phase, out)
         if bad:

@@ -45,6 +45,7 @@ def trail(namespace: str, name: str, uid: str | None = None) -> QuerySet | None:
     name. None when no claim of that name ever had an event.
     """
     events = ClaimEvent.objects.filter(namespace=namespace, claim_name=name)
+    wanted: uuid.UUID | None
     if uid is not None:
         try:
             wanted = uuid.UUID(uid)

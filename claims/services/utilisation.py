@@ -19,23 +19,24 @@ def record_snapshot() -> int:
     view = fleet.current_view()
     totals: Counter = Counter()
     product_of: dict[tuple[str, str, str, str], str] = {}
-    for cluster in view.snapshot.clusters:
-        for s in cluster.resource_slices:
+    for inventory in view.snapshot.clusters:
+        for s in inventory.resource_slices:
             spec = s.get("spec") or {}
             driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
             for device in spec.get("devices") or ():
                 product = product_name(device)
-                product_of[(cluster.name, driver, pool, device.get("name", ""))] = product
-                totals[(cluster.name, driver, product)] += 1
+                product_of[(inventory.name, driver, pool, device.get("name", ""))] = product
+                totals[(inventory.name, driver, product)] += 1
     used: Counter = Counter()
     shares: Counter = Counter()
     seen: set = set()
+    found: str | None
     for cluster, driver, pool, device, share_id in DeviceAllocation.objects.filter(admin_access=False).values_list(
             "cluster", "driver", "pool", "device", "share_id").iterator(chunk_size=5000):
-        product = product_of.get((cluster, driver, pool, device))
-        if product is None:
+        found = product_of.get((cluster, driver, pool, device))
+        if found is None:
             continue  # the device left the inventory; its allocation stays until released
-        key = (cluster, driver, product)
+        key = (cluster, driver, found)
         if share_id:
             shares[key] += 1
         if (cluster, driver, pool, device) not in seen:

@@ -34,6 +34,7 @@ committed after the read moves the counter past the recorded base, so it counts.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from django.db import connection
 from django.db.models import F, Subquery
@@ -128,7 +129,7 @@ def store(claims) -> None:
     WakeKey.objects.bulk_create([WakeKey(key=k) for k in keys], ignore_conflicts=True)
     counters = {k: (freed, version) for k, freed, version in
                 WakeKey.objects.filter(key__in=keys).values_list("key", "freed", "version")}
-    rows = []
+    rows: list[PendingWake] = []
     for c in waiting:
         wanted = c._wake_keys
         if any(counters[k][1] > c.attempted_version for k, _ in wanted):
@@ -260,7 +261,7 @@ def candidates(keys: list[str], window: int, queue_labels: tuple[str, ...],
                 claim__attempted_version__isnull=False).values_list("claim_id", "key_id"):
             out.setdefault(claim_id, set()).add(key)
         return out
-    params = {"keys": keys, "window": window, "pending": Phase.PENDING, "prio_label": prio_label,
+    params: dict[str, Any] = {"keys": keys, "window": window, "pending": Phase.PENDING, "prio_label": prio_label,
               **{f"queue_label_{i}": label for i, label in enumerate(queue_labels)}}
     with connection.cursor() as cursor:
         cursor.execute(candidates_sql(), params)

@@ -22,6 +22,7 @@ import copy
 import json
 import re
 from collections.abc import Callable
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -483,3 +484,8 @@ def _check_selector_requirement(value: Any, path: str, field: str, errs: Errors)
     elif op in ("Gt", "Lt") and (len(values) != 1 or not str(values[0]).lstrip("-").isdigit()):
         errs.append((f"{path}.values", "must be specified single integer value when `operator` is 'Lt' or "
                                        "'Gt'"))
+
+
+def ts(value: datetime | None) -> str | None:
+    """A time as the API server writes one (``metav1.Time``: RFC 3339 in UTC, whole seconds); None stays None."""
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None

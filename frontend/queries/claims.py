@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import yaml
 from django.core.paginator import Paginator
@@ -14,7 +13,7 @@ from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, Reserv
 from dra.k8s.fields import V1
 from frontend.queries.sql import is_postgres
 from inventory.models import Cluster, DeviceClass
-from queues.services import order as queue_order
+from queues.dashboard import queue_fields
 
 PAGE_SIZE = 50
 
@@ -76,21 +75,6 @@ def claim_list(filters: ClaimFilters, page: int = 1) -> dict:
     for c in page_obj.object_list:
         c.queue = queues.get(c.id)
     return {"page": page_obj, "paginator": paginator}
-
-
-def queue_fields(claims: list[ResourceClaim]) -> dict[int, dict]:
-    """claim id -> its queue (``name``), and for a pending claim its ``position`` in the queue and the
-    start-time estimate (``eta``: seconds from now, ``when``, ``message``), as the claim's REST status says."""
-    now = timezone.now()
-    out = {}
-    for claim_id, status in (queue_order.positions(claims, True) if claims else {}).items():
-        estimate = status.get("estimate") or {}
-        when = (datetime.strptime(status["estimatedStartTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-                if status.get("estimatedStartTime") else None)
-        out[claim_id] = {"name": status.get("queue"), "position": status.get("positionInQueue"), "when": when,
-                         "eta": max(0.0, (when - now).total_seconds()) if when else None,
-                         "message": estimate.get("message", ""), "reason": estimate.get("reason", "")}
-    return out
 
 
 def filter_choices() -> dict:
@@ -157,7 +141,7 @@ def claim_detail(namespace: str, name: str) -> dict | None:
     consumers = list(Reservation.objects.filter(claim=claim).select_related("consumer").order_by("id"))
     events = list(ClaimEvent.objects.filter(Q(claim=claim) | Q(claim_uid=claim.uid)).order_by("id")[:500])
     # Who else holds the devices this claim holds (a shared device).
-    co_holders = {}
+    co_holders: dict[tuple[str, str, str, str], list[DeviceAllocation]] = {}
     if allocations:
         q = Q()
         for a in allocations:

@@ -247,7 +247,7 @@ def fleet_overview(now: datetime | None = None) -> dict:
 def cluster_detail(cluster: Cluster, *, search: str = "", offset: int = 0, limit: int = 200) -> dict:
     """Per-node and per-product tallies for one cluster from one GROUP BY (node, driver, product); nodes are
     ordered by name and paginated in Python over the already-aggregated rows (a few thousand small rows)."""
-    where, params = "d.cluster_id = %s", [cluster.id]
+    where, params = "d.cluster_id = %s", list[int | str]([cluster.id])
     if search:
         where += " AND d.node_name LIKE %s"
         params.append(f"%{search}%")

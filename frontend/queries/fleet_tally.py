@@ -268,7 +268,7 @@ class FleetTally:
         for key in pools:
             by_cluster.setdefault(cluster_ids[key[0]], []).append(key)
         for cluster_id, keys in by_cluster.items():
-            where, params = "d.cluster_id = %s", [cluster_id]
+            where, params = "d.cluster_id = %s", list[int | str]([cluster_id])
             if len(keys) <= MAX_LISTED_POOLS:
                 where += " AND (" + " OR ".join(["(d.driver = %s AND d.pool_name = %s)"] * len(keys)) + ")"
                 params += [part for key in keys for part in key[1:]]
@@ -387,7 +387,7 @@ class FleetTally:
             return None
         unit = self.units_by_device.get(device)
         self.allocations[alloc_id] = (unit, claim_id, device)
-        self.pool_allocations.setdefault(device[:3], set()).add(alloc_id)  # type: ignore[arg-type]
+        self.pool_allocations.setdefault(device[:3], set()).add(alloc_id)
         if unit is not None:
             unit.claims[claim_id] = unit.claims.get(claim_id, 0) + 1
             self.claim_allocations.setdefault(claim_id, set()).add(alloc_id)
@@ -396,10 +396,10 @@ class FleetTally:
     def _remove(self, alloc_id: int) -> Unit | None:
         unit, claim_id, device = self.allocations.pop(alloc_id)
         if device is not None:
-            on_pool = self.pool_allocations[device[:3]]  # type: ignore[index]
+            on_pool = self.pool_allocations[device[:3]]
             on_pool.discard(alloc_id)
             if not on_pool:
-                del self.pool_allocations[device[:3]]  # type: ignore[arg-type]
+                del self.pool_allocations[device[:3]]
         if unit is not None:
             left = unit.claims[claim_id] - 1
             if left:

@@ -59,7 +59,8 @@ def holdings(cluster: str, node: str, start: datetime, end: datetime, limit: int
     for e in ClaimEvent.objects.filter(claim_uid__in=list(released), type=ev.ALLOCATED).values("claim_uid", "data"):
         devices[released[e["claim_uid"]]] = [(d.get("driver", ""), d.get("pool", ""), d.get("device", ""),
                                                d.get("shareID", "")) for d in (e["data"] or {}).get("devices") or ()]
-    return [Holding(c.namespace.name, c.name, c.allocated_at, c.released_at, devices.get(c.id, [])) for c in rows], more
+    return [Holding(c.namespace.name, c.name, c.allocated_at, c.released_at, devices.get(c.id, [])) for c in rows
+            if c.allocated_at is not None], more  # always (the query asks for allocated claims only)
 
 
 def _steps(start: datetime, end: datetime, step: timedelta) -> list[datetime]:

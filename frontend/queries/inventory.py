@@ -104,7 +104,7 @@ def class_match_counts(classes: list[DeviceClass]) -> tuple[dict[int, int | None
     verdicts: dict[tuple, bool] = {}
     for g in groups:
         for dc in classes:
-            if dc.pk not in compiled or (dc.cluster_id is not None and dc.cluster.name != g.cluster):
+            if dc.pk not in compiled or (dc.cluster is not None and dc.cluster.name != g.cluster):
                 continue
             key = (dc.pk, g.key)
             if key not in verdicts:

@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from claims.models import DeviceAllocation, Reservation
-from dra.engine.quantity import QuantityError, parse_quantity
+from dra.engine.quantity import Amount, QuantityError, parse_quantity
 from frontend.accelerators import accelerator_sql
 from frontend.queries.units import BLOCKING_EFFECTS
 from frontend.templatetags.dash import attribute_value, format_quantity
@@ -26,7 +26,7 @@ from inventory.sql import fetch_dicts
 MEMORY_SLICE = re.compile(r"^memory-slice-(\d+)$")
 
 
-def qty(value) -> Fraction:
+def qty(value) -> Amount:
     if isinstance(value, dict):
         value = value.get("value")
     try:
@@ -130,7 +130,7 @@ class CounterSetView:
     driver: str
     pool: str
     name: str
-    totals: dict[str, Fraction]
+    totals: dict[str, Amount]
     members: list[DeviceView] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
     used: dict[str, Fraction] = field(default_factory=dict)
@@ -168,7 +168,7 @@ class CounterSetView:
         return "shared" if len({h.claim_id for m in self.in_use for h in m.holders}) > 1 else "allocated"
 
 
-def _fmt(value: Fraction, name: str) -> str:
+def _fmt(value: Amount, name: str) -> str:
     if name == "memory" and value and value.denominator == 1 and value % (1024 * 1024) == 0:
         return f"{int(value // (1024 * 1024))}Mi"
     return str(int(value)) if value.denominator == 1 else f"{float(value):.2f}"
@@ -179,8 +179,8 @@ class CapacityView:
     """One capacity of a multi-allocatable device, split into the shares that consume it."""
 
     name: str
-    total: Fraction
-    shares: list[tuple[Holder, Fraction, float]]  # (holder, amount, percent of total)
+    total: Amount
+    shares: list[tuple[Holder, Amount, float]]  # (holder, amount, percent of total)
 
     @property
     def free_pct(self) -> float:
@@ -243,9 +243,9 @@ def build_views(cluster: Cluster, devices: list[Device]) -> list[DeviceView]:
     return views
 
 
-def counter_totals(cluster: Cluster, pools: set[tuple[str, str]]) -> dict[tuple[str, str, str], dict[str, Fraction]]:
+def counter_totals(cluster: Cluster, pools: set[tuple[str, str]]) -> dict[tuple[str, str, str], dict[str, Amount]]:
     """(driver, pool, counter set) -> counter totals, from the pools' ``sharedCounters`` slices."""
-    out = {}
+    out: dict[tuple[str, str, str], dict[str, Amount]] = {}
     q = Q()
     for driver, pool in pools:
         q |= Q(driver=driver, pool_name=pool)
@@ -260,7 +260,7 @@ def counter_totals(cluster: Cluster, pools: set[tuple[str, str]]) -> dict[tuple[
 
 def layout_counter_set(cs: CounterSetView) -> None:
     """Fill blocks (which memory slices are taken, by what), used counters, and what still fits."""
-    slice_names = {int(m.group(1)): n for n in cs.totals if (m := MEMORY_SLICE.match(n))}
+    slice_names = {int(found.group(1)): n for n in cs.totals if (found := MEMORY_SLICE.match(n))}
     taken: set[int] = set()
     used: dict[str, Fraction] = defaultdict(Fraction)
     for m in cs.members:
@@ -349,7 +349,7 @@ def layout(cluster: Cluster, views: list[DeviceView]) -> NodeLayout:
             parents[str(parent)].append(v)
         else:
             whole.append(v)
-    counts = defaultdict(int)
+    counts: defaultdict[str, int] = defaultdict(int)
     for v in whole + [p for ps in parents.values() for p in ps]:
         counts[v.state] += 1
     for cs in sets.values():

@@ -77,10 +77,10 @@ def _attach(items: list[SharedDevice]) -> None:
     if not items:
         return
     keys = {(i.cluster, i.driver, i.pool, i.device): i for i in items}
-    allocs = (DeviceAllocation.objects.filter(admin_access=False, cluster__in={k[0] for k in keys},
+    candidates = (DeviceAllocation.objects.filter(admin_access=False, cluster__in={k[0] for k in keys},
                                               pool__in={k[2] for k in keys}, device__in={k[3] for k in keys})
               .select_related("claim", "claim__namespace").order_by("id"))
-    allocs = [a for a in allocs if (a.cluster, a.driver, a.pool, a.device) in keys]
+    allocs = [a for a in candidates if (a.cluster, a.driver, a.pool, a.device) in keys]
     consumers = defaultdict(list)
     for r in Reservation.objects.filter(claim_id__in={a.claim_id for a in allocs}).select_related("consumer"):
         consumers[r.claim_id].append(r.consumer.name)
@@ -94,9 +94,10 @@ def _attach(items: list[SharedDevice]) -> None:
                                    name__in={k[3] for k in keys}).select_related("cluster"):
         item = keys.get((d.cluster.name, d.driver, d.pool_name, d.name))
         if item:
-            a = d.attributes or {}
+            attrs = d.attributes or {}
             item.node = d.node_name
-            item.product = ((a.get("productName") or {}).get("string") or (a.get("model") or {}).get("string") or "")
+            item.product = ((attrs.get("productName") or {}).get("string") or (attrs.get("model") or {}).get("string")
+                            or "")
             item.allow_multiple = d.allow_multiple_allocations
 
 

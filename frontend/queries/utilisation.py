@@ -57,7 +57,8 @@ def timeline(buckets: list[datetime], unit: timedelta) -> list[datetime | None]:
     """
     if len(buckets) < 2:
         return list(buckets)
-    step = max(unit, median(b - a for a, b in zip(buckets, buckets[1:], strict=False)))
+    # statistics.median takes any ordered values its middle two can be averaged of; typeshed says numbers only.
+    step = max(unit, median(b - a for a, b in zip(buckets, buckets[1:], strict=False)))  # type: ignore[type-var]
     steps = (buckets[-1] - buckets[0]) / step
     out: list[datetime | None] = [buckets[0]]
     for prev, cur in zip(buckets, buckets[1:], strict=False):

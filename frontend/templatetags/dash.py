@@ -75,7 +75,7 @@ def format_quantity(text) -> str:
     try:
         from dra.engine.quantity import parse_quantity as parse_quantity_value
 
-        value: Fraction = parse_quantity_value(text)
+        value: Fraction | int = parse_quantity_value(text)
     except Exception:  # not a quantity: show it untouched rather than fail a page
         return text
     for unit, size in _BINARY_UNITS:

@@ -7,9 +7,9 @@ from django.http import Http404
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
+from draservice.pages import can_release, is_htmx, page, require
 from frontend import actions, explain
 from frontend.queries import claims as claims_q
-from frontend.views.base import can_release, is_htmx, page, require
 
 
 @login_required

@@ -7,11 +7,11 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import APIException
 
+from draservice.pages import is_htmx, page, require
 from frontend.queries import fleet as fleet_q
 from frontend.queries import fragmentation as frag_q
 from frontend.queries import sharing as sharing_q
 from frontend.queries import utilisation as util_q
-from frontend.views.base import is_htmx, page, require
 from scheduler.services import defrag, defrag_apply
 
 

@@ -5,8 +5,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.views.decorators.http import require_GET, require_http_methods
 
+from draservice.pages import is_htmx, page
 from frontend.queries import inventory as inv_q
-from frontend.views.base import is_htmx, page
 from inventory.services import selectors as sel_q
 
 

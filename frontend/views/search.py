@@ -4,9 +4,9 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.views.decorators.http import require_GET
 
+from draservice.pages import page
 from draservice.permissions import readable_namespaces
 from frontend.queries import search as search_q
-from frontend.views.base import page
 
 
 @login_required

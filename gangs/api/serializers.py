@@ -12,7 +12,10 @@ from gangs.spec import API_VERSION, KIND
 
 def current_rendering(payload: dict) -> dict:
     """A replayed create's Gang as it is now (see ``claims.api.serializers.current_rendering``)."""
-    gang = Gang.objects.select_related("namespace").filter(uid=(payload.get("metadata") or {}).get("uid")).first()
+    uid = (payload.get("metadata") or {}).get("uid")
+    if uid is None:  # not a rendering of a gang: nothing to read afresh
+        return payload
+    gang = Gang.objects.select_related("namespace").filter(uid=uid).first()
     return render_gang(gang) if gang else payload
 
 

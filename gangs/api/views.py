@@ -1,6 +1,8 @@
 """Gangs API views. Thin: check access (the claims API's namespace rules), parse, call a service, render."""
 from __future__ import annotations
 
+from typing import cast
+
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -30,7 +32,7 @@ def _gang_or_404(ns: str, name: str) -> Gang:
 
 def _members(gang: Gang) -> list:
     members = list(gang.members.select_related("consumer").order_by("index"))
-    names: dict[int, list[str]] = {}
+    names: dict[int | None, list[str]] = {}  # looked up by a member's consumer_id (None: no consumer yet)
     for consumer_id, claim_name in (Reservation.objects.filter(consumer_id__in=[m.consumer_id for m in members])
                                     .order_by("claim_id").values_list("consumer_id", "claim__name")):
         names.setdefault(consumer_id, []).append(claim_name)
@@ -51,7 +53,7 @@ class GangsBase(generics.GenericAPIView):
     def listed(self, queryset, kind="GangList"):
         queryset = self.filter_queryset(queryset)  # phase (GangFilterSet), fieldSelector
         page = self.paginate_queryset(queryset)
-        meta = self.paginator.list_metadata() if page is not None else {}
+        meta = cast(KubeListPagination, self.paginator).list_metadata() if page is not None else {}
         rows = page if page is not None else queryset
         return Response({"apiVersion": API_VERSION, "kind": kind, "metadata": meta,
                          "items": [s.render_gang(g) for g in rows]})
@@ -126,7 +128,7 @@ class GangEventsView(GangsBase):
         gang = _gang_or_404(namespace, name)
         qs = GangEvent.objects.filter(gang_uid=gang.uid)
         page = self.paginate_queryset(qs)
-        meta = self.paginator.list_metadata() if page is not None else {}
+        meta = cast(KubeListPagination, self.paginator).list_metadata() if page is not None else {}
         return Response({"apiVersion": "v1", "kind": "EventList", "metadata": meta,
                          "items": [s.render_event(e) for e in (page if page is not None else qs)]})
 

@@ -155,7 +155,7 @@ def member_claims(gang: Gang, *, lock: bool = False, skip_locked: bool = False
         missing = set(ids) - set(claims)
         if ResourceClaim.objects.filter(id__in=missing).exists():
             problem = "busy"
-    by_consumer: dict[int, list[tuple[int, ResourceClaim]]] = {}
+    by_consumer: dict[int | None, list[tuple[str, ResourceClaim]]] = {}  # looked up by a member's consumer_id
     for consumer_id, claim_id, entry in entries:
         if claim_id in claims:
             by_consumer.setdefault(consumer_id, []).append((entry, claims[claim_id]))

@@ -152,7 +152,8 @@ class TaintsField(serializers.JSONField):
 
 class PoolEventSerializer(serializers.ModelSerializer):
     cluster = serializers.CharField(source="cluster.name", read_only=True)
-    data = serializers.JSONField(read_only=True, allow_null=True)
+    # DRF's serializer metaclass takes declared fields off the class: this does not shadow ``Serializer.data``.
+    data = serializers.JSONField(read_only=True, allow_null=True)  # type: ignore[assignment]
     time = serializers.DateTimeField(source="created_at", read_only=True)
 
     class Meta:

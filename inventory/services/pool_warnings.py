@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import cast
 
 from inventory.models import PoolEvent
 
 MAX_REMEMBERED = 4096
-_raised: set[tuple[int, str]] = set()
+_raised: set[tuple[int, str | None]] = set()
 
 
 def selector_errors_of(outcomes: Iterable) -> list[dict]:
     """The ``selector_errors`` entries of the engine outcomes' failure diagnostics (skips non-outcomes)."""
-    out = []
+    out: list[dict] = []
     for outcome in outcomes:
         diagnostics = getattr(outcome, "diagnostics", None)
         if not diagnostics:
@@ -50,8 +51,9 @@ def raise_selector_errors(errors: list[dict], cluster_versions: dict[str, tuple[
         ident = (cluster_id, inventory_version, e["origin"], which, e["selector"] if which else -1, e["error"])
         seen = wanted.get(ident)
         if seen is not None:
-            seen.data["devices"] = max(seen.data["devices"], e["devices"])
-            seen.message = _message(who, seen.data["devices"], e["cluster"], e["error"])
+            seen_data = cast(dict, seen.data)  # made below, a dict
+            seen_data["devices"] = max(seen_data["devices"], e["devices"])
+            seen.message = _message(who, seen_data["devices"], e["cluster"], e["error"])
             continue
         data = {"origin": e["origin"], "deviceClassName": e["deviceClassName"], "selector": e["selector"],
                 "error": e["error"], "devices": e["devices"], "example": e["device"],

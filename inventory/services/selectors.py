@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection
 
@@ -106,7 +107,9 @@ def _grouped(compiled_list) -> tuple[list[str], list, list] | None:
 
 
 def _device_from_row(row: dict, paths: list) -> CELDevice:
-    attrs, caps, multi = {}, {}, None
+    attrs: dict[str, Any] = {}
+    caps: dict[str, Any] = {}
+    multi = None
     for i, (kind, domain, name) in enumerate(paths):
         value = row.get(f"v{i}")
         if kind == "m":

@@ -327,7 +327,7 @@ def _replace_slices(cluster: Cluster, slices: list[dict], node_ids: dict[str, in
 
 
 def _recompute_pools(cluster: Cluster, keys: set[tuple[str, str]]) -> None:
-    objs = []
+    objs: list[dict] = []
     for driver, pool in keys:
         objs += ResourceSlice.objects.filter(cluster=cluster, driver=driver, pool_name=pool).values_list(
             "object", flat=True)
@@ -354,7 +354,7 @@ def put_resource_slice(cluster_name: str, name: str, body, if_match: list[str] |
                                               if d.get("nodeName")}
         _, node_ids = _sync_nodes(cluster, [], referenced - {""}, replace=False)
         created = row is None
-        if created:
+        if row is None:
             row = ResourceSlice.objects.create(cluster=cluster, name=name, **fields)
         else:
             keys.add((row.driver, row.pool_name))

@@ -185,9 +185,9 @@ class _State:
         charges = []
         for claim, cluster, need in per_claim:
             for (cls, unit_name, res), amount in need.items():
-                key = (leaf.id, cls, unit_name, res, cluster)
+                usage_key = (leaf.id, cls, unit_name, res, cluster)
                 counted = self._usage if self._usage is not None else self._added
-                counted[key] = counted.get(key, Fraction(0)) + amount
+                counted[usage_key] = counted.get(usage_key, Fraction(0)) + amount
                 charges.append(QuotaCharge(claim_id=claim.id, queue_id=leaf.id, device_class=cls, unit=unit_name,
                                            resource=res, amount=u.to_decimal(amount), cluster=cluster,
                                            created_at=self.now))
@@ -202,7 +202,9 @@ class _State:
                                     f'class "{cls}" on cluster {cluster}', leaf.name)
         for queue in chain:
             entry = self.entry(queue, cls, cluster)
-            limits = _limits(entry, unit_name, res) if entry else None
+            if not entry:
+                continue
+            limits = _limits(entry, unit_name, res)
             if limits is None:
                 continue
             after = self.used(queue, key, self.covered(entry)) + amount

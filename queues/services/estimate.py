@@ -162,8 +162,8 @@ def _build(key: tuple) -> _Ends:
     for scope in listed.keys() | unknown.keys():
         ends = sorted(listed.get(scope, ()), key=lambda e: e[0])
         cumulative, total = [], 0
-        for _, amount in ends:
-            total += amount
+        for _, n in ends:
+            total += n
             cumulative.append(total)
         out.scopes[scope] = ([end for end, _ in ends], cumulative, unknown.get(scope, 0))
     return out
@@ -185,6 +185,8 @@ def _history() -> dict[str, timedelta]:
             continue  # one claim counts once per queue, whatever its number of charges
         seen.add((claim_id, queue))
         released, allocated = held[claim_id]
+        if released is None or allocated is None:
+            continue  # never: the query asks for released claims that were allocated
         totals[queue][0] += released - allocated
         totals[queue][1] += 1
     return {queue: total / n for queue, (total, n) in totals.items()}

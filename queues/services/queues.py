@@ -36,8 +36,9 @@ def rendered(queue: Queue) -> dict:
     hook = (spec.get("preemption") or {}).get("webhook")
     if hook and "secret" in hook:
         shown = {"url": hook["url"], "secretSet": True}
-        if getattr(queue, "generated_secret", None):
-            shown["secret"] = queue.generated_secret
+        secret = getattr(queue, "generated_secret", None)  # set by the write that generated it
+        if secret:
+            shown["secret"] = secret
         spec["preemption"] = {**spec["preemption"], "webhook": shown}
     return {"apiVersion": queue_spec.API_VERSION, "kind": queue_spec.KIND,
             "metadata": {"name": queue.name, "uid": str(queue.uid), "resourceVersion": str(queue.resource_version),

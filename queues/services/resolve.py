@@ -68,7 +68,8 @@ def _all_queues() -> list[Queue]:
     fields = Queue._meta.concrete_fields
     qn = connection.ops.quote_name
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(qn(f.column) for f in fields)} FROM {qn(Queue._meta.db_table)} "
+        # django-stubs types Field.column as optional for every field; a concrete field always has one.
+        cursor.execute(f"SELECT {', '.join(qn(f.column) for f in fields)} FROM {qn(Queue._meta.db_table)} "  # type: ignore[arg-type]
                        f"ORDER BY {qn('id')}")
         rows = cursor.fetchall()
     names = [f.attname for f in fields]

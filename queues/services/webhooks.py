@@ -29,7 +29,7 @@ def payload(p: Preemption) -> dict:
             "queue": p.queue, "reason": "PreemptionPending", "deadline": p.deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "claim": {"namespace": victim.namespace.name, "name": victim.name, "uid": str(victim.uid)},
             "preemptor": ({"namespace": p.preemptor.namespace.name, "name": p.preemptor.name}
-                          if p.preemptor_id else None)}
+                          if p.preemptor is not None else None)}
 
 
 def notify(made: list[Preemption], queues: dict[str, Queue]) -> int:

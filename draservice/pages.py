@@ -1,4 +1,6 @@
-"""What every dashboard view shares: rendering with the layout's context, and who may change things."""
+"""The dashboard's page frame, what every dashboard view (frontend's and the apps' own pages) shares:
+rendering with the layout's context, and who may change things. Here, below the apps, so that their pages use it
+without importing the dashboard, which sits on top and imports them."""
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
