@@ -105,6 +105,10 @@ class ResourceClaim(models.Model):
     # Set while the ``DeviceRemoved`` condition is True: an inventory push removed a device the claim holds
     # (claims.services.device_removed). A column, so that metrics and the check find such claims by index.
     device_removed_at = models.DateTimeField(null=True, blank=True)
+    # A preemption victim's safe release (claims.services.preemption): {stopBy, forceAt, confirmedAt,
+    # confirmedBy} as ``status.preemption`` shows it, plus the preemptor's id and the notice time. Kept after the
+    # requeue (what happened is still shown); replaced by the next notice.
+    preemption = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
