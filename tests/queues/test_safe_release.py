@@ -12,6 +12,7 @@ from claims.models import ClaimEvent, Consumer, DeviceAllocation, Phase, Reserva
 from inventory.models import Cluster
 from queues.models import Preemption, PreemptionState
 from scheduler.services import preemption, reclaim
+from tests.chaos.checks import early_handovers
 from tests.queues.conftest import queue_body
 from tests.queues.test_admission import make, ns, rounds, submit
 from tests.queues.test_preemption import borrowed_fleet
@@ -79,6 +80,11 @@ def test_release_confirm_by_its_namespace_hands_over_and_another_tenant_gets_403
     assert preemption.sweep() == 0
     p = Preemption.objects.get()
     assert p.state == PreemptionState.DONE and p.confirmed_by == "namespace:ci" and p.confirmed_at is not None
+    # The chaos test's check of this in SQL finds no early handover here, and would find one had it been early.
+    assert early_handovers() == []
+    Preemption.objects.update(confirmed_at=None, deadline=timezone.now() + timedelta(hours=1))
+    assert [row[1:3] for row in early_handovers()] == [(victim.name, "mine")]
+    Preemption.objects.update(confirmed_at=p.confirmed_at)
     # A retry is a no-op; a claim that is not being released has nothing to confirm.
     assert ns_client("ci").post(f"{url}/release-confirm", {}, format="json").status_code == 200
     other = ResourceClaim.objects.filter(namespace__name="ci", phase=Phase.ALLOCATED).first()
