@@ -19,6 +19,8 @@ RECLAIM_BORROWED = ("Never", "Always")
 SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption")
 PREEMPTION_DEFAULTS = {"withinQueue": "LowerPriority", "reclaimBorrowed": "Always", "minRuntimeSeconds": 0,
                        "graceSeconds": 30}
+# forceAfterSeconds has no fixed default (graceSeconds'); webhook none at all.
+PREEMPTION_FIELDS = (*PREEMPTION_DEFAULTS, "forceAfterSeconds", "webhook")
 MAX_QUOTAS = 64
 MAX_NAMESPACES = 1024
 
@@ -221,7 +223,7 @@ def _preemption(raw: Any, errors: list) -> dict:
     if not isinstance(raw, dict):
         errors.append(f.invalid("spec.preemption", raw, "must be an object"))
         return dict(PREEMPTION_DEFAULTS)
-    allowed = (*PREEMPTION_DEFAULTS, "forceAfterSeconds", "webhook")
+    allowed = PREEMPTION_FIELDS
     for key in raw:
         if key not in allowed:
             errors.append(f.unsupported(f"spec.preemption.{key}", key, allowed))
