@@ -152,3 +152,19 @@ def test_an_agent_report_needs_a_fresh_heartbeat_and_an_empty_reserved_for(admin
     done = agent.post(f"{url}/release-confirm", {"reservedFor": []}, format="json")
     assert done.status_code == 200 and done.json()["status"]["preemption"]["confirmedBy"] == "agent:c1"
     assert ResourceClaim.objects.get(pk=victim.pk).phase == Phase.PENDING
+
+
+def test_the_claim_page_shows_the_notice_with_countdowns(admin_client, h100_fleet, client, django_user_model):
+    victim, url = noticed(admin_client, grace=30, force=600)
+    client.force_login(django_user_model.objects.create_user("ops", "ops@example.com", "pw", is_staff=True))
+    html = client.get(f"/claims/ci/{victim.name}/").content.decode()
+    notice = victim.preemption
+    assert 'data-testid="claim-preemption"' in html and f'data-countdown="{notice["forceAt"]}"' in html
+    assert f'data-countdown="{notice["stopBy"]}"' in html and "not confirmed yet" in html
+    assert ns_ok(admin_client, url)
+    html = client.get(f"/claims/ci/{victim.name}/").content.decode()
+    assert 'data-countdown="' not in html and "confirmed by <b>admin:test admin</b>" in html
+
+
+def ns_ok(client, url: str) -> bool:
+    return client.post(f"{url}/release-confirm").status_code == 200
