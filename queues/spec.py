@@ -19,6 +19,8 @@ RECLAIM_BORROWED = ("Never", "Always")
 SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption")
 PREEMPTION_DEFAULTS = {"withinQueue": "LowerPriority", "reclaimBorrowed": "Always", "minRuntimeSeconds": 0,
                        "graceSeconds": 30}
+# forceAfterSeconds has no fixed default (graceSeconds'); webhook none at all.
+PREEMPTION_FIELDS = (*PREEMPTION_DEFAULTS, "forceAfterSeconds", "webhook")
 MAX_QUOTAS = 64
 MAX_NAMESPACES = 1024
 
@@ -221,7 +223,7 @@ def _preemption(raw: Any, errors: list) -> dict:
     if not isinstance(raw, dict):
         errors.append(f.invalid("spec.preemption", raw, "must be an object"))
         return dict(PREEMPTION_DEFAULTS)
-    allowed = (*PREEMPTION_DEFAULTS, "webhook")
+    allowed = PREEMPTION_FIELDS
     for key in raw:
         if key not in allowed:
             errors.append(f.unsupported(f"spec.preemption.{key}", key, allowed))
@@ -238,6 +240,15 @@ def _preemption(raw: Any, errors: list) -> dict:
             errors.append(f.invalid(f"spec.preemption.{key}", value, "must be an integer greater than or equal to 0"))
         else:
             out[key] = value
+    # When the devices move at the latest if the victim never confirms that it stopped; unset, graceSeconds
+    # (not stored: a queue that changes its graceSeconds keeps forcing at it).
+    force = raw.get("forceAfterSeconds")
+    if force is not None:
+        if isinstance(force, bool) or not isinstance(force, int) or force < out["graceSeconds"]:
+            words = f"must be an integer greater than or equal to graceSeconds ({out['graceSeconds']})"
+            errors.append(f.invalid("spec.preemption.forceAfterSeconds", force, words))
+        else:
+            out["forceAfterSeconds"] = force
     if raw.get("webhook") is not None:
         out["webhook"] = _webhook(raw["webhook"], errors)
     return out
