@@ -28,7 +28,8 @@ def releasing_families(now) -> list:
             [:settings.METRICS_WINDOW_ROWS])
     seen: dict[str, list[float]] = {o: [] for o in OUTCOMES}
     for created, finished, confirmed in rows:
-        seen["confirmed" if confirmed else "forced"].append(max(0.0, (finished - created).total_seconds()))
+        if finished is not None:  # the filter on finished_at guarantees it; the type does not say so
+            seen["confirmed" if confirmed else "forced"].append(max(0.0, (finished - created).total_seconds()))
     hist = GaugeHistogramMetricFamily("draservice_preemption_releasing_seconds",
                                       "Notice to requeue of preemption victims in the window, by outcome",
                                       labels=["outcome"])

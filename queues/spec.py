@@ -244,7 +244,8 @@ def _preemption(raw: Any, errors: list) -> dict:
     # (not stored: a queue that changes its graceSeconds keeps forcing at it).
     force = raw.get("forceAfterSeconds")
     if force is not None:
-        if isinstance(force, bool) or not isinstance(force, int) or force < out["graceSeconds"]:
+        grace = out["graceSeconds"]
+        if isinstance(force, bool) or not isinstance(force, int) or (isinstance(grace, int) and force < grace):
             words = f"must be an integer greater than or equal to graceSeconds ({out['graceSeconds']})"
             errors.append(f.invalid("spec.preemption.forceAfterSeconds", force, words))
         else:

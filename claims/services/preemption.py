@@ -132,7 +132,7 @@ def confirm_locked(claims: list[ResourceClaim], by: str, now) -> None:
                         {"confirmedBy": by}) for c in claims])
     requeue(claims, f"preempted: it stopped (confirmed by {by}) and its devices went to a claim with a better "
                     "right to them; waiting at its original place in its queue", now)
-    wake.wake_claims({c.preemption["preemptor"] for c in claims if c.preemption.get("preemptor")})
+    wake.wake_claims({c.preemption["preemptor"] for c in claims if c.preemption and c.preemption.get("preemptor")})
 
 
 def nobody_to_ask(claims: list[ResourceClaim], now) -> list[ResourceClaim]:
