@@ -84,7 +84,7 @@ def simulate_agrees(w: World) -> None:
 
         def decided(name=name):
             c = ResourceClaim.objects.filter(namespace__name="q", name=name).first()
-            return c is not None and (c.phase != "Pending" or bool(c.reason))
+            return c is not None and (c.phase != "Pending" or c.reason not in ("", "WaitingForAllocation"))
 
         w.wait(decided, 15)
         c = ResourceClaim.objects.get(namespace__name="q", name=name)
@@ -101,6 +101,8 @@ def time_to_first_notice(namespace: str, name: str, timeout: float) -> float | N
         return None
     claim = ResourceClaim.objects.get(namespace__name=namespace, name=name)
     first = Preemption.objects.filter(preemptor=claim).order_by("created_at").first()
+    tried = claim.last_attempt_at and round((claim.last_attempt_at - claim.created_at).total_seconds(), 2)
+    print(f"    {name}: last tried by a round {tried} s after its creation")
     return (first.created_at - claim.created_at).total_seconds()
 
 
