@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks._queue_world import World, gpu_claim, mig_claim, queue_body
+from benchmarks._queue_world import World, mig_claim, queue_body
 
 PASS_SECONDS = 5  # the beat sends the preemption pass this often (scheduler/schedule.py)
 

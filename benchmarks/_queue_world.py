@@ -94,7 +94,8 @@ class World:
 
     def batch(self, namespace: str, items: list[dict]) -> None:
         for start in range(0, len(items), 100):
-            self.call("POST", f"/api/v1/namespaces/{namespace}/resourceclaims/batch", {"items": items[start:start + 100]})
+            self.call("POST", f"/api/v1/namespaces/{namespace}/resourceclaims/batch",
+                      {"items": items[start:start + 100]})
 
     def gang(self, namespace: str, name: str, replicas: int, per_member: int) -> None:
         template = f"{name}-x{per_member}"
