@@ -9,56 +9,15 @@ import ast
 import sys
 from pathlib import Path
 
+from scripts import module_graph
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("dra", "draservice", "inventory", "claims", "gangs", "queues", "scheduler", "usage", "frontend", "agent",
-            "workloads", "kube")
 DRA_ALLOWED = {"celpy", "lark", "re2"}
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            if "migrations" not in path.parts:
-                out[_module_name(path)] = path
-    return out
-
-
-def _imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """Product modules ``path`` imports, anywhere in the file (a package import counts as its __init__)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        targets: list[str] = []
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
-            targets = [f"{base}.{a.name}" for a in node.names] + [base]
-        for t in targets:
-            # The longest known prefix: `from claims.services import commit` is claims.services.commit.
-            while t and t not in known:
-                t = t.rpartition(".")[0]
-            if t and t != name:
-                found.add(t)
-    return found
-
-
 def _graph() -> dict[str, set[str]]:
-    known = _modules()
-    return {name: _imports(path, name, known) for name, path in known.items()}
+    known = module_graph.modules()
+    return {name: module_graph.imports(path, name, known) for name, path in known.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -34,6 +34,19 @@ def borrowed_fleet(admin_client, grace=0, webhook=None, min_runtime=0):
     assert ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count() == 16
 
 
+def team_b_reclaims_from_team_a(admin_client, grace: int) -> None:
+    """Two queues of nominal 8 (borrowing 4) on 16 GPUs: team-a holds 12 (4 borrowed), then team-b asks for 8."""
+    pre = {"graceSeconds": grace, "minRuntimeSeconds": 0}
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
+         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
+    for i in range(14):
+        submit(admin_client, "a", f"a{i}")
+    rounds(2)
+    for i in range(8):
+        submit(admin_client, "b", f"b{i}")
+    rounds(2)
+
+
 def test_a_within_quota_claim_reclaims_from_a_borrower(admin_client, h100_fleet):
     borrowed_fleet(admin_client, grace=30)
     submit(admin_client, "a", "mine", 4)
@@ -197,15 +210,7 @@ def test_what_a_reclaim_frees_goes_to_the_claims_within_nominal_not_back_to_the_
     the freed GPUs must go to team-b's claims (within its nominal), not back to team-a's waiting claims -- which
     would borrow again, be reclaimed again, and so on for ever (found by the preemption chaos, tests/chaos: one
     claim of team-a preempted 23 times for the same claim of team-b)."""
-    pre = {"graceSeconds": 0, "minRuntimeSeconds": 0}
-    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
-         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
-    for i in range(14):
-        submit(admin_client, "a", f"a{i}")
-    rounds(2)
-    for i in range(8):
-        submit(admin_client, "b", f"b{i}")
-    rounds(2)
+    team_b_reclaims_from_team_a(admin_client, grace=0)
 
     def held():
         return {ns: DeviceAllocation.objects.filter(claim__namespace__name=ns).count() for ns in ("a", "b")}
@@ -224,15 +229,7 @@ def test_a_claim_whose_victims_were_just_requeued_preempts_nobody_else(admin_cli
     the claims those victims were noticed for are still Pending (the round that places them comes after the
     pass). They fit now, so no further victim may be chosen for them (found by the preemption chaos,
     tests/chaos: 6 victims for 4 devices, and a second claim preempted for one urgent claim)."""
-    pre = {"graceSeconds": 30, "minRuntimeSeconds": 0}
-    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
-         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
-    for i in range(14):
-        submit(admin_client, "a", f"a{i}")
-    rounds(2)
-    for i in range(8):
-        submit(admin_client, "b", f"b{i}")
-    rounds(2)
+    team_b_reclaims_from_team_a(admin_client, grace=30)
     assert reclaim.run()["victims"] == 4
     due = list(Preemption.objects.values_list("id", flat=True)[:2])
     Preemption.objects.filter(id__in=due).update(deadline=Preemption.objects.first().created_at)
