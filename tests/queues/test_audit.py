@@ -80,3 +80,23 @@ def test_deletes_and_device_classes(admin_client):
     assert [c["path"] for c in rows[2][5]] == ["metadata", "spec"] and rows[2][5][1]["after"] is None
     assert rows[2][5][1]["before"]["weight"] == 1 and rows[2][5][1]["before"]["namespaces"] == ["b"]
     assert rows[0][5][-1]["path"] == "spec" and rows[0][5][-1]["before"] is None
+
+
+def test_queue_page_shows_its_history_to_staff(admin_client):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    assert admin_client.post("/api/v1/queues", queue_body("team-c", namespaces=["c"]), format="json").status_code == 201
+    staff = Client()
+    staff.force_login(User.objects.create_user("boss", is_staff=True))
+    assert staff.patch("/api/v1/queues/team-c", {"spec": {"weight": 4}}, content_type="application/json"
+                       ).status_code == 200  # a staff session: the author is the user
+    html = staff.get("/queues/team-c/").content.decode()
+    rows = html.split('data-testid="history-row"')[1:]
+    assert len(rows) == 2  # newest first: the patch, then the create
+    assert "user:boss" in rows[0] and "spec.weight: 1 → 4" in rows[0] and "token:test admin" in rows[1]
+    viewer = Client()
+    viewer.force_login(User.objects.create_user("viewer"))
+    page = viewer.get("/queues/team-c/").content.decode()
+    assert 'data-testid="queue-rank"' in page and 'data-testid="history-row"' not in page
+    assert viewer.get("/queues/nope/").status_code == 404
