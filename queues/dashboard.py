@@ -39,7 +39,7 @@ def queue_rows() -> list[dict]:
     children: dict[int | None, list[Queue]] = defaultdict(list)
     for q in queues:
         children[q.parent_id].append(q)
-    ranks = _fair_share_ranks(queues, shares)
+    ranks = queue_order.fair_share_ranks(queues, shares)
     rows: list[dict] = []
 
     def walk(parent_id: int | None, depth: int) -> None:
@@ -63,15 +63,6 @@ def queue_page(name: str, show_history: bool) -> dict | None:
     events = (list(AuditEvent.objects.filter(kind=queue_spec.KIND, name=name).order_by("-id")[:HISTORY_SHOWN])
               if show_history else [])
     return {"row": row, "history": [audit.rendered(e) | {"at": e.at} for e in events]}
-
-
-def _fair_share_ranks(queues: list[Queue], shares: Shares) -> dict[int, int]:
-    """1 = served first among queues that compete: the lowest dominant share per unit of weight."""
-    def key(q: Queue):
-        weight = Fraction(q.weight or 0)
-        return (shares.dominant(q.id) / weight if weight else Fraction(10**9), q.name)
-
-    return {q.id: i for i, q in enumerate(sorted(queues, key=key), start=1)}
 
 
 def _amounts(q: Queue, st: dict) -> dict[tuple, tuple[Fraction, Fraction]]:

@@ -21,6 +21,7 @@ from draservice.requests import merge_patch
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QueueNamespace, QueueRedirect, QuotaCharge
 from queues.services import resolve, webhooks
+from usage.services import decay
 
 WRITE_LOCK = zlib.crc32(b"draservice.queues.write")
 
@@ -113,6 +114,7 @@ def delete_queue(name: str, if_match: list[str] | None, force: bool = False) -> 
         QuotaCharge.objects.filter(queue=queue).update(queue=default)
         QueueRedirect.objects.update_or_create(name=name)
         audit.record(queue_spec.KIND, name, audit.DELETE, audited(queue), None)
+        decay.configure(name, 0)
         queue.delete()
         bump_fleet_version()
 
@@ -198,6 +200,7 @@ def _store(queue: Queue, obj: dict, creating: bool) -> Queue:
     if creating:
         QueueRedirect.objects.filter(name=queue.name).delete()
     audit.record(queue_spec.KIND, queue.name, audit.CREATE if creating else audit.UPDATE, before, audited(queue))
+    decay.configure(queue.name, queue_spec.half_life(spec))  # from the ledger when the half-life is new
     bump_fleet_version()  # claims waiting for quota or for this queue are tried again
     return queue
 
