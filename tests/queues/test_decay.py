@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from claims.services import claims as claim_services
-from queues import fair_share
 from tests.queues.conftest import queue_body
 from tests.queues.test_admission import make, rounds, submit
 from usage.models import DecayedUsage, UsageInterval
@@ -91,8 +90,3 @@ def test_half_life_is_validated(admin_client, value):
     other = admin_client.post("/api/v1/queues", queue_body("q", fairSharing={"decay": 1}), format="json")
     assert other.status_code == 422 and [e["field"] for e in other.json()["errors"]] == ["spec.fairSharing.decay"]
 
-
-def test_readme_example():
-    """queues/README.md, "Fair share that remembers": the worked example, to 1e-6."""
-    assert fair_share.effective_share(0.25, 288.0, 288.0 + 96.0, 1.0) == pytest.approx(0.5, abs=1e-6)
-    assert fair_share.effective_share(0.0, 96.0, 288.0 + 96.0, 2.0) == pytest.approx(0.0625, abs=1e-6)
