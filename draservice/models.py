@@ -83,3 +83,21 @@ class WebhookEvent(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["owner", "id"], name="draservice_webhookevent_owner")]
+
+
+class AuditEvent(models.Model):
+    """One change of a policy object (a Queue, a Price, a fleet-wide DeviceClass or DeviceTaintRule): who made
+    it, when, and what changed (``draservice.audit``). Written by the owning app's service in the transaction
+    of the change, so a rolled-back write (a dry run, a failed check) leaves none."""
+
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=160)  # "token:<name>", "user:<username>" or "system"
+    actor_kind = models.CharField(max_length=16)  # the token's kind (admin, cluster, namespace), "user", "system"
+    kind = models.CharField(max_length=63)  # e.g. "Queue"
+    name = models.CharField(max_length=253)
+    operation = models.CharField(max_length=16)  # Create, Update, Delete
+    changes = models.JSONField(default=list)  # [{"path", "before", "after"}], leaves of the recorded fields
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["kind", "name", "id"], name="draservice_audit_object")]

@@ -1,8 +1,9 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from draservice import health, metrics
+from draservice.audit_views import AuditEventListView
 
 # Patterns are tried in order, so the claims API (the busiest routes: create, read, release) comes first. No
 # other pattern can match one of its paths (they all start with other literals), so the order changes only
@@ -23,6 +24,7 @@ urlpatterns = [
     path("k8s/", include("kube.urls")),
     path("queues/", include("queues.urls")),
     path("api/v1/", include("usage.api.urls")),
+    re_path(r"^api/v1/auditevents/?$", AuditEventListView.as_view(), name="auditevent-list"),
     path("usage/", include("usage.urls")),
     path("", include("frontend.urls")),
 ]

@@ -280,9 +280,15 @@ PREEMPTION = obj("When the queue's pending claims preempt running ones.",
                  webhook=obj("Told before a claim is preempted.", url=string("HTTPS URL."),
                              secret=string("HMAC secret (write-only; generated when absent)."),
                              secretSet=boolean("Whether a secret is set (read-only).")))
+FAIR_SHARING = obj("How the queue's past use counts in the fair-share order.",
+                   halfLifeSeconds=integer("Half-life of past use in seconds (0, the default: only what it borrows "
+                                           "now counts; at most 31536000)."))
 QUEUE_STATUS = obj("Usage and backlog of the queue.",
                    usage=array(free("Used amount of one class and unit."), "What the queue uses.", ATOMIC),
-                   pendingClaims=integer("Claims pending in the queue."))
+                   pendingClaims=integer("Claims pending in the queue."),
+                   fairSharing=obj("The queue's place in the fair-share order.",
+                                   decayedUsage=number("Device-hours used, decayed by the half-life (0 without)."),
+                                   rank=integer("1 = served first among the queues.")))
 
 
 def queue(version: str) -> Node:
@@ -293,7 +299,7 @@ def queue(version: str) -> Node:
                weight=number("Its share of the fleet against its siblings (default 1)."),
                priority=integer("Higher goes first among equal shares."),
                maxPriority=integer("The highest priority its claims may ask for."),
-               preemption=PREEMPTION)
+               preemption=PREEMPTION, fairSharing=FAIR_SHARING)
     return _top("Queue", f"draservice.io/{version}", "A fleet-wide queue of claims (admins write them).", spec,
                 QUEUE_STATUS)
 

@@ -15,6 +15,8 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
+from draservice import audit
+from draservice.models import AuditEvent
 from queues import spec as queue_spec
 from queues.models import Preemption, Queue
 from queues.quantities import quantity
@@ -23,6 +25,7 @@ from queues.services import status, usage
 from queues.services.order import Shares
 from queues.services.resolve import Tree, claims_of_queue_q
 
+HISTORY_SHOWN = 50  # the newest audit events on a queue's page
 PENDING_SAMPLE = 500  # pending claims read per queue for the per-class counts
 HEAD_SAMPLE = 20  # the oldest pending claims a queue's head is looked for among
 
@@ -36,7 +39,7 @@ def queue_rows() -> list[dict]:
     children: dict[int | None, list[Queue]] = defaultdict(list)
     for q in queues:
         children[q.parent_id].append(q)
-    ranks = _fair_share_ranks(queues, shares)
+    ranks = queue_order.fair_share_ranks(queues, shares)
     rows: list[dict] = []
 
     def walk(parent_id: int | None, depth: int) -> None:
@@ -52,13 +55,14 @@ def queue_rows() -> list[dict]:
     return rows
 
 
-def _fair_share_ranks(queues: list[Queue], shares: Shares) -> dict[int, int]:
-    """1 = served first among queues that compete: the lowest dominant share per unit of weight."""
-    def key(q: Queue):
-        weight = Fraction(q.weight or 0)
-        return (shares.dominant(q.id) / weight if weight else Fraction(10**9), q.name)
-
-    return {q.id: i for i, q in enumerate(sorted(queues, key=key), start=1)}
+def queue_page(name: str, show_history: bool) -> dict | None:
+    """A queue's page: its row of the tree (None: no such queue) and, for admins, its newest policy changes."""
+    row = next((r for r in queue_rows() if r["queue"].name == name), None)
+    if row is None:
+        return None
+    events = (list(AuditEvent.objects.filter(kind=queue_spec.KIND, name=name).order_by("-id")[:HISTORY_SHOWN])
+              if show_history else [])
+    return {"row": row, "history": [audit.rendered(e) | {"at": e.at} for e in events]}
 
 
 def _amounts(q: Queue, st: dict) -> dict[tuple, tuple[Fraction, Fraction]]:

@@ -16,7 +16,8 @@ UNITS = ("devices", "counters", "capacity")
 LIMITS = ("nominal", "borrowingLimit", "lendingLimit")
 WITHIN_QUEUE = ("Never", "LowerPriority")
 RECLAIM_BORROWED = ("Never", "Always")
-SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption")
+SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption", "fairSharing")
+MAX_HALF_LIFE = 365 * 86400  # a year: longer remembers use nobody can still account for
 PREEMPTION_DEFAULTS = {"withinQueue": "LowerPriority", "reclaimBorrowed": "Always", "minRuntimeSeconds": 0,
                        "graceSeconds": 30}
 # forceAfterSeconds has no fixed default (graceSeconds'); webhook none at all.
@@ -102,7 +103,29 @@ def _spec(raw: dict) -> tuple[dict, list[tuple[str, str]]]:
     spec["priority"] = _integer(raw, "priority", 0, errors, minimum=None)
     spec["maxPriority"] = _integer(raw, "maxPriority", 0, errors, minimum=0)
     spec["preemption"] = _preemption(raw.get("preemption"), errors)
+    if raw.get("fairSharing") is not None:
+        spec["fairSharing"] = _fair_sharing(raw["fairSharing"], errors)
     return spec, errors
+
+
+def half_life(spec: dict) -> int:
+    """``spec.fairSharing.halfLifeSeconds`` (0: past use does not count)."""
+    return int((spec.get("fairSharing") or {}).get("halfLifeSeconds") or 0)
+
+
+def _fair_sharing(raw: Any, errors: list) -> dict:
+    if not isinstance(raw, dict):
+        errors.append(f.invalid("spec.fairSharing", raw, "must be an object"))
+        return {}
+    for key in raw:
+        if key != "halfLifeSeconds":
+            errors.append(f.unsupported(f"spec.fairSharing.{key}", key, ("halfLifeSeconds",)))
+    value = raw.get("halfLifeSeconds", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HALF_LIFE:
+        errors.append(f.invalid("spec.fairSharing.halfLifeSeconds", value,
+                                f"must be an integer from 0 to {MAX_HALF_LIFE} (seconds)"))
+        return {"halfLifeSeconds": 0}
+    return {"halfLifeSeconds": value}
 
 
 def _quota(q: Any, path: str) -> tuple[dict, list[tuple[str, str]]]:

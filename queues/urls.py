@@ -7,4 +7,5 @@ app_name = "queues"
 
 urlpatterns = [
     path("", views_ui.queue_list, name="list"),
+    path("<str:name>/", views_ui.queue_detail, name="detail"),
 ]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.http import Http404
 from django.views.decorators.http import require_GET
 
 from draservice.pages import page
@@ -12,3 +13,14 @@ from queues import dashboard
 @require_GET
 def queue_list(request):
     return page(request, "queues/list.html", "queues", {"title": "Queues", "rows": dashboard.queue_rows()})
+
+
+@login_required
+@require_GET
+def queue_detail(request, name: str):
+    """One queue: its figures from the tree, and (staff: the trail names tokens and people) its policy changes."""
+    found = dashboard.queue_page(name, show_history=request.user.is_staff)
+    if found is None:
+        raise Http404("no such queue")
+    return page(request, "queues/detail.html", "queues",
+                {"title": f"Queue {name}", "name": name, "staff": request.user.is_staff, **found})

@@ -75,3 +75,17 @@ class Price(models.Model):
 
     def __str__(self) -> str:
         return f"{self.product}@{self.cluster or '*'}: {self.per_device_hour} {self.currency}"
+
+
+class DecayedUsage(models.Model):
+    """A queue's past use with a half-life (``usage.services.decay``): ``value`` device-seconds as of ``at``;
+    read as ``value * 2^(-(now - at) / half_life_seconds)``. One row per queue whose ``spec.fairSharing.
+    halfLifeSeconds`` is above 0, kept up to date by the ledger's close in the release's transaction."""
+
+    queue = models.CharField(max_length=253, unique=True)
+    half_life_seconds = models.FloatField()
+    value = models.FloatField(default=0.0)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]

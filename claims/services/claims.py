@@ -418,7 +418,7 @@ def free_devices(claim_ids: list[int], now) -> Counter:
         return freed
     table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), closed AS ({ledger.close_intervals_sql()}), "
+        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), {ledger.close_intervals_ctes()}, "
                        f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) "
                        "RETURNING cluster, driver, pool, device, admin_access), "
                        f"{wake.released_sql('freed')}, {wake.offer_sql('freed')} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from dra.k8s import slices as k8s
+from draservice import audit
 from draservice.etag import check_if_match
 from draservice.problems import Conflict, FieldError, PreconditionFailed
 from inventory.models import DeviceClass, DeviceTaintRule
@@ -15,6 +16,13 @@ KINDS = {
                   "deviceclass"),
     DeviceTaintRule: (k8s.normalize_device_taint_rule, taint_rule_columns, "devicetainterule"),
 }
+
+
+def audited(obj: dict) -> dict:
+    """What the audit trail records of a fleet object: its spec, labels and annotations."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {"labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {}},
+            "spec": obj.get("spec")}
 
 
 def _normalize(model, body, url_name: str | None):
@@ -40,6 +48,7 @@ def create_fleet_object(model, body):
     try:
         with transaction.atomic():
             row = model.objects.create(cluster=None, name=obj["metadata"]["name"], object=obj, **columns(obj))
+            audit.record(model.__name__, row.name, audit.CREATE, None, audited(obj))
     except IntegrityError as exc:
         raise Conflict(f"{model.__name__} {obj['metadata']['name']!r} already exists.") from exc
     send_after_commit(cluster=None, cluster_id=None, inventory_version=None, reason=reason)
@@ -56,12 +65,14 @@ def replace_fleet_object(model, name: str, body, if_match: list[str] | None):
             if if_match is not None:
                 raise PreconditionFailed(f"{model.__name__} {name!r} does not exist, so If-Match cannot match.")
             row = model.objects.create(cluster=None, name=name, object=obj, **columns(obj))
+            audit.record(model.__name__, name, audit.CREATE, None, audited(obj))
             created = True
         else:
             check_if_match(if_match, row.resource_version)
             created = False
             if row.object == obj:
                 return row, False  # nothing changed: same ETag, nobody to tell
+            audit.record(model.__name__, name, audit.UPDATE, audited(row.object), audited(obj))
             row.object = obj
             for key, value in columns(obj).items():
                 setattr(row, key, value)
@@ -76,5 +87,6 @@ def delete_fleet_object(model, name: str, if_match: list[str] | None) -> None:
     with transaction.atomic():
         row = model.objects.select_for_update().get(cluster=None, name=name)
         check_if_match(if_match, row.resource_version)
+        audit.record(model.__name__, name, audit.DELETE, audited(row.object), None)
         row.delete()
         send_after_commit(cluster=None, cluster_id=None, inventory_version=None, reason=reason)

@@ -17,10 +17,12 @@ from collections import defaultdict
 from fractions import Fraction
 
 from claims.models import Phase, ResourceClaim
+from queues import fair_share
 from queues import spec as queue_spec
 from queues.services import estimate, position
 from queues.services import usage as u
 from queues.services.resolve import Tree, effective_priority, queue_of
+from usage.services import decay
 
 
 class Shares:
@@ -42,6 +44,10 @@ class Shares:
         self.total: dict[str, Fraction] = defaultdict(Fraction)
         for (_, cls), amount in list(self.used.items()) + list(self.nominal.items()):
             self.total[cls] += amount
+        # Decayed usage (device-seconds) by queue name: read only when a queue remembers its past use.
+        remembering = any(queue_spec.half_life(q.spec) for q in tree.queues.values())
+        self.decayed: dict[str, float] = decay.read() if remembering else {}
+        self.total_decayed = sum(self.decayed.values())
 
     def add(self, qid: int, cls: str, n: int) -> None:
         self.used[(qid, cls)] += n
@@ -50,6 +56,15 @@ class Shares:
     def borrows(self, qid: int, wants) -> bool:
         """Whether ``wants`` ((class, devices) pairs) takes queue ``qid`` beyond its nominal of a class."""
         return any(self.used[(qid, cls)] + n > self.nominal.get((qid, cls), Fraction(0)) for cls, n in wants)
+
+    def ranked(self, queue) -> Fraction | float:
+        """What the queues are ordered by (lowest first): the dominant share over the weight, or with a
+        half-life the effective share that mixes in past use (``queues.fair_share``)."""
+        weight = Fraction(queue.weight).limit_denominator(1000)
+        if not queue_spec.half_life(queue.spec):
+            return self.dominant(queue.id) / weight
+        return fair_share.effective_share(float(self.dominant(queue.id)), self.decayed.get(queue.name, 0.0),
+                                          self.total_decayed, float(weight))
 
     def dominant(self, qid: int) -> Fraction:
         best = Fraction(0)
@@ -119,8 +134,16 @@ def _rank(tree: Tree, shares: Shares, name: str, wants=()) -> tuple:
     queue = tree.queues.get(name)
     if queue is None:
         return (False, Fraction(0), 0)
-    return (shares.borrows(queue.id, wants), shares.dominant(queue.id) / Fraction(queue.weight).limit_denominator(1000),
-            -queue.priority)
+    return (shares.borrows(queue.id, wants), shares.ranked(queue), -queue.priority)
+
+
+def fair_share_ranks(queues: list, shares: Shares) -> dict[int, int]:
+    """Queue id -> 1-based rank among ``queues`` in the fair-share order (1 = served first): the lowest share
+    (``Shares.ranked``), then the highest queue priority, then the name."""
+    def key(q):
+        return (shares.ranked(q), -q.priority, q.name)
+
+    return {q.id: i for i, q in enumerate(sorted(queues, key=key), start=1)}
 
 
 def positions(claims: list, with_estimate: bool = False, with_position: bool = True) -> dict[int, dict]:

@@ -7,18 +7,21 @@ waits for, so a commit sees a queue's quota either wholly before or wholly after
 """
 from __future__ import annotations
 
+import hashlib
 import zlib
 
 from django.db import IntegrityError, connection, transaction
 
 from claims.models import Phase, ResourceClaim
 from claims.services.taking import bump_fleet_version
+from draservice import audit
 from draservice.etag import check_if_match
 from draservice.problems import Conflict, FieldError
 from draservice.requests import merge_patch
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QueueNamespace, QueueRedirect, QuotaCharge
 from queues.services import resolve, webhooks
+from usage.services import decay
 
 WRITE_LOCK = zlib.crc32(b"draservice.queues.write")
 
@@ -110,8 +113,21 @@ def delete_queue(name: str, if_match: list[str] | None, force: bool = False) -> 
         # (the redirect), and its namespaces, no longer listed, fall back to default by themselves.
         QuotaCharge.objects.filter(queue=queue).update(queue=default)
         QueueRedirect.objects.update_or_create(name=name)
+        audit.record(queue_spec.KIND, name, audit.DELETE, audited(queue), None)
+        decay.configure(name, 0)
         queue.delete()
         bump_fleet_version()
+
+
+def audited(queue: Queue) -> dict:
+    """What the audit trail records of a queue: its spec (the webhook secret as a fingerprint, so a new secret
+    shows as a change without being kept), labels and annotations."""
+    spec = queue.spec
+    hook = (spec.get("preemption") or {}).get("webhook")
+    if hook and hook.get("secret"):
+        digest = hashlib.sha256(str(hook["secret"]).encode()).hexdigest()[:12]
+        spec = {**spec, "preemption": {**spec["preemption"], "webhook": {**hook, "secret": f"sha256:{digest}"}}}
+    return {"metadata": {"labels": queue.labels, "annotations": queue.annotations}, "spec": spec}
 
 
 def class_warnings(queue: Queue) -> list[str]:
@@ -166,6 +182,7 @@ def _store(queue: Queue, obj: dict, creating: bool) -> Queue:
     if not creating and spec == queue.spec and obj["metadata"]["labels"] == queue.labels \
             and obj["metadata"]["annotations"] == queue.annotations:
         return queue  # nothing changed: same ETag
+    before = None if creating else audited(queue)
     queue.spec = spec
     queue.labels, queue.annotations = obj["metadata"]["labels"], obj["metadata"]["annotations"]
     queue.parent = Queue.objects.get(name=spec["parent"]) if spec.get("parent") else None
@@ -182,6 +199,8 @@ def _store(queue: Queue, obj: dict, creating: bool) -> Queue:
         raise FieldError([("spec.namespaces", "a namespace is listed by another queue")]) from exc
     if creating:
         QueueRedirect.objects.filter(name=queue.name).delete()
+    audit.record(queue_spec.KIND, queue.name, audit.CREATE if creating else audit.UPDATE, before, audited(queue))
+    decay.configure(queue.name, queue_spec.half_life(spec))  # from the ledger when the half-life is new
     bump_fleet_version()  # claims waiting for quota or for this queue are tried again
     return queue
 

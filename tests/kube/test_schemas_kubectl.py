@@ -30,3 +30,28 @@ def test_a_typo_in_a_queue_is_refused_and_nothing_is_stored(kubectl):
     assert "openapi" not in refused.stderr
     missing = kubectl("get", "queue", "schema-typo", check=False)
     assert missing.returncode == 1 and 'queues.draservice.io "schema-typo" not found' in missing.stderr
+
+
+def test_half_life_is_explained_and_kubectl_changes_are_audited(kubectl, kube_service):
+    """``spec.fairSharing`` in explain; a bad half-life refused at its field; two weight patches and a dry run
+    through kubectl: two audit events by the admin token, the dry run none."""
+    explained = kubectl("explain", "queues.spec.fairSharing", "--api-version=draservice.io/v1alpha1").stdout
+    assert "halfLifeSeconds\t<integer>" in explained
+    manifest = {"apiVersion": "draservice.io/v1alpha1", "kind": "Queue", "metadata": {"name": "audited"},
+                "spec": {"namespaces": ["audited"], "fairSharing": {"halfLifeSeconds": -5}}}
+    refused = kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest), check=False)
+    assert refused.returncode == 1 and "spec.fairSharing.halfLifeSeconds" in refused.stderr
+    manifest["spec"]["fairSharing"]["halfLifeSeconds"] = 3600
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+    for weight in (2, 3):
+        kubectl("patch", "queue", "audited", "--type=merge", "-p", f'{{"spec":{{"weight":{weight}}}}}')
+    kubectl("patch", "queue", "audited", "--type=merge", "-p", '{"spec":{"weight":9}}', "--dry-run=server")
+    printed = kube_service.manage("shell", "-c", (
+        "from draservice.models import AuditEvent\n"
+        "for e in AuditEvent.objects.filter(kind='Queue', name='audited').order_by('id'):\n"
+        "    print('event', e.actor.split(':')[0], e.actor_kind, e.operation,\n"
+        "          [(c['path'], c['before'], c['after']) for c in e.changes] if e.operation == 'Update' else '')"))
+    assert [line for line in printed.splitlines() if line.startswith("event ")] == [
+        "event token admin Create ",
+        "event token admin Update [('spec.weight', 1, 2)]",
+        "event token admin Update [('spec.weight', 2, 3)]"]

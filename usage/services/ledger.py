@@ -27,6 +27,7 @@ from dra.engine.quantity import QuantityError, parse_quantity
 from dra.k8s.inventory import product_name
 from draservice.bulk import copy_rows
 from usage.models import Sharing, UsageInterval
+from usage.services import decay
 
 # The same rule as the utilisation snapshots (claims.services.utilisation): productName for GPUs, else model
 # or type. Repeated here because the ledger may not import the claims services (they import it).
@@ -74,11 +75,17 @@ def open_intervals(held: list[Held], snapshot, now) -> int:
 
 
 def close_intervals_sql() -> str:
-    """``close_intervals`` as one PostgreSQL statement on ``%(ids)s`` and ``%(now)s``, for a caller that runs it
-    with its own statements (a release: ``claims.services.claims``)."""
+    """``close_intervals`` as one PostgreSQL statement on ``%(ids)s`` and ``%(now)s``; a caller that runs it with
+    its own statements (a release: ``claims.services.claims``) uses ``close_intervals_ctes``."""
     table = connection.ops.quote_name(UsageInterval._meta.db_table)
     return (f"UPDATE {table} SET ended_at = GREATEST(started_at, %(now)s) "
-            "WHERE claim_id = ANY(%(ids)s) AND ended_at IS NULL")
+            "WHERE claim_id = ANY(%(ids)s) AND ended_at IS NULL RETURNING queue, weight, started_at, ended_at")
+
+
+def close_intervals_ctes() -> str:
+    """The close as CTEs of a caller's statement: ``closed`` (the intervals closed) and the queues' decayed
+    usage brought up to date with them (``usage.services.decay``), in the same statement."""
+    return f"closed AS ({close_intervals_sql()}), {decay.decay_sql('closed')}"
 
 
 def close_intervals(claim_ids: list[int], now) -> int:
@@ -88,8 +95,9 @@ def close_intervals(claim_ids: list[int], now) -> int:
         return 0
     if connection.vendor == "postgresql":  # every release runs this: one statement, no ORM compile
         with connection.cursor() as cursor:
-            cursor.execute(close_intervals_sql(), {"ids": list(claim_ids), "now": now})
-            return cursor.rowcount
+            cursor.execute(f"WITH {close_intervals_ctes()} SELECT count(*) FROM closed",
+                           {"ids": list(claim_ids), "now": now})
+            return int(cursor.fetchone()[0])
     return (UsageInterval.objects.filter(claim_id__in=claim_ids, ended_at__isnull=True)
             .update(ended_at=Greatest(F("started_at"), Value(now))))
 

@@ -12,11 +12,13 @@ from decimal import Decimal, InvalidOperation
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from draservice import audit
 from draservice.etag import check_if_match
 from draservice.problems import FieldError
 from usage.models import Price
 
 API_VERSION = "draservice.io/v1alpha1"
+KIND = "Price"  # in the audit trail
 CURRENCY = re.compile(r"^[A-Z]{3}$")  # ISO 4217 alphabetic code
 MAX_PRICE = Decimal("1e12")
 
@@ -68,7 +70,9 @@ def create(body) -> Price:
     fields = parse(body)
     try:
         with transaction.atomic():
-            return Price.objects.create(**fields)
+            price = Price.objects.create(**fields)
+            audit.record(KIND, audit_name(price), audit.CREATE, None, audited(price))
+            return price
     except IntegrityError:
         raise _exists(fields) from None
 
@@ -79,10 +83,16 @@ def replace(price_id: int, body, if_match: list[str] | None) -> Price:
         with transaction.atomic():
             price = Price.objects.select_for_update().get(pk=price_id)
             check_if_match(if_match, price.resource_version)
+            before, old_name = audited(price), audit_name(price)
             for name, value in fields.items():
                 setattr(price, name, value)
             price.resource_version = F("resource_version") + 1
             price.save()
+            if audit_name(price) != old_name:  # another product or cluster: the old price is gone
+                audit.record(KIND, old_name, audit.DELETE, before, None)
+                audit.record(KIND, audit_name(price), audit.CREATE, None, audited(price))
+            else:
+                audit.record(KIND, old_name, audit.UPDATE, before, audited(price))
     except IntegrityError:
         raise _exists(fields) from None
     price.refresh_from_db()
@@ -93,7 +103,18 @@ def delete(price_id: int, if_match: list[str] | None) -> None:
     with transaction.atomic():
         price = Price.objects.select_for_update().get(pk=price_id)
         check_if_match(if_match, price.resource_version)
+        audit.record(KIND, audit_name(price), audit.DELETE, audited(price), None)
         price.delete()
+
+
+def audit_name(price: Price) -> str:
+    """A price's name in the audit trail: its product, and ``@cluster`` for a cluster-specific one."""
+    return f"{price.product}@{price.cluster}" if price.cluster else price.product
+
+
+def audited(price: Price) -> dict:
+    return {"spec": {"product": price.product, "cluster": price.cluster or None, "currency": price.currency,
+                     "pricePerDeviceHour": format(Decimal(price.per_device_hour).normalize(), "f")}}
 
 
 def _exists(fields: dict) -> FieldError:
