@@ -14,7 +14,7 @@ from django.conf import settings
 
 from claims import dispatch
 from gangs import dispatch as gang_dispatch
-from scheduler.services import allocation, gang_placement, reclaim, round_log, wakeups
+from scheduler.services import allocation, gang_placement, plan, reclaim, round_log, wakeups
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,22 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
             break
     if totals["rounds"]:
         log.info("allocation: %s", totals)
+        _replan()  # the rounds started or held claims: the queues' first planDepth may have moved
     return totals
+
+
+def _replan() -> None:
+    try:
+        plan.refresh()
+    except Exception:  # noqa: BLE001 -- the plan is advice: a failed pass leaves the last one, retried by beat
+        log.exception("plan pass failed")
+
+
+@shared_task(name="scheduler.tasks.plan", ignore_result=True)
+def plan_pass() -> int | None:
+    """The plan (``scheduler.services.plan``), when due: at most every ``PLAN_INTERVAL`` unless the queues'
+    first ``planDepth`` claims changed."""
+    return plan.refresh()
 
 
 @shared_task(name="scheduler.tasks.wake_backstop", ignore_result=True)

@@ -7,8 +7,9 @@ waiting groups in the scheduler's order, each with its duration (None: it never 
 turn, it tries the candidate times -- now, then each distinct end of a running claim or of a group planned
 before it, earliest first -- and at each one asks the engine to place the group on what is free then: the
 devices of the claims ended by then, minus what the groups planned before it hold over the whole of its stay
-(from that time to its end). The first time it fits is its planned start. So a group never takes what an earlier one was promised, and a later group may start
-before an earlier one where it fits in a gap (that is backfill, planned).
+(from that time to its end). The first time it fits is its planned start. So a group never takes what an
+earlier one was promised, and a later group may start before an earlier one where it fits in a gap (that is
+backfill, planned).
 
 The engine is handed back as it was given: every release and placement made here is undone before return
 (if the engine raises half-way, its state is in doubt and the caller must rebuild it). Cost: at most
