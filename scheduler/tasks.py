@@ -66,16 +66,21 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
 
 def _replan() -> None:
     try:
-        plan.refresh()
+        done = plan.refresh()
+        if done is not None and done.woken:
+            dispatch.request_allocation()
     except Exception:  # noqa: BLE001 -- the plan is advice: a failed pass leaves the last one, retried by beat
         log.exception("plan pass failed")
 
 
 @shared_task(name="scheduler.tasks.plan", ignore_result=True)
-def plan_pass() -> int | None:
+def plan_pass() -> int:
     """The plan (``scheduler.services.plan``), when due: at most every ``PLAN_INTERVAL`` unless the queues'
-    first ``planDepth`` claims changed."""
-    return plan.refresh()
+    first ``planDepth`` claims changed. Claims it starts now by backfill get a round."""
+    done = plan.refresh()
+    if done is not None and done.woken:
+        dispatch.request_allocation()
+    return done.planned if done is not None else 0
 
 
 @shared_task(name="scheduler.tasks.wake_backstop", ignore_result=True)

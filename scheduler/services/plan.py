@@ -17,6 +17,7 @@ rule (``scheduler.services.backfill``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -28,7 +29,7 @@ from django.utils import timezone
 from claims import schedule as claims_schedule
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.placement import claim_group
-from claims.services import fleet
+from claims.services import fleet, wake
 from claims.services.engines import session as engine_session
 from dra.engine.timeline import Ending, Planned, Waiting, plan_starts
 from queues import spec as queue_spec
@@ -41,6 +42,7 @@ from scheduler.services.grouping import Group
 log = logging.getLogger(__name__)
 
 DEFAULT_DEPTH = queue_spec.DEFAULT_PLAN_DEPTH
+HELD = "HeldForQueueHead"
 PLAN_LOCK = 0x706C616E  # a transaction advisory lock: one pass at a time, fleet-wide
 
 
@@ -79,8 +81,14 @@ def heads(tree: Tree) -> dict[str, list[ResourceClaim]]:
     return out
 
 
-def refresh(force: bool = False, now: datetime | None = None) -> int | None:
-    """One pass, when due (see the module docstring): the number of claims planned, or None when skipped."""
+@dataclass
+class Pass:
+    planned: int  # claims given a start
+    woken: int  # claims held off a head's node that the plan starts now (backfill): decided again
+
+
+def refresh(force: bool = False, now: datetime | None = None) -> Pass | None:
+    """One pass, when due (see the module docstring), or None when skipped."""
     if connection.vendor != "postgresql":
         return None
     now = now or timezone.now()
@@ -101,7 +109,11 @@ def refresh(force: bool = False, now: datetime | None = None) -> int | None:
         rows = _compute(tree, first, now)
         PlannedStart.objects.all().delete()
         PlannedStart.objects.bulk_create(rows)
-    return sum(1 for r in rows if r.start_at is not None)
+        # Claims held off a head's node that the plan starts now backfill there: decide them again at once
+        # (they were tried, and nothing released wakes them).
+        woken = wake.wake_claims([r.claim_id for r in rows if r.start_at is not None and r.start_at <= now
+                                  and r.claim.reason == HELD and r.claim.lease_seconds])
+    return Pass(planned=sum(1 for r in rows if r.start_at is not None), woken=woken)
 
 
 def _compute(tree: Tree, first: dict[str, list[ResourceClaim]], now: datetime) -> list[PlannedStart]:
