@@ -42,8 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", default=_env("DRASERVICE_KUBE_CONTEXT"), help="kubeconfig context")
     p.add_argument("--resync-period", type=float, default=_env("DRASERVICE_RESYNC_PERIOD", "600"),
                    help="seconds between full syncs [DRASERVICE_RESYNC_PERIOD, 600]")
-    p.add_argument("--heartbeat-interval", type=float, default=_env("DRASERVICE_HEARTBEAT_INTERVAL", "30"),
-                   help="seconds between heartbeats [DRASERVICE_HEARTBEAT_INTERVAL, 30]")
+    p.add_argument("--heartbeat-interval", type=float, default=_env("DRASERVICE_HEARTBEAT_INTERVAL", "10"),
+                   help="seconds between heartbeats [DRASERVICE_HEARTBEAT_INTERVAL, 10]")
     p.add_argument("--watch-timeout", type=int, default=_env("DRASERVICE_WATCH_TIMEOUT", "300"),
                    help="server-side watch timeout in seconds [DRASERVICE_WATCH_TIMEOUT, 300]")
     p.add_argument("--claim-poll-interval", type=float, default=_env("DRASERVICE_CLAIM_POLL_INTERVAL", "2"),

@@ -13,7 +13,12 @@ The convention (documented in the README):
   resourceVersion it read: a 409 Conflict means someone else wrote first, so it re-reads and tries again;
 * ``reservedFor`` is left to Kubernetes (the scheduler reserves an allocated claim for each pod it
   schedules with it), except that pod reservations recorded in the service are copied over;
-* deleting the claim, or removing the annotation, releases it in the service and drops the finalizer.
+* deleting the claim, or removing the annotation, releases it in the service and drops the finalizer;
+* a claim the service is taking back (condition ``Releasing``: a preemption victim, to stop by
+  ``status.preemption.stopBy``) is watched: once the cluster's ``reservedFor`` is empty, no pod uses its devices
+  and the agent says so (``POST .../release-confirm`` with that ``reservedFor``), and the service hands them over
+  at once instead of at ``forceAt``; once the service has requeued it, the cluster's allocation is removed (unless
+  pods still hold it: forced) and the claim waits to be allocated again.
 
 Reconciliation is level-triggered: every change to a claim (from the watch) queues its key, and the
 claims thread brings cluster and service into agreement from their current states. Claims the service
@@ -91,6 +96,7 @@ class ClaimSync:
         self._mirrored: dict[str, tuple[str, str]] = {}  # cluster key -> (service namespace, service name)
         self._reported: dict[str, str] = {}  # key -> last outcome logged (log each state once, not per poll)
         self._waiting: set[str] = set()  # keys whose service claim is still Pending
+        self._confirmed: set[str] = set()  # keys whose release this agent confirmed (once per notice)
         self.last_error: str | None = None
         self.thread: threading.Thread | None = None
 
@@ -149,7 +155,8 @@ class ClaimSync:
         next_poll = next_sweep = time.monotonic()
         while not self.stop.is_set():
             now = time.monotonic()
-            if now >= next_poll and (self._waiting or now >= next_sweep):
+            # Mirrored claims are listed too: one of them may be a preemption victim now, to watch (``_releasing``).
+            if now >= next_poll and (self._waiting or self._mirrored or now >= next_sweep):
                 try:
                     self._poll_service(sweep=now >= next_sweep)
                     if now >= next_sweep:
@@ -199,6 +206,15 @@ class ClaimSync:
             if item is None or (item.get("status") or {}).get("phase", "Pending") != "Pending":
                 self._waiting.discard(key)
                 self.enqueue(key)
+        for key, item in by_key.items():
+            status = item.get("status") or {}
+            if key not in self._mirrored:
+                continue
+            if _releasing(status) and key not in self._confirmed:
+                self.enqueue(key)  # a victim now: watch its reservedFor
+            elif status.get("phase") == "Pending" and status.get("preemption") \
+                    and ((self.informer.get(key) or {}).get("status") or {}).get("allocation"):
+                self.enqueue(key)  # requeued by the preemption: the cluster's allocation is taken back
         if not sweep:
             return
         for key, item in by_key.items():
@@ -266,7 +282,16 @@ class ClaimSync:
         allocated_here = (claim.get("status") or {}).get("allocation")
         if allocated_here:
             if phase == "Allocated" and _devices(status.get("allocation")) == _devices(allocated_here):
-                return None  # written back already: nothing left to do until it is deleted
+                if _releasing(status):
+                    self._report_reserved(key, claim)
+                return None  # written back already: nothing left to do until it is deleted (or preempted)
+            if phase == "Pending" and status.get("preemption"):
+                # Requeued by a preemption: its devices are another claim's now. Taken back from the cluster's
+                # claim (kept, and said loudly, if pods still hold it: it was forced), then it waits again.
+                self._confirmed.discard(key)
+                self._revoke(key, claim, "preempted", status)
+                self._waiting.add(key)
+                return None
             if phase in ("Pending", "Allocated"):
                 # The cluster's own allocation (made by the scheduler) is the one the kubelet uses; the
                 # service must not keep other devices held for this claim.
@@ -295,6 +320,19 @@ class ClaimSync:
         self._report(key, phase, logging.WARNING, "claim %s: the service reports it %s (%s); delete and re-create "
                      "the claim to try again", key, phase, status.get("message") or status.get("reason") or "no reason")
         return None
+
+    def _report_reserved(self, key: str, claim: dict) -> None:
+        """A victim being released: tell the service once the cluster's claim is reserved for no pod (each change
+        of the claim brings it here again)."""
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        if reserved:
+            self._report(key, "releasing-in-use", logging.INFO, "claim %s: preempted in the service; still reserved "
+                         "for %d pod(s): its devices are kept until they stop or until forceAt", key, len(reserved))
+            return
+        self.service.report_reserved_for(*self._target(claim), [])
+        self._confirmed.add(key)
+        self._report(key, "release-confirmed", logging.INFO, "claim %s: preempted in the service; no pod uses it any "
+                     "more, its devices are handed over", key)
 
     def _revoke(self, key: str, claim: dict, phase: str, status: dict) -> None:
         """Take back an allocation the service no longer stands behind - unless a pod already uses it."""
@@ -429,6 +467,12 @@ def _devices(allocation: dict | None) -> set[tuple]:
     normalized (quantities, defaults) on the way in."""
     results = ((allocation or {}).get("devices") or {}).get("results") or []
     return {(r.get("request"), r.get("driver"), r.get("pool"), r.get("device"), r.get("shareID")) for r in results}
+
+
+def _releasing(status: dict) -> bool:
+    """The service is taking the claim back from a preemption and nobody has confirmed that it stopped yet."""
+    return bool(status.get("preemption")) and not status["preemption"].get("confirmedAt") and any(
+        c.get("type") == "Releasing" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def _source_uid(remote: dict) -> str | None:

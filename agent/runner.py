@@ -28,7 +28,7 @@ log = logging.getLogger("agent")
 @dataclass
 class Settings:
     resync_period: float = 600.0  # seconds between full syncs
-    heartbeat_interval: float = 30.0
+    heartbeat_interval: float = 10.0  # well within the 30 s a reservedFor report needs (a preemption victim)
     watch_timeout: int = 300  # server-side watch timeout (randomised up to twice this)
     batch_delay: float = 0.2  # how long to let a burst of changes collect before pushing
     full_sync_threshold: int = 500  # more pending objects than this: push one full sync instead

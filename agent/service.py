@@ -171,6 +171,12 @@ class ServiceClient:
     def release_claim(self, namespace: str, name: str) -> Any:
         return self.request("DELETE", self._claims_path(namespace, name), missing_ok=True)
 
+    def report_reserved_for(self, namespace: str, name: str, reserved_for: list) -> Any:
+        """A claim being released (a preemption victim): what the cluster's ``reservedFor`` holds; empty, the
+        service hands its devices over now."""
+        return self.request("POST", self._claims_path(namespace, name) + "/release-confirm",
+                            {"reservedFor": reserved_for}, missing_ok=True)
+
 
 def _decode(data: bytes) -> Any:
     if not data:

@@ -115,6 +115,10 @@ class ResourceClaim(models.Model):
     device_removed_at = models.DateTimeField(null=True, blank=True)
     # Creation + draservice.io/pending-timeout, cleared at the first allocation: the bound on the first wait.
     pending_deadline = models.DateTimeField(null=True, blank=True)
+    # A preemption victim's safe release (claims.services.preemption): {stopBy, forceAt, confirmedAt,
+    # confirmedBy} as ``status.preemption`` shows it, plus the preemptor's id and the notice time. Kept after the
+    # requeue (what happened is still shown); replaced by the next notice.
+    preemption = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]

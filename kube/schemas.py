@@ -166,7 +166,13 @@ CLAIM_STATUS = obj(
     estimatedStartTime=time("When the claim is expected to be allocated (a forecast from leases and history)."),
     estimate=obj("Why estimatedStartTime is what it is, or absent.", reason=string("Machine-readable."),
                  message=string("Human-readable.")),
-    preemption=free("Whether and by whom the claim was preempted (the queue's preemption policy)."))
+    preemption=obj("The claim's last preemption notice: it keeps its devices until it has stopped (confirmedAt) "
+                   "or until forceAt, whichever is first.",
+                   stopBy=time("When its holder is to have stopped using the devices (notice + graceSeconds)."),
+                   forceAt=time("When the devices go at the latest (notice + forceAfterSeconds)."),
+                   confirmedAt=time("When it was confirmed that the claim stopped (absent: not, or forced)."),
+                   confirmedBy=string("Who confirmed it: agent:<cluster>, admin:<name>, namespace:<name>, "
+                                      "NoConsumer.")))
 
 
 def resource_claim(version: str) -> Node:
@@ -268,7 +274,9 @@ PREEMPTION = obj("When the queue's pending claims preempt running ones.",
                  withinQueue=string("Never or LowerPriority.", enum=("Never", "LowerPriority")),
                  reclaimBorrowed=string("Never or Always.", enum=("Never", "Always")),
                  minRuntimeSeconds=integer("A claim runs at least this long before it can be preempted."),
-                 graceSeconds=integer("Time between the preemption notice and the release."),
+                 graceSeconds=integer("Time between the preemption notice and its stopBy."),
+                 forceAfterSeconds=integer("Time between the preemption notice and the release of a victim that "
+                                           "did not confirm it stopped (at least graceSeconds; default graceSeconds)."),
                  webhook=obj("Told before a claim is preempted.", url=string("HTTPS URL."),
                              secret=string("HMAC secret (write-only; generated when absent)."),
                              secretSet=boolean("Whether a secret is set (read-only).")))

@@ -13,6 +13,7 @@ from claims.services import caps
 from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from claims.services import events as ev
+from claims.services import preemption as claim_preemption
 from draservice.permissions import readable_namespaces
 from draservice.problems import FieldError
 from gangs.api.serializers import render_gang
@@ -31,6 +32,7 @@ from queues.services import queues as queue_services
 from queues.services import status as queue_status
 
 RELEASE = "draservice.io/release"
+RELEASE_CONFIRM = "draservice.io/release-confirm"  # POST .../release-confirm, as an annotation (kubectl annotate)
 ESTIMATE_MAX = 500  # claims of one page whose start times are estimated
 
 
@@ -172,12 +174,16 @@ class ClaimStore(Store):
         body = _strip_version(body)
         annotations = dict((body.get("metadata") or {}).get("annotations") or {})
         release = str(annotations.pop(RELEASE, "")).lower() == "true"
+        confirm = str(annotations.pop(RELEASE_CONFIRM, "")).lower() == "true"
         body["metadata"]["annotations"] = annotations
-        view.claim_verb = "release" if release else "edit"
+        view.claim_verb = "release" if release or confirm else "edit"
         view.check_object_permissions(view.request, obj)
         claim = claim_services.update_claim(obj.pk, body, if_match=etag)
         if release:  # `kubectl annotate resourceclaim x draservice.io/release=true`
             claim_services.release_claim(claim.pk)
+        elif confirm:  # `kubectl annotate resourceclaim x draservice.io/release-confirm=true`
+            claim_preemption.confirm(claim.namespace.name, claim.name, lambda c: None,
+                                     claim_preemption.confirmer(access_for(view.request), claim.namespace.name))
         return self.get(claim.namespace.name, claim.name)
 
     def delete(self, view, obj) -> None:

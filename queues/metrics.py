@@ -1,6 +1,6 @@
 """Prometheus gauges per queue, read from the database at scrape time (as ``claims.metrics``): quota
 (nominal), use and borrowing per class and unit, pending claims and the oldest one's age, dominant share,
-preemptions."""
+preemptions, and how preemption victims were released (``queues.release_metrics``)."""
 from __future__ import annotations
 
 import logging
@@ -32,6 +32,7 @@ class QueuesCollector(Collector):
     def collect(self):
         from django.db.models import Count
 
+        from queues import release_metrics
         from queues import spec as queue_spec
         from queues.models import Preemption, Queue
         from queues.services import status, usage
@@ -82,6 +83,10 @@ class QueuesCollector(Collector):
             log.warning("queue metrics unavailable: %s", exc)
             return
         yield from (nominal, used, borrowed, pending, oldest, share, preempted)
+        try:
+            yield from release_metrics.releasing_families(now)
+        except Exception as exc:  # as above
+            log.warning("preemption release metrics unavailable: %s", exc)
 
     def describe(self):
         return []

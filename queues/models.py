@@ -94,7 +94,10 @@ class Preemption(models.Model):
                                   related_name="+")
     queue = models.CharField(max_length=63)  # the victim's queue (its policy set the grace period)
     state = models.CharField(max_length=32, choices=PreemptionState.choices, default=PreemptionState.PENDING)
-    deadline = models.DateTimeField()
+    deadline = models.DateTimeField()  # forceAt: the devices move then at the latest
+    stop_by = models.DateTimeField(null=True, blank=True)  # the notice's stopBy (notice time + graceSeconds)
+    confirmed_at = models.DateTimeField(null=True, blank=True)  # the victim stopped (null: forced at the deadline)
+    confirmed_by = models.CharField(max_length=255, blank=True, default="")
     webhook_status = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

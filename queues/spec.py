@@ -21,6 +21,8 @@ MAX_PLAN_DEPTH = 100
 SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption", "planDepth")
 PREEMPTION_DEFAULTS = {"withinQueue": "LowerPriority", "reclaimBorrowed": "Always", "minRuntimeSeconds": 0,
                        "graceSeconds": 30}
+# forceAfterSeconds has no fixed default (graceSeconds'); webhook none at all.
+PREEMPTION_FIELDS = (*PREEMPTION_DEFAULTS, "forceAfterSeconds", "webhook")
 MAX_QUOTAS = 64
 MAX_NAMESPACES = 1024
 
@@ -228,7 +230,7 @@ def _preemption(raw: Any, errors: list) -> dict:
     if not isinstance(raw, dict):
         errors.append(f.invalid("spec.preemption", raw, "must be an object"))
         return dict(PREEMPTION_DEFAULTS)
-    allowed = (*PREEMPTION_DEFAULTS, "webhook")
+    allowed = PREEMPTION_FIELDS
     for key in raw:
         if key not in allowed:
             errors.append(f.unsupported(f"spec.preemption.{key}", key, allowed))
@@ -245,6 +247,16 @@ def _preemption(raw: Any, errors: list) -> dict:
             errors.append(f.invalid(f"spec.preemption.{key}", value, "must be an integer greater than or equal to 0"))
         else:
             out[key] = value
+    # When the devices move at the latest if the victim never confirms that it stopped; unset, graceSeconds
+    # (not stored: a queue that changes its graceSeconds keeps forcing at it).
+    force = raw.get("forceAfterSeconds")
+    if force is not None:
+        grace = out["graceSeconds"]
+        if isinstance(force, bool) or not isinstance(force, int) or (isinstance(grace, int) and force < grace):
+            words = f"must be an integer greater than or equal to graceSeconds ({out['graceSeconds']})"
+            errors.append(f.invalid("spec.preemption.forceAfterSeconds", force, words))
+        else:
+            out["forceAfterSeconds"] = force
     if raw.get("webhook") is not None:
         out["webhook"] = _webhook(raw["webhook"], errors)
     return out

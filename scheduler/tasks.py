@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timedelta
 
-from celery import shared_task
+from celery import current_app, shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from claims import dispatch
+from draservice import dispatch as draservice_dispatch
+from draservice import notify
 from gangs import dispatch as gang_dispatch
 from scheduler.services import allocation, gang_placement, plan, reclaim, round_log, wakeups
 
@@ -61,6 +65,8 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
     if totals["rounds"]:
         log.info("allocation: %s", totals)
         _replan()  # the rounds started or held claims: the queues' first planDepth may have moved
+    if totals["pending"]:
+        request_pass()  # a claim short of room or quota may reclaim: not only at the beat's next period
     return totals
 
 
@@ -135,5 +141,40 @@ def place_gang(gang_id: int) -> str:
 
 @shared_task(name="queues.tasks.preempt", ignore_result=True)
 def preempt() -> dict:
-    """Requeue victims past their deadline; choose and mark victims for claims waiting for room."""
-    return reclaim.run()
+    """Requeue victims past their deadline; choose and mark victims for claims waiting for room. Asks for the
+    pass that requeues the next victims at their deadline."""
+    draservice_dispatch.task_started(PREEMPT_TASK)
+    out = reclaim.run()
+    due = reclaim.next_deadline()
+    if due is not None:
+        request_pass(at=due)
+    return out
+
+
+PREEMPT_TASK = "queues.tasks.preempt"
+DEADLINE_HORIZON = timedelta(minutes=10)  # farther deadlines are left to the beat's passes
+
+
+def request_pass(at: datetime | None = None) -> None:
+    """Ask for a preemption pass now (debounced: at most one waits in the broker, and one asked for while a pass
+    runs is queued), or at ``at`` (once per deadline). A round that left claims pending asks for one: a claim
+    within its nominal waited for the beat's next period (5 s), then for the one after to requeue its victims.
+    Only with a broker: without one, the in-process runners of ``manage.py serve`` run the periodic pass."""
+    if not settings.CELERY_BROKER_URL:
+        return
+    if at is None:
+        draservice_dispatch.request_task(PREEMPT_TASK, debounce=True)
+        return
+    now = timezone.now()
+    if at - now > DEADLINE_HORIZON:
+        return
+    client = notify.redis_client()
+    try:
+        ttl_ms = int(max((at - now).total_seconds(), 0) * 1000) + 5000
+        if client is not None and not client.set(f"{notify.key_prefix()}:{PREEMPT_TASK}:at:{at.timestamp():.3f}",
+                                                 "1", nx=True, px=ttl_ms):
+            return  # asked for already
+    except Exception as exc:  # Redis trouble: ask anyway, a duplicate pass is harmless
+        log.warning("debounce of %s unavailable: %s", PREEMPT_TASK, exc)
+    # A few ms past the deadline: the pass requeues the victims whose deadline is <= its clock.
+    current_app.send_task(PREEMPT_TASK, eta=at + timedelta(milliseconds=50))

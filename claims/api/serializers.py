@@ -44,6 +44,9 @@ def _metadata(obj, namespace: str) -> dict:
     return meta
 
 
+PREEMPTION_FIELDS = ("stopBy", "forceAt", "confirmedAt", "confirmedBy")  # status.preemption (the rest is internal)
+
+
 def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: dict | None = None,
                  estimate: bool = False) -> dict:
     """``reservations``: the claim's Reservation rows with their consumers (prefetched by the caller);
@@ -81,6 +84,8 @@ def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: 
     if claim.lease_seconds:
         status["lease"] = {"leaseDurationSeconds": claim.lease_seconds, "expireTime": ts(claim.lease_expires_at),
                            "renewTime": ts(claim.lease_renewed_at)}
+    if claim.preemption:
+        status["preemption"] = {k: claim.preemption[k] for k in PREEMPTION_FIELDS if claim.preemption.get(k)}
     status.update(queue if queue is not None else queue_status([claim], estimate).get(claim.id, {}))
     return {"apiVersion": k8s.V1, "kind": "ResourceClaim", "metadata": meta, "spec": claim.spec, "status": status}
 

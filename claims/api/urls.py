@@ -21,6 +21,7 @@ urlpatterns = [
     path("namespaces", views.NamespaceListView.as_view(), name="namespace-list"),
     path("resourceclaims", views.AllClaimsView.as_view(), name="resourceclaim-all"),
     path("utilisation", views.UtilisationView.as_view(), name="utilisation-list"),
+    path(f"{CLAIM}/release-confirm", views.ClaimReleaseConfirmView.as_view(), name="resourceclaim-release-confirm"),
     path(f"{CLAIM}/renew", views.ClaimRenewView.as_view(), name="resourceclaim-renew"),
     path(f"{CLAIM}/explain", views.ClaimExplainView.as_view(), name="resourceclaim-explain"),
     path(f"{CLAIM}/events", views.ClaimEventsView.as_view(), name="resourceclaim-events"),

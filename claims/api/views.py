@@ -33,6 +33,7 @@ from claims.services import consumers as consumer_services
 from claims.services import events as ev
 from claims.services import explain as explain_service
 from claims.services import idempotency
+from claims.services import preemption as claim_preemption
 from draservice import dryrun, notify
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser, MergePatchParser
@@ -42,9 +43,11 @@ from draservice.permissions import (
     NamespaceAccess,
     readable_namespaces,
 )
-from draservice.problems import FieldError
+from draservice.problems import Conflict, FieldError
 from draservice.requests import merge_patch, parse_wait
 from draservice.yaml import YAMLParser
+from inventory.models import APIToken
+from inventory.permissions import access_for
 from inventory.services.doctor import diagnosed
 
 # Headers are read from request.META: ``request.headers`` builds a mapping of every header on first use.
@@ -272,6 +275,33 @@ class ClaimReleaseView(ClaimsBase):
             raise Http404("No ResourceClaim matches the given query.")
         s.attach_reservations(released)
         return _etag(Response(s.render_claim(released, list(released.reservations.all()))), released)
+
+
+class ClaimReleaseConfirmView(ClaimsBase):
+    permission_classes = [ClaimAccess]
+    claim_verb = "release"  # a cluster token: claims pinned to or allocated on its cluster
+
+    @extend_schema(operation_id="resourceclaims_release_confirm", request=OpenApiTypes.OBJECT,
+                   responses={200: s.KubeObjectSerializer},
+                   summary="Confirm that a claim being released (Releasing: a preemption victim, or a release "
+                           "later) no longer uses its devices: a victim is requeued and its devices handed over now")
+    def post(self, request, namespace, name):
+        body = request.data if isinstance(request.data, dict) else {}
+        reserved_for = body.get("reservedFor")
+        if reserved_for is not None and not isinstance(reserved_for, list):
+            raise FieldError([("reservedFor", "must be a list (the cluster claim's status.reservedFor)")])
+        access = access_for(request)
+        by = claim_preemption.confirmer(access, namespace)
+        if reserved_for is not None and access.kind == APIToken.CLUSTER \
+                and not claim_preemption.agent_alive(access.cluster_name or ""):
+            raise Conflict(f'the agent of cluster "{access.cluster_name}" has sent no heartbeat in the last '
+                           f"{int(claim_preemption.AGENT_FRESH.total_seconds())}s: its report is not trusted")
+        claim = claim_preemption.confirm(namespace, name, lambda c: self.check_object_permissions(request, c), by,
+                                         reserved_for=reserved_for)
+        if claim is None:
+            raise Http404("No ResourceClaim matches the given query.")
+        claim = _claim_or_404(namespace, name)
+        return _etag(Response(s.render_claim(claim, list(claim.reservations.all()))), claim)
 
 
 class ClaimRenewView(ClaimsBase):

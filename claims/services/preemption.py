@@ -1,26 +1,43 @@
 """Claim state changes of preemption with notice (the claims app writes claim rows; the scheduler decides).
 
-The safe-release flow: a victim is first *marked* (condition ``Preempted``, reason ``PreemptionPending``, a
-deadline; it keeps its devices and its holder is told), and at the deadline *requeued*: its devices are freed
-and it goes back to ``Pending`` with reason ``Preempted``. It keeps its ``created_at``, so it is back at its
-original place in its queue. Defragmentation and device removal are to reuse these two steps.
+The safe-release flow: a victim is first *marked* (condition ``Preempted``, reason ``PreemptionPending``, and
+``Releasing``, as ``claims.begin_release`` marks a claim to be released later; it keeps its devices and its
+holder is told to stop by ``stopBy``), and *requeued* once it has stopped (``confirm``: its cluster's agent saw
+its ``reservedFor`` empty, or the agent, an admin or its own namespace said so) or at ``forceAt`` at the latest
+(``scheduler.services.preemption.sweep``): its devices are freed and it goes back to ``Pending`` with reason
+``Preempted``, not ``Released``. It keeps its ``created_at``, so it is back at its original place in its queue.
+``claim.preemption`` holds ``{stopBy, forceAt, confirmedAt, confirmedBy}`` (``status.preemption``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
 from django.db import transaction
+from django.utils import timezone
 
 from claims import dispatch
-from claims.models import Phase, ResourceClaim
-from claims.services import bulk, conditions
+from claims.models import Phase, Reservation, ResourceClaim
+from claims.services import bulk, conditions, wake
 from claims.services import events as ev
-from claims.services.claims import free_devices
-from claims.services.conditions import set_allocated_condition, set_condition
+from claims.services.claims import _LOCKED_BY_NAME, _release_locked, free_devices
+from claims.services.conditions import RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
+from draservice.problems import Conflict
+from inventory.models import APIToken, Cluster
 
 PREEMPTED = conditions.PREEMPTED
 PREEMPTION_PENDING = conditions.PREEMPTION_PENDING
 FIELDS = ["phase", "reason", "message", "conditions", "allocation", "cluster", "node", "attempted_version",
-          "lease_expires_at", "resource_version", "updated_at", "allocated_at"]
+          "lease_expires_at", "resource_version", "updated_at", "allocated_at", "preemption"]
+RELEASE_CONFIRMED = "ReleaseConfirmed"
+# An agent's report counts only from an agent that is alive: its cluster's heartbeat at most this old.
+AGENT_FRESH = timedelta(seconds=30)
+NO_CONSUMER = "NoConsumer"  # confirmedBy when nothing could be using the devices (``nobody_to_ask``)
+
+
+def iso(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"  # milliseconds: a 2-second handover is visible
 
 
 def locked(ids: list[int]) -> list[ResourceClaim]:
@@ -28,13 +45,20 @@ def locked(ids: list[int]) -> list[ResourceClaim]:
                 .filter(id__in=sorted(ids)).order_by("id"))
 
 
-def mark(claims: list[ResourceClaim], message: str, data: dict, now) -> None:
-    """Locked, allocated ``claims`` are told they will be preempted (they keep their devices until then)."""
+def mark(claims: list[ResourceClaim], message: str, data: dict, now, *, stop_by: datetime, force_at: datetime,
+         preemptor_id: int | None) -> None:
+    """Locked, allocated ``claims`` are told they will be preempted (they keep their devices until then): they
+    are ``Releasing`` (a lease cannot be renewed, nor run out: its expiry would free devices pods may still
+    use), to stop by ``stop_by``, requeued once confirmed or at ``force_at``."""
     for c in claims:
         c.conditions = set_condition(c.conditions, PREEMPTED, True, PREEMPTION_PENDING, message, now)
+        c.conditions = set_condition(c.conditions, RELEASING, True, PREEMPTION_PENDING, message, now)
+        c.preemption = {"stopBy": iso(stop_by), "forceAt": iso(force_at), "confirmedAt": None, "confirmedBy": None,
+                        "noticeAt": iso(now), "preemptor": preemptor_id}
+        c.lease_expires_at = None
         c.resource_version += 1
         c.updated_at = now
-    bulk.update_rows(claims, ["conditions", "resource_version", "updated_at"])
+    bulk.update_rows(claims, ["conditions", "preemption", "lease_expires_at", "resource_version", "updated_at"])
     ev.record([ev.event(c, PREEMPTED, PREEMPTION_PENDING, message, data) for c in claims])
     ids = [c.id for c in claims]
     transaction.on_commit(lambda: notify.publish(ids))
@@ -61,9 +85,76 @@ def requeue(claims: list[ResourceClaim], message: str, now) -> None:
         if any(x.get("type") == conditions.QUOTA_RESERVED for x in done):
             done = set_condition(done, conditions.QUOTA_RESERVED, False, PREEMPTED, message, now)
         c.conditions = set_condition(done, PREEMPTED, True, PREEMPTED, message, now, phase=Phase.PENDING)
+        if is_true(c.conditions, RELEASING):
+            c.conditions = set_condition(c.conditions, RELEASING, False, PREEMPTED, message, now)
     bulk.update_rows(live, FIELDS)
     ev.record([ev.event(c, PREEMPTED, PREEMPTED, message) for c in live])
     free_devices([c.id for c in live], now)  # last, as a release does: it locks the fleet clock's row
     transaction.on_commit(dispatch.request_allocation)  # the requeued claims are pending again
     ids = [c.id for c in live]
     transaction.on_commit(lambda: notify.publish(ids))
+
+
+def confirm(namespace: str, name: str, check: Callable[[ResourceClaim], None], by: str,
+            reserved_for: list | None = None) -> ResourceClaim | None:
+    """The claim ``namespace``/``name`` has stopped using its devices (None: there is no such claim):
+    ``check(claim)`` (the caller's permission check) may refuse by raising. A preemption victim is requeued now
+    and its preemptor woken (the devices are its within a claims round); a claim released later for another
+    reason (``begin_release``) is released now. ``reserved_for``: what the claim's cluster agent saw in the
+    cluster's ``reservedFor`` (a report, not a say-so): not empty, nothing happens. Confirming a victim already
+    requeued is a no-op (retries are safe); a claim that is not being released is a 409."""
+    with transaction.atomic():
+        claim = _LOCKED_BY_NAME.first(namespace, name)
+        if claim is None:
+            return None
+        check(claim)
+        info = claim.preemption or {}
+        if claim.phase != Phase.ALLOCATED or not is_true(claim.conditions, RELEASING):
+            if info and claim.phase == Phase.PENDING:
+                return claim  # requeued already (confirmed, or forced at forceAt)
+            raise Conflict(f"the claim is {claim.phase} and not being released (no Releasing condition): "
+                           "there is nothing to confirm")
+        if reserved_for:
+            return claim  # pods still use it: the report is kept for nothing; the next one may confirm
+        now = timezone.now()
+        if not info:
+            _release_locked([claim], RELEASE_CONFIRMED, f"release confirmed by {by}", now)
+            return claim
+        confirm_locked([claim], by, now)
+    return claim
+
+
+def confirm_locked(claims: list[ResourceClaim], by: str, now) -> None:
+    """Locked victims (Allocated, Releasing, ``preemption`` set) confirmed by ``by``: requeued, preemptors woken."""
+    for claim in claims:
+        claim.preemption = {**(claim.preemption or {}), "confirmedAt": iso(now), "confirmedBy": by}
+    ev.record([ev.event(c, RELEASE_CONFIRMED, RELEASE_CONFIRMED, f"stopped, confirmed by {by}",
+                        {"confirmedBy": by}) for c in claims])
+    requeue(claims, f"preempted: it stopped (confirmed by {by}) and its devices went to a claim with a better "
+                    "right to them; waiting at its original place in its queue", now)
+    wake.wake_claims({c.preemption["preemptor"] for c in claims if c.preemption and c.preemption.get("preemptor")})
+
+
+def nobody_to_ask(claims: list[ResourceClaim], now) -> list[ResourceClaim]:
+    """Of ``claims`` (victims), those that nothing can be using, which are confirmed at ``stopBy``: no consumer
+    reserves them in the service, and no agent (a heartbeat in the last ``AGENT_FRESH``) serves their cluster to
+    say whether pods do."""
+    reserved = set(Reservation.objects.filter(claim_id__in=[c.id for c in claims]).values_list("claim_id", flat=True))
+    served = set(Cluster.objects.filter(name__in={c.cluster for c in claims},
+                                        last_heartbeat_at__gte=now - AGENT_FRESH).values_list("name", flat=True))
+    return [c for c in claims if c.id not in reserved and c.cluster not in served]
+
+
+def agent_alive(cluster: str, now=None) -> bool:
+    now = now or timezone.now()
+    return Cluster.objects.filter(name=cluster, last_heartbeat_at__gte=now - AGENT_FRESH).exists()
+
+
+def confirmer(access, namespace: str) -> str:
+    """Who confirms (``access``: the caller's ``inventory.permissions.Access``), as ``confirmedBy`` names it."""
+    if access.kind == APIToken.CLUSTER:
+        return f"agent:{access.cluster_name}"
+    if access.kind == APIToken.NAMESPACE:
+        return f"namespace:{namespace}"
+    token = getattr(access, "token", None)
+    return f"admin:{token.name}" if token is not None else "admin"

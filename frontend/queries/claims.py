@@ -165,4 +165,8 @@ def claim_detail(namespace: str, name: str) -> dict | None:
         "size": claim_size(claim.spec),
         "classes": sorted(_request_classes(claim.spec)),
         "queue": queue_fields([claim]).get(claim.id),
+        # The last preemption notice (status.preemption), counting down while the claim still holds its devices.
+        "preemption": claim.preemption,
+        "releasing": bool(claim.preemption) and claim.phase == "Allocated" and any(
+            c.get("type") == "Releasing" and c.get("status") == "True" for c in claim.conditions or []),
     }

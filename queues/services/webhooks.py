@@ -23,10 +23,18 @@ def webhook_of(queue: Queue | None) -> dict:
     return ((queue.spec.get("preemption") or {}).get("webhook") or {}) if queue else {}
 
 
+def _ts(at) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def payload(p: Preemption) -> dict:
     victim = p.victim
     return {"apiVersion": "draservice.io/v1alpha1", "kind": "PreemptionNotice",
-            "queue": p.queue, "reason": "PreemptionPending", "deadline": p.deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "queue": p.queue, "reason": "PreemptionPending",
+            # stopBy: stop by then; forceAt: the devices go then at the latest (earlier once it is confirmed that
+            # the claim stopped). ``deadline``: stopBy, its name before forceAt existed.
+            "deadline": _ts(p.stop_by or p.deadline), "stopBy": _ts(p.stop_by or p.deadline),
+            "forceAt": _ts(p.deadline),
             "claim": {"namespace": victim.namespace.name, "name": victim.name, "uid": str(victim.uid)},
             "preemptor": ({"namespace": p.preemptor.namespace.name, "name": p.preemptor.name}
                           if p.preemptor is not None else None)}

@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('claims', '0016_walltime'),
+        ('claims', '0017_walltime'),
     ]
 
     operations = [

@@ -16,12 +16,14 @@ lets it fit keeps its devices: the set is inclusion-minimal. One pass decides al
 (``reclaim``): each victim serves one. A claim held off the nodes kept for a queue's head (``HeldForQueueHead``) is
 short of room too.
 
-Victims get the condition ``Preempted`` (reason ``PreemptionPending``) with the deadline their queue's
-``graceSeconds`` gives, an event, and, if their queue has a webhook, a signed notice delivered by the notify
-workers after commit (``queues.services.webhooks``; a dead or slow receiver never holds anything up). At the
-deadline they are requeued (``claims.services.preemption.requeue``): devices freed, Pending again at their place, reason
-``Preempted``. The deadline is trusted for every claim (what the issue calls REST-only claims); waiting for a
-cluster agent to confirm that no pod uses the devices any more is not implemented yet.
+Victims get the condition ``Preempted`` (reason ``PreemptionPending``) and ``Releasing``, an event, and, if their
+queue has a webhook, a signed notice delivered by the notify workers after commit (``queues.services.webhooks``;
+a dead or slow receiver never holds anything up). Noticed at T, a victim is to stop by ``stopBy`` = T +
+``graceSeconds``; its devices move at the earlier of its confirmation (``claims.services.preemption.confirm``: its
+cluster's agent saw its ``reservedFor`` empty, or the agent, an admin or its namespace said it stopped; at
+``stopBy``, a claim nothing can be using: no consumer and no live agent for its cluster) and ``forceAt`` = T +
+``forceAfterSeconds`` (at least ``graceSeconds``; by default equal), when it is forced. Either way it is requeued
+(``claims.services.preemption.requeue``): devices freed, Pending again at its place, reason ``Preempted``.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from typing import NamedTuple
 from django.db import connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services import fleet, queueing, wake
@@ -376,30 +379,66 @@ def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree, lab
         made = []
         for v in rows:
             vq = tree.queues.get(queue_of(v, v.namespace.name, tree))
-            grace = ((vq.spec.get("preemption") or {}).get("graceSeconds", 30)) if vq else 30
-            deadline = now + timedelta(seconds=grace)
-            made.append(Preemption(victim=v, preemptor=preemptor, queue=vq.name if vq else "", deadline=deadline))
+            stop_by, force_at = notice_times(vq, now)
+            made.append(Preemption(victim=v, preemptor=preemptor, queue=vq.name if vq else "", deadline=force_at,
+                                   stop_by=stop_by))
             who = label or f"{preemptor.namespace.name}/{preemptor.name}"
-            message = f"preempted for {who}; devices are released at {deadline.strftime('%Y-%m-%dT%H:%M:%SZ')}"
-            claim_preemption.mark([v], message, {"preemptor": preemptor.name, "deadline": deadline.isoformat()}, now)
+            message = (f"preempted for {who}: stop by {stop_by.strftime('%Y-%m-%dT%H:%M:%SZ')}; devices are released "
+                       f"at {force_at.strftime('%Y-%m-%dT%H:%M:%SZ')} at the latest, earlier once it has stopped")
+            claim_preemption.mark([v], message, {"preemptor": preemptor.name, "stopBy": stop_by.isoformat(),
+                                                 "forceAt": force_at.isoformat()}, now,
+                                  stop_by=stop_by, force_at=force_at, preemptor_id=preemptor.id)
         Preemption.objects.bulk_create(made)
         webhooks.notify(made, tree.queues)
     return len(made)
 
 
+def notice_times(queue: Queue | None, now) -> tuple:
+    """(stopBy, forceAt) of a notice given ``now`` to a victim of ``queue`` (its ``graceSeconds`` and
+    ``forceAfterSeconds``, the latter by default the former)."""
+    policy = (queue.spec.get("preemption") or {}) if queue else {}
+    grace = policy.get("graceSeconds", 30)
+    force = max(grace, policy.get("forceAfterSeconds", grace))
+    return now + timedelta(seconds=grace), now + timedelta(seconds=force)
+
+
 def sweep(limit: int = 500) -> int:
-    """Requeue the victims whose deadline has passed."""
+    """Finish the notices that are over: a victim confirmed (requeued already) or released meanwhile; one that
+    nothing can be using, at ``stopBy`` (confirmed now, ``NoConsumer``); the rest at ``forceAt`` (forced).
+    Returns how many victims it requeued."""
     now = timezone.now()
-    due = list(Preemption.objects.filter(state=PreemptionState.PENDING, deadline__lte=now)
-               .order_by("deadline").values_list("id", "victim_id", "preemptor_id")[:limit])
+    due = list(Preemption.objects.filter(state=PreemptionState.PENDING)
+               .filter(Q(deadline__lte=now) | Q(stop_by__lte=now) | ~Q(victim__phase=Phase.ALLOCATED))
+               .order_by("deadline").values_list("id", "victim_id", "preemptor_id", "deadline")[:limit])
     if not due:
         return 0
     with transaction.atomic():
-        victims = claim_preemption.locked([v for _, v, _ in due])
-        claim_preemption.requeue(victims, "preempted: the devices went to a claim with a better right to them; "
-                                          "waiting at its original place in its queue", now)
-        Preemption.objects.filter(id__in=[p for p, _, _ in due]).update(state=PreemptionState.DONE, finished_at=now)
+        victims = {v.id: v for v in claim_preemption.locked([v for _, v, _, _ in due])}
+        live = [v for v in victims.values() if v.phase == Phase.ALLOCATED]
+        forced = [v for v in live if any(d <= now for _, vid, _, d in due if vid == v.id)]
+        calm = claim_preemption.nobody_to_ask([v for v in live if v not in forced], now)
+        if calm:
+            claim_preemption.confirm_locked(calm, claim_preemption.NO_CONSUMER, now)
+        claim_preemption.requeue(forced, "preempted: it did not confirm that it stopped before its forceAt, and its "
+                                         "devices went to a claim with a better right to them; waiting at its "
+                                         "original place in its queue", now)
+        moved = {v.id for v in [*forced, *calm]}
+        finished = [(p, v, pre) for p, v, pre, _ in due if v in moved or victims.get(v) not in live]
+        for pid, vid, _ in finished:
+            _finish(pid, victims.get(vid), now)
         # The preemptors are tried by the next round, as their requeued victims are: the wake-ups offer a freed
         # device to claims its own selectors serve, and a freed MIG partition's counters serve other partitions.
-        wake.wake_claims({p for _, _, p in due if p is not None})
-    return len(victims)
+        wake.wake_claims({pre for _, _, pre in finished if pre is not None})
+    return len(moved)
+
+
+def _finish(pid: int, victim: ResourceClaim | None, now) -> None:
+    """The notice ``pid`` is over: what confirmed it is copied from the victim (released meanwhile: its release;
+    neither: forced at its deadline)."""
+    info = (victim.preemption or {}) if victim is not None else {}
+    at, by = info.get("confirmedAt"), info.get("confirmedBy") or ""
+    confirmed_at = parse_datetime(at) if at else None
+    if victim is not None and victim.phase == Phase.RELEASED and confirmed_at is None:
+        confirmed_at, by = victim.released_at, "Released"
+    Preemption.objects.filter(id=pid).update(state=PreemptionState.DONE, finished_at=now, confirmed_at=confirmed_at,
+                                             confirmed_by=by[:255])

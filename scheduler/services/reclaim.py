@@ -15,7 +15,7 @@ from collections import defaultdict
 from itertools import zip_longest
 
 from django.db import connection
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, Min, OuterRef
 from django.db.models.expressions import RawSQL
 
 from claims.models import Phase, ResourceClaim
@@ -80,6 +80,11 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
     if out["victims"]:
         out["requeued"] += preemption.sweep()  # grace 0: released at once
     return out
+
+
+def next_deadline():
+    """The earliest deadline of the notices that run, or None."""
+    return Preemption.objects.filter(state=PreemptionState.PENDING).aggregate(at=Min("deadline"))["at"]
 
 
 def preemptors(tree: Tree, waiting: set, limit: int) -> list[ResourceClaim]:

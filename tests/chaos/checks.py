@@ -5,6 +5,8 @@
   closed in the release's) overlap on one dedicated device.
 * No queue over ``nominal + borrowingLimit``: at each moment a queue's interval opened (each commit that gave
   it devices), the ledger's intervals of that queue open then are counted; and during the run, sampled.
+* No device handed to a preemptor early: each device a victim held when noticed goes to its preemptor only at
+  or after the victim's confirmation (or release) or its ``forceAt`` (``early_handovers``).
 * No claim lost: every claim the run created exists and is Allocated (with exactly its rows, charges and open
   intervals), Pending with the reason of a decision, or Released by the run; none Failed; every preemption
   finished, and each victim was requeued (its event) or had been released.
@@ -62,6 +64,21 @@ def doubles_in_history() -> list:
                         WHERE a.share_id = '' AND b.share_id = ''
                           AND a.started_at < COALESCE(b.ended_at, 'infinity')
                           AND b.started_at < COALESCE(a.ended_at, 'infinity')""")
+        return cur.fetchall()
+
+
+def early_handovers() -> list:
+    """Devices a preemptor's ledger interval took from its victim (the victim held it when noticed) before the
+    earlier of the victim's confirmation and its forceAt (the Preemption's deadline)."""
+    with connection.cursor() as cur:
+        cur.execute(f"""SELECT p.id, v.claim_name, w.claim_name, v.device, w.started_at, p.confirmed_at, p.deadline
+                        FROM {Preemption._meta.db_table} p
+                        JOIN {LEDGER} v ON v.claim_id = p.victim_id AND v.started_at <= p.created_at
+                             AND COALESCE(v.ended_at, 'infinity') >= p.created_at
+                        JOIN {LEDGER} w ON w.claim_id = p.preemptor_id AND w.cluster = v.cluster
+                             AND w.driver = v.driver AND w.pool = v.pool AND w.device = v.device
+                             AND w.started_at >= p.created_at
+                        WHERE w.started_at < LEAST(COALESCE(p.confirmed_at, 'infinity'), p.deadline)""")
         return cur.fetchall()
 
 

@@ -6,7 +6,7 @@ A cycle, with the roles of the queues swapped each time:
 1. the borrower X gets a backlog of 1-device claims;
 2. the other queue Y releases every claim it has: X borrows up to ``nominal + borrowing``;
 3. Y submits a burst of ``nominal`` 1-device claims: the free devices take part of it, the rest is within Y's
-   nominal and reclaims what X borrows (``reclaimBorrowed``: notice, ``graceSeconds``, requeue);
+   nominal and reclaims what X borrows (``reclaimBorrowed``: notice, ``graceSeconds``, confirmation, requeue);
 4. X submits one claim of priority 9: X is at its nominal and the fleet is full, so a lower-priority claim
    of X gives way (``withinQueue: LowerPriority``).
 Kills (``Chaos``) are started at the steps the plan names and run while the cycle goes on.
@@ -51,7 +51,11 @@ class Plan:
                 "spec": {"namespaces": [namespace], "maxPriority": 10,
                          "quotas": [{"deviceClassName": "gpu.nvidia.com", "devices": devices}],
                          "preemption": {"withinQueue": "LowerPriority", "reclaimBorrowed": "Always",
-                                        "minRuntimeSeconds": 0, "graceSeconds": self.grace}}}
+                                        "minRuntimeSeconds": 0, "graceSeconds": self.grace,
+                                        # Later than stopBy: nothing serves these claims (no consumer, no
+                                        # agent), so they are confirmed at stopBy and the timing is the same;
+                                        # the check shows no device moves before that confirmation.
+                                        "forceAfterSeconds": self.grace + 2}}}
 
 
 class Door:

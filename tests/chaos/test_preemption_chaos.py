@@ -60,6 +60,7 @@ def assert_no_violations(run: Run) -> dict[str, int]:
     limit = run.plan.nominal + run.plan.borrowing
     assert set(checks.UNIQUE_INDEXES) <= checks.unique_indexes()
     assert checks.doubles_now() == [] and checks.doubles_in_history() == []
+    assert checks.early_handovers() == []  # a victim's devices moved only once it stopped, or at its forceAt
     peaks = checks.peaks_in_history(list(QUEUES.values()))
     # Each queue borrowed up to its limit (the ledger saw it) and never beyond, at any commit.
     assert peaks == {q: limit for q in QUEUES.values()}, peaks

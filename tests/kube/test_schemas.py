@@ -99,8 +99,7 @@ def test_the_definitions_name_the_fields_the_validators_check(version):
         request = _props("ResourceClaim", "resource.k8s.io", version, "spec", "devices", "requests")
         assert set(k8s_claims.V1BETA1_EXACT_FIELDS) < request
     assert _props("Queue", "draservice.io", "v1alpha1", "spec") == set(queue_spec.SPEC_FIELDS)
-    assert _props("Queue", "draservice.io", "v1alpha1", "spec", "preemption") == \
-        {*queue_spec.PREEMPTION_DEFAULTS, "webhook"}
+    assert _props("Queue", "draservice.io", "v1alpha1", "spec", "preemption") == set(queue_spec.PREEMPTION_FIELDS)
     assert _props("Queue", "draservice.io", "v1alpha1", "spec", "quotas") == \
         {"deviceClassName", "clusterSelector", *queue_spec.UNITS}
     assert _props("Gang", "draservice.io", "v1alpha1", "spec") == gang_spec._SPEC_FIELDS

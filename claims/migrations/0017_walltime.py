@@ -12,7 +12,7 @@ def clear_pending_leases(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("claims", "0015_released_device"),
+        ("claims", "0016_safe_release"),
     ]
 
     operations = [
