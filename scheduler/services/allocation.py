@@ -370,7 +370,9 @@ def _placement(group: Group, outcome) -> commit.Placement:
         claims=group.claims, allocations=[co.allocation if co else None for co in outcome.claims],
         cluster=outcome.cluster or "", node=outcome.node or "", message=f"allocated on {where}",
         diagnostics={"allocated": True, "cluster": outcome.cluster, "node": outcome.node or None,
-                     "group": group.key if group.consumers else None})
+                     "group": group.key if group.consumers else None,
+                     # A backfill into a held node (scheduler.services.backfill): the renewal guard reads it.
+                     **({"backfill": outcome.diagnostics["backfill"]} if "backfill" in outcome.diagnostics else {})})
 
 
 def _record_outcome(group: Group, outcome, lost: bool, version, now, result: RoundResult, events: list) -> None:

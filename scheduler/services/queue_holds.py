@@ -11,7 +11,8 @@ every round -- of any worker -- starts from those holds, so a round that does no
 for a release, while new claims arrive) still keeps the node from the claims behind it. Without that, new
 1-GPU claims took the head's node between releases and an 8-GPU head waited for ever. The hold moves or ends
 only when the head is decided again (woken by any release in its cluster), placed, released or deleted.
-Leases are not yet used to let a small claim backfill where it would end before the head starts.
+A claim with a walltime that ends before the plan's starts of what it would take backfills there instead
+(``scheduler.services.backfill``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from queues.services import usage as u
 from queues.services.order import Shares
 from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
+from scheduler.services.backfill import Backfill
 from scheduler.services.holds import Screen
 
 HELD_FOR_QUEUE_HEAD = "held_for_queue_head"  # an engine outcome reason (the round maps it to HeldForQueueHead)
@@ -35,6 +37,7 @@ class RoundReservations(Screen):
         self.held: dict[tuple[str, str], str] = {}  # (cluster, node) -> queue name of the head holding it
         self.heads: set[str] = set()  # queues whose head has been found (this round or kept from before)
         self.kept: dict[int, tuple[str, tuple[str, str]]] = {}  # head claim id -> (queue, node), from before
+        self.backfill = Backfill()
         rows = (PendingWake.objects.exclude(head_of="").exclude(hold_node="")
                 .values_list("claim_id", "head_of", "hold_cluster", "hold_node").distinct())
         for claim_id, queue, cluster, node in rows:
@@ -70,6 +73,9 @@ class RoundReservations(Screen):
         holder = self.held.get(where)
         if holder is None or not outcome.node or self._yields(holder, queue, group):
             return outcome
+        backfilled = self.backfill.allows(group, outcome, holder)
+        if backfilled is not None:
+            return backfilled
         self.engine.release(outcome.devices)
         return dataclasses.replace(
             outcome, allocated=False, claims=[], devices=[], reason=HELD_FOR_QUEUE_HEAD,
