@@ -72,7 +72,7 @@ def check_placed(limit: int = BATCH) -> int:
                 mc.member.save(update_fields=["phase"])
             ev.record([ev.event(gang, ev.MEMBER_LOST, "MemberLost", f"member {mc.member.name} lost its claims")
                        for mc in lost])
-            placed = sum(1 for mc in mcs if mc.state == "placed")
+            placed = sum(1 for mc in mcs if mc.state == "placed" or preempted.requeued(mc))
             if placed < gang.min_member:
                 finish_locked(gang, mcs, GangPhase.FAILED, "MinMemberLost",
                               f"only {placed} members still hold their claims; minMember is {gang.min_member}", now)
