@@ -40,7 +40,7 @@ from gangs.models import Gang, GangMember, GangPhase, MemberPhase
 from gangs.services import events as ev
 from gangs.services import hold
 from gangs.services.gangs import MemberClaims, fail_timeout, finish_locked, member_claims, set_gang_condition
-from scheduler.services import admit, allocation
+from scheduler.services import admit, allocation, gang_holds
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +207,8 @@ def _commit_locked(session: EngineSession, p: Prepared, outcome, view, rows_seen
         finish_locked(gang, mcs, GangPhase.FAILED, "InvalidGang", outcome.message, p.now)
         return "failed"
     _record_pending(gang, outcome, p.pending, p.version, p.now)
+    if gang.phase == GangPhase.PENDING:  # at the head of its queue, it holds the nodes it waits for
+        gang_holds.hold_for_gang(gang, [mc.claims for mc in p.pending], placer.engine, outcome)
     return "pending"
 
 
@@ -289,6 +291,7 @@ def _write(session: EngineSession, gang: Gang, outcome, by_name: dict[str, Membe
         gang.phase = GangPhase.PLACED
         gang.cluster, gang.domain = cluster, outcome.domain
         gang.placed_at = now
+        gang.hold_queue, gang.held_nodes = "", []  # its hold ends: it runs
         gang.reason, gang.message = "Placed", outcome.message
         set_gang_condition(gang, True, "Placed", outcome.message, now)
     gang.preferred_domains = _spread(gang.id, Topology.from_dict(gang.topology))

@@ -22,6 +22,7 @@ from queues.services import usage as u
 from queues.services.order import Shares
 from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
+from scheduler.services import gang_holds, holds
 from scheduler.services.holds import Screen
 
 HELD_FOR_QUEUE_HEAD = "held_for_queue_head"  # an engine outcome reason (the round maps it to HeldForQueueHead)
@@ -42,6 +43,10 @@ class RoundReservations(Screen):
             # preempted keeps the node its victims free (``hold_for_preemptor``).
             self.kept[claim_id] = (queue, (cluster, node))
             self.held[(cluster, node)] = queue
+            self.heads.add(queue)
+        for queue, nodes in gang_holds.held():  # a gang at the head of its queue: every node its members need
+            for where in nodes:
+                self.held.setdefault(where, queue)
             self.heads.add(queue)
 
     def avoid(self, group) -> frozenset[tuple[str, str]]:
@@ -108,7 +113,7 @@ class RoundReservations(Screen):
             return  # a one-device head needs no node held back: any freed device fits it
         cls = wanted[0][0]
         need = sum(n for c, n in wanted if c == cls)
-        sel = self._selector_set(group, cls)
+        sel = holds.selector_set(self.engine, group.claims, cls)
         if sel is None:
             return
         ranked: list[tuple] = []
@@ -121,20 +126,6 @@ class RoundReservations(Screen):
                 self.held[(model.name, name)] = queue
                 group.holds_node, group.held_at = queue, (model.name, name)  # kept for the next rounds (wake rows)
                 return
-
-    def _selector_set(self, group, cls: str):
-        """The head's selector set for ``cls``: the class's selectors, plus its requests' own when every request
-        of that class has the same ones (a node is held only where the head's devices are)."""
-        klass = self.engine.get_class(None, cls)
-        if klass is None:
-            return None
-        class_exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
-                            for s in (klass.get("spec") or {}).get("selectors") or [])
-        request_sets = {tuple(((s or {}).get("cel") or {}).get("expression", "") for s in exact.get("selectors") or [])
-                        for c in group.claims for r in ((c.spec.get("devices") or {}).get("requests") or [])
-                        if (exact := r.get("exactly")) and exact.get("deviceClassName") == cls}
-        request_exprs = next(iter(request_sets)) if len(request_sets) == 1 else ()
-        return self.engine.selector_set(cls, class_exprs, request_exprs)
 
 
 def hold_for_preemptor(claim, queue: str, where: tuple[str, str]) -> None:
