@@ -62,6 +62,7 @@ class Gang(models.Model):
     # the queue it holds them for, and [[cluster, node], ...]. Read by the claims round only while Pending.
     hold_queue = models.CharField(max_length=253, blank=True, default="")
     held_nodes = models.JSONField(default=list, blank=True)
+    hold_need = models.JSONField(default=dict, blank=True)  # {device class: devices} the members need in all
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -66,7 +66,7 @@ def _back_to_pending(gang: Gang, mcs: list[MemberClaims], now) -> None:
     gang.placed_count, gang.waiting_count = 0, len(pending)
     gang.cluster, gang.domain, gang.preferred_domains = "", {}, []
     gang.placed_at, gang.attempted_version, gang.taken_until = None, None, None
-    gang.hold_queue, gang.held_nodes = "", []
+    gang.hold_queue, gang.held_nodes, gang.hold_need = "", [], {}
     if gang.schedule_timeout_seconds:
         gang.deadline = now + timedelta(seconds=gang.schedule_timeout_seconds)
     gang.resource_version += 1

@@ -28,14 +28,26 @@ from scheduler.services import holds
 HOLDING_REASONS = ("NoDomainFits", "MembersDoNotFit")
 
 
-def held() -> list[tuple[str, list[tuple[str, str]]]]:
-    """(queue, [(cluster, node), ...]) of every pending gang that holds; asks for a gang pass when one of them
-    was last tried before the fleet last changed."""
-    rows = list(Gang.objects.filter(phase=GangPhase.PENDING).exclude(hold_queue="")
-                .values_list("hold_queue", "held_nodes", "attempted_version"))
-    if rows and any(v is None or v < taking.fleet_version() for _, _, v in rows):
-        gang_dispatch.request_placement()
-    return [(queue, [(c, n) for c, n in nodes or []]) for queue, nodes, _ in rows]
+def held() -> list[tuple[str, list[tuple[str, str]], dict[str, int]]]:
+    """(queue, [(cluster, node), ...], {class: devices needed}) of every pending gang that holds."""
+    rows = (Gang.objects.filter(phase=GangPhase.PENDING).exclude(hold_queue="")
+            .values_list("hold_queue", "held_nodes", "hold_need"))
+    return [(queue, [(c, n) for c, n in nodes or []], dict(need or {})) for queue, nodes, need in rows]
+
+
+def kick_stale() -> bool:
+    """Ask for a gang pass when a gang that holds was last tried before the fleet last changed (called as a
+    claims round starts, which every release asks for): the release that freed a holding gang's last device
+    places it within moments, not at the next periodic pass. One query when no gang holds."""
+    tried = list(Gang.objects.filter(phase=GangPhase.PENDING).exclude(hold_queue="")
+                 .values_list("attempted_version", flat=True)[:50])
+    if not tried:
+        return False
+    version = taking.fleet_version()
+    if not any(v is None or v < version for v in tried):
+        return False
+    gang_dispatch.request_placement()
+    return True
 
 
 def hold_for_gang(gang: Gang, claims_by_member: list[list], engine, outcome) -> list[tuple[str, str]]:
@@ -55,11 +67,15 @@ def hold_for_gang(gang: Gang, claims_by_member: list[list], engine, outcome) -> 
             # One gang head per queue: a younger one that held gives way to this one.
             (Gang.objects.filter(phase=GangPhase.PENDING, hold_queue=queue, created_at__gt=gang.created_at)
              .exclude(pk=gang.pk).update(hold_queue="", held_nodes=[]))
-    if not nodes:
+    need: dict[str, int] = {}
+    if nodes:
+        for cls, n in (r for c in claims for r in requested_devices(c.spec)):
+            need[cls] = need.get(cls, 0) + n
+    else:
         queue = ""
-    if (gang.hold_queue, [tuple(n) for n in gang.held_nodes or []]) != (queue, nodes):
-        gang.hold_queue, gang.held_nodes = queue, [list(n) for n in nodes]
-        Gang.objects.filter(pk=gang.pk).update(hold_queue=queue, held_nodes=gang.held_nodes)
+    if (gang.hold_queue, [tuple(n) for n in gang.held_nodes or []], gang.hold_need or {}) != (queue, nodes, need):
+        gang.hold_queue, gang.held_nodes, gang.hold_need = queue, [list(n) for n in nodes], need
+        Gang.objects.filter(pk=gang.pk).update(hold_queue=queue, held_nodes=gang.held_nodes, hold_need=need)
     return nodes
 
 

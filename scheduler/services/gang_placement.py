@@ -291,7 +291,7 @@ def _write(session: EngineSession, gang: Gang, outcome, by_name: dict[str, Membe
         gang.phase = GangPhase.PLACED
         gang.cluster, gang.domain = cluster, outcome.domain
         gang.placed_at = now
-        gang.hold_queue, gang.held_nodes = "", []  # its hold ends: it runs
+        gang.hold_queue, gang.held_nodes, gang.hold_need = "", [], {}  # its hold ends: it runs
         gang.reason, gang.message = "Placed", outcome.message
         set_gang_condition(gang, True, "Placed", outcome.message, now)
     gang.preferred_domains = _spread(gang.id, Topology.from_dict(gang.topology))

@@ -44,9 +44,14 @@ class RoundReservations(Screen):
             self.kept[claim_id] = (queue, (cluster, node))
             self.held[(cluster, node)] = queue
             self.heads.add(queue)
-        for queue, nodes in gang_holds.held():  # a gang at the head of its queue: every node its members need
+        # What a holding gang will use once placed, per queue and class: a gang that will borrow is a borrowing
+        # head (``_yields``) though its queue uses nothing yet.
+        self.coming: dict[tuple[str, str], int] = {}
+        for queue, nodes, need in gang_holds.held():  # a gang at its queue's head: every node its members need
             for where in nodes:
                 self.held.setdefault(where, queue)
+            for cls, n in need.items():
+                self.coming[(queue, cls)] = self.coming.get((queue, cls), 0) + n
             self.heads.add(queue)
 
     def avoid(self, group) -> frozenset[tuple[str, str]]:
@@ -82,9 +87,10 @@ class RoundReservations(Screen):
                     "elsewhere", diagnostics={"heldFor": holder, "node": where[1], "cluster": where[0]})
 
     def _yields(self, holder: str, queue: str, group) -> bool:
-        """A head whose queue borrows (uses beyond its nominal of the class) does not keep its held node from a
-        claim of another queue that stays within its nominal: the head's place is among the borrowers only.
-        (Such a claim waited ``HeldForQueueHead`` for ever beside an idle GPU.)"""
+        """A head whose queue borrows (uses beyond its nominal of the class, or will once a holding gang of it
+        is placed) does not keep its held node from a claim of another queue that stays within its nominal: the
+        head's place is among the borrowers only. (Such a claim waited ``HeldForQueueHead`` for ever beside an
+        idle GPU.)"""
         tree = self.tree
         if holder == queue or tree is None:
             return False
@@ -94,7 +100,8 @@ class RoundReservations(Screen):
         if h is None or q is None:
             return False
         wants = [r for c in group.claims for r in requested_devices(c.spec)]
-        if not any(self.shares.used[(h.id, cls)] > self.shares.nominal.get((h.id, cls), 0) for cls, _ in wants):
+        if not any(self.shares.used[(h.id, cls)] + self.coming.get((holder, cls), 0)
+                   > self.shares.nominal.get((h.id, cls), 0) for cls, _ in wants):
             return False
         if self.shares.borrows(q.id, wants):
             return False
