@@ -81,7 +81,7 @@ def fold(rows: list[ResourceClaim], held: dict) -> list:
     for claim_id, gang_id in (ResourceClaim.objects.filter(phase=Phase.ALLOCATED, **{f"{GANG_ID}__in": list(gangs)})
                               .values_list("id", GANG_ID)):
         allocated[gang_id].add(claim_id)
-    out = [r for r in rows if GANG_ANNOTATION not in (r.annotations or {}) or gang_of.get(r.id) is None]
+    out: list = [r for r in rows if GANG_ANNOTATION not in (r.annotations or {}) or gang_of.get(r.id) is None]
     for gang_id, claims in by_gang.items():
         charges = [held.pop(c.id) for c in claims if c.id in held]
         if gang_id not in gangs or allocated[gang_id] != {c.id for c in claims}:

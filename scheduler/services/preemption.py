@@ -185,9 +185,9 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     now = timezone.now()
     pool = []
     # Only what the choice reads: the spec, allocation and conditions (the wide JSON columns) are not needed.
-    rows = list(ResourceClaim.objects.filter(phase=Phase.ALLOCATED, id__in=list(held))
-                .only("id", "labels", "annotations", "allocated_at", "namespace_id", "cluster", "node"))
-    for v in gang_victims.fold(rows, held):  # a gang is one candidate with its whole demand
+    allocated = list(ResourceClaim.objects.filter(phase=Phase.ALLOCATED, id__in=list(held))
+                     .only("id", "labels", "annotations", "allocated_at", "namespace_id", "cluster", "node"))
+    for v in gang_victims.fold(allocated, held):  # a gang is one candidate with its whole demand
         vq = by_id[held[v.id][0]]
         prio = effective_priority(v, vq)
         min_run = (vq.spec.get("preemption") or {}).get("minRuntimeSeconds", 0)
