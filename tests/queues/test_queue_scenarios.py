@@ -2,8 +2,8 @@
 database: ``manage.py serve``, two Celery worker processes and beat on TEST_BROKER_URL's Redis (flushed: it is
 this xdist worker's own), everything through the HTTP API. Every figure must be met.
 
-The scenarios whose guarantee is not built yet (simulate answering ``WaitingForQuota``) run in the long tier as strict xfails: one that starts to pass fails the run, and
-then moves up here."""
+The scenarios whose guarantee is not built yet (simulate answering ``WaitingForQuota``) run in the long tier as
+strict xfails: one that starts to pass fails the run, and then moves up here."""
 from __future__ import annotations
 
 import os
