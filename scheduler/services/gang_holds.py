@@ -21,6 +21,8 @@ from __future__ import annotations
 from claims.services import taking
 from gangs import dispatch as gang_dispatch
 from gangs.models import Gang, GangPhase
+from queues.services import usage as u
+from queues.services.order import Shares
 from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
 from scheduler.services import holds
@@ -114,3 +116,35 @@ def pack(engine, claims_by_member: list[list], closest) -> list[tuple[str, str]]
         if (spot[3], spot[4]) not in used:
             used.append((spot[3], spot[4]))
     return used
+
+
+def held_from(gang: Gang, claims: list, outcome) -> str:
+    """Why ``outcome`` (a placement of pending ``gang``, whose member ``claims`` these are) may not be written:
+    it uses a node an older gang holds at its queue's head, and does not fall under the exception (the holder
+    borrows and this gang stays within its own queue's nominal); "" when it may. A later gang is a later claim:
+    it takes its turn behind the head, as single claims do in the claims round."""
+    if not outcome.placed or not claims:
+        return ""
+    rows = (Gang.objects.filter(phase=GangPhase.PENDING, created_at__lt=gang.created_at).exclude(hold_queue="")
+            .exclude(pk=gang.pk).values_list("hold_queue", "held_nodes", "hold_need"))
+    held: dict[tuple[str, str], tuple[str, dict]] = {}
+    for queue, nodes, need in rows:
+        for c, n in nodes or []:
+            held.setdefault((c, n), (queue, need or {}))
+    where = [(outcome.cluster or "", p.node) for p in outcome.placements]
+    hits = [held[w] for w in where if w in held]
+    if not hits:
+        return ""
+    tree = Tree.load()
+    mine = queue_of(claims[0], claims[0].namespace.name, tree)
+    shares = Shares(tree, u.load())
+    wants = [r for c in claims for r in requested_devices(c.spec)]
+    for holder, need in hits:
+        h, q = tree.queues.get(holder), tree.queues.get(mine)
+        if h is None or q is None:
+            continue
+        borrows = any(shares.used[(h.id, cls)] + need.get(cls, 0) > shares.nominal.get((h.id, cls), 0)
+                      for cls, _ in wants)
+        if holder == mine or not borrows or shares.borrows(q.id, wants):
+            return f"nodes are held for the head of queue {holder!r} (a gang); waiting for room elsewhere"
+    return ""

@@ -167,6 +167,8 @@ def _decide_and_commit(session: EngineSession, p: Prepared) -> str:
         session.poison()  # stopped mid-search: the engine may hold tentative picks
         outcome = GangSpecError([("spec.members", f"placement stopped: {exc.reason}; the member claims' "
                                                    "selectors cost too much to evaluate over the fleet")])
+    if p.within is None and not isinstance(outcome, GangSpecError) and outcome.placed:
+        outcome = _screen(gang, p, outcome, placer)
     try:
         with transaction.atomic():
             commit.begin()
@@ -177,6 +179,17 @@ def _decide_and_commit(session: EngineSession, p: Prepared) -> str:
         Gang.objects.filter(pk=gang.pk).update(taken_until=None)
         return "lost_race"
     return result
+
+
+def _screen(gang: Gang, p: Prepared, outcome: GangOutcome, placer) -> GangOutcome:
+    """A placement on nodes an older gang holds at its queue's head is given back: the gang waits its turn
+    (``HeldForQueueHead``), as a later claim does in the claims round."""
+    why = gang_holds.held_from(gang, [c for mc in p.pending for c in mc.claims], outcome)
+    if not why:
+        return outcome
+    placer.release_placements(outcome.placements)
+    return dataclasses.replace(outcome, placed=False, placements=[], unplaced=[mc.member.name for mc in p.pending],
+                               reason="HeldForQueueHead", message=why)
 
 
 def _commit_locked(session: EngineSession, p: Prepared, outcome, view, rows_seen, placer) -> str:

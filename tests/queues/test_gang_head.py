@@ -81,3 +81,27 @@ def test_a_borrowing_gang_head_does_not_block_a_within_nominal_claim(admin_clien
                                              list(ResourceClaim.objects.filter(name__startswith="stream")
                                                   .values_list("phase", "reason")))
     assert {c.reason for c in ResourceClaim.objects.filter(name__startswith="stream")} == {"HeldForQueueHead"}
+
+
+def test_a_later_gang_waits_behind_the_gang_head_of_its_queue(admin_client, h100_fleet):
+    """The head (2 x 8) holds both nodes; a later 1 x 8 gang of the same queue fits on the first node emptied but
+    waits its turn (``HeldForQueueHead``); the head is placed when the second node empties."""
+    make(admin_client, queue_body("team-g", namespaces=["g"], gpus=16, preemption=NO_RECLAIM))
+    for i in range(16):
+        submit(admin_client, "ci", f"run{i}")
+    rounds(1)
+    gang(admin_client, "g", "big", 2, 8)
+    gang(admin_client, "g", "small", 1, 8)
+    place_gangs()
+    assert sorted(Gang.objects.get(name="big").held_nodes) == NODES
+    first_node = ResourceClaim.objects.filter(name__startswith="run", node=NODES[0][1])
+    for c in first_node:
+        claim_services.release_claim(c.id)
+    place_gangs()
+    small = Gang.objects.get(name="small")
+    assert (small.phase, small.reason) == (GangPhase.PENDING, "HeldForQueueHead"), small.message
+    assert not ResourceClaim.objects.filter(namespace__name="g", phase=Phase.ALLOCATED).exists()
+    for c in ResourceClaim.objects.filter(name__startswith="run", phase=Phase.ALLOCATED):
+        claim_services.release_claim(c.id)
+    place_gangs()
+    assert {g.name: g.phase for g in Gang.objects.all()} == {"big": GangPhase.PLACED, "small": GangPhase.PENDING}
