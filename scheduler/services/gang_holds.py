@@ -9,6 +9,8 @@ first, each member on a node whose devices that class selects can ever hold it; 
 single heads' (``queue_holds.RoundReservations``): a claim of another queue placed on a held node is undone
 and waits (``HeldForQueueHead``) unless the holding queue borrows and the claim stays within its own nominal
 (a head that borrows does not block within-nominal claims). So devices freed there accumulate for the gang.
+A later gang is a later claim: the gang worker gives back its placement on an older gang's held nodes
+(``held_from``), with the same exception.
 
 The hold moves with each new attempt of the gang (the fleet changed), ends when it is placed, released,
 failed or deleted (only pending gangs are read), and passes to an older gang of its queue that becomes short
