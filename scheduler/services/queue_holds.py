@@ -23,6 +23,7 @@ from queues.services import usage as u
 from queues.services.order import Shares
 from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
+from scheduler.services import gang_holds, holds
 from scheduler.services.backfill import Backfill
 from scheduler.services.holds import Screen
 
@@ -45,6 +46,15 @@ class RoundReservations(Screen):
             # preempted keeps the node its victims free (``hold_for_preemptor``).
             self.kept[claim_id] = (queue, (cluster, node))
             self.held[(cluster, node)] = queue
+            self.heads.add(queue)
+        # What a holding gang will use once placed, per queue and class: a gang that will borrow is a borrowing
+        # head (``_yields``) though its queue uses nothing yet.
+        self.coming: dict[tuple[str, str], int] = {}
+        for queue, nodes, need in gang_holds.held():  # a gang at its queue's head: every node its members need
+            for where in nodes:
+                self.held.setdefault(where, queue)
+            for cls, n in need.items():
+                self.coming[(queue, cls)] = self.coming.get((queue, cls), 0) + n
             self.heads.add(queue)
 
     def avoid(self, group) -> frozenset[tuple[str, str]]:
@@ -83,9 +93,10 @@ class RoundReservations(Screen):
                     "elsewhere", diagnostics={"heldFor": holder, "node": where[1], "cluster": where[0]})
 
     def _yields(self, holder: str, queue: str, group) -> bool:
-        """A head whose queue borrows (uses beyond its nominal of the class) does not keep its held node from a
-        claim of another queue that stays within its nominal: the head's place is among the borrowers only.
-        (Such a claim waited ``HeldForQueueHead`` for ever beside an idle GPU.)"""
+        """A head whose queue borrows (uses beyond its nominal of the class, or will once a holding gang of it
+        is placed) does not keep its held node from a claim of another queue that stays within its nominal: the
+        head's place is among the borrowers only. (Such a claim waited ``HeldForQueueHead`` for ever beside an
+        idle GPU.)"""
         tree = self.tree
         if holder == queue or tree is None:
             return False
@@ -95,7 +106,8 @@ class RoundReservations(Screen):
         if h is None or q is None:
             return False
         wants = [r for c in group.claims for r in requested_devices(c.spec)]
-        if not any(self.shares.used[(h.id, cls)] > self.shares.nominal.get((h.id, cls), 0) for cls, _ in wants):
+        if not any(self.shares.used[(h.id, cls)] + self.coming.get((holder, cls), 0)
+                   > self.shares.nominal.get((h.id, cls), 0) for cls, _ in wants):
             return False
         if self.shares.borrows(q.id, wants):
             return False
@@ -114,7 +126,7 @@ class RoundReservations(Screen):
             return  # a one-device head needs no node held back: any freed device fits it
         cls = wanted[0][0]
         need = sum(n for c, n in wanted if c == cls)
-        sel = self._selector_set(group, cls)
+        sel = holds.selector_set(self.engine, group.claims, cls)
         if sel is None:
             return
         ranked: list[tuple] = []
@@ -127,20 +139,6 @@ class RoundReservations(Screen):
                 self.held[(model.name, name)] = queue
                 group.holds_node, group.held_at = queue, (model.name, name)  # kept for the next rounds (wake rows)
                 return
-
-    def _selector_set(self, group, cls: str):
-        """The head's selector set for ``cls``: the class's selectors, plus its requests' own when every request
-        of that class has the same ones (a node is held only where the head's devices are)."""
-        klass = self.engine.get_class(None, cls)
-        if klass is None:
-            return None
-        class_exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
-                            for s in (klass.get("spec") or {}).get("selectors") or [])
-        request_sets = {tuple(((s or {}).get("cel") or {}).get("expression", "") for s in exact.get("selectors") or [])
-                        for c in group.claims for r in ((c.spec.get("devices") or {}).get("requests") or [])
-                        if (exact := r.get("exactly")) and exact.get("deviceClassName") == cls}
-        request_exprs = next(iter(request_sets)) if len(request_sets) == 1 else ()
-        return self.engine.selector_set(cls, class_exprs, request_exprs)
 
 
 def hold_for_preemptor(claim, queue: str, where: tuple[str, str]) -> None:
