@@ -12,7 +12,10 @@ class PlannedStart(models.Model):
     among the running claims' ends -- something it needs is held by a claim with no walltime), until
     ``end_at`` (null: it has no walltime). Every pass rewrites the whole set (``computed_at``)."""
 
-    claim = models.OneToOneField(ResourceClaim, on_delete=models.CASCADE, primary_key=True,
+    # No database constraint and no cascade: a claim's delete must not wait on the plan's rows, which a pass
+    # rewrites as a whole (a delete cascading into them while a pass held them deadlocked with the rounds).
+    # A deleted claim's row is left for the next pass; readers join the claims, and find none for it.
+    claim = models.OneToOneField(ResourceClaim, on_delete=models.DO_NOTHING, db_constraint=False, primary_key=True,
                                  related_name="planned_start")
     queue = models.CharField(max_length=63)
     position = models.IntegerField()  # 1-based, among its queue's pending claims

@@ -68,7 +68,9 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], t
     out = {}
     for claim in pending:
         start = (planned.get(claim.id) or {}).get("start")
-        if start is not None:
+        # The plan places devices, not quota: a claim its queue's quota holds back starts when its own queue's
+        # running claims end, which the estimate below counts.
+        if start is not None and claim.reason != "WaitingForQuota":
             out[claim.id] = from_plan(start, now)
             continue
         wanted = requested_devices(claim.spec)

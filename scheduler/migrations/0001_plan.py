@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='PlannedStart',
             fields=[
-                ('claim', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='planned_start', serialize=False, to='claims.resourceclaim')),
+                ('claim', models.OneToOneField(db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, primary_key=True, related_name='planned_start', serialize=False, to='claims.resourceclaim')),
                 ('queue', models.CharField(max_length=63)),
                 ('position', models.IntegerField()),
                 ('cluster', models.CharField(blank=True, default='', max_length=63)),

@@ -182,7 +182,8 @@ def _decide_in_turns(session: EngineSession, view, groups: list[Group], version,
     # Claims taken but in no group (members held elsewhere) are handed back with the first part's commit.
     rest = leased - {c.id for g in groups for c in g.claims}
     # One screen for the round: a queue's head found in one part holds its node for the parts after it.
-    screen = holds.round_screen(engine, queue_holds.round_screen(engine))
+    reservations = queue_holds.round_screen(engine)
+    screen = holds.round_screen(engine, reservations)
     with closing(turns.schedule(parts)) as scheduled:
         for part, held in scheduled:
             if held and use_turns and part.clusters and not session.poisoned:
@@ -190,6 +191,7 @@ def _decide_in_turns(session: EngineSession, view, groups: list[Group], version,
                 rows = fleet.rows_in_use()
                 result.rows_read += fleet.rows_read_last()
                 engine = session.engine_for(view, rows)
+                reservations.refresh(engine)  # and the heads' holds they committed: see ``refresh``
             mine = {c.id for g in part.groups for c in g.claims} | rest
             rest = set()
             if held:

@@ -39,14 +39,7 @@ class RoundReservations(Screen):
         self.heads: set[str] = set()  # queues whose head has been found (this round or kept from before)
         self.kept: dict[int, tuple[str, tuple[str, str]]] = {}  # head claim id -> (queue, node), from before
         self.backfill = Backfill()
-        rows = (PendingWake.objects.exclude(head_of="").exclude(hold_node="")
-                .values_list("claim_id", "head_of", "hold_cluster", "hold_node").distinct())
-        for claim_id, queue, cluster, node in rows:
-            # One head per queue (``wake.store`` keeps the mark on the oldest only), but every claim of it that
-            # preempted keeps the node its victims free (``hold_for_preemptor``).
-            self.kept[claim_id] = (queue, (cluster, node))
-            self.held[(cluster, node)] = queue
-            self.heads.add(queue)
+        self._read_kept()
         # What a holding gang will use once placed, per queue and class: a gang that will borrow is a borrowing
         # head (``_yields``) though its queue uses nothing yet.
         self.coming: dict[tuple[str, str], int] = {}
@@ -56,6 +49,23 @@ class RoundReservations(Screen):
             for cls, n in need.items():
                 self.coming[(queue, cls)] = self.coming.get((queue, cls), 0) + n
             self.heads.add(queue)
+
+    def _read_kept(self) -> None:
+        rows = (PendingWake.objects.exclude(head_of="").exclude(hold_node="")
+                .values_list("claim_id", "head_of", "hold_cluster", "hold_node").distinct())
+        for claim_id, queue, cluster, node in rows:
+            # One head per queue (``wake.store`` keeps the mark on the oldest only), but every claim of it that
+            # preempted keeps the node its victims free (``hold_for_preemptor``).
+            self.kept[claim_id] = (queue, (cluster, node))
+            self.held[(cluster, node)] = queue
+            self.heads.add(queue)
+
+    def refresh(self, engine) -> None:
+        """Add the holds other workers committed since this round read them (called under the round's turns,
+        with the engine as of then): a head another worker found while this round waited for its turns holds
+        its node from then on, and a placement decided from the older holds would take it."""
+        self.engine = engine
+        self._read_kept()
 
     def avoid(self, group) -> frozenset[tuple[str, str]]:
         """Every node held so far: the engine tries the others first (a placement on one is undone anyway, and
