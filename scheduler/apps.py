@@ -11,4 +11,10 @@ class SchedulerConfig(AppConfig):
     def ready(self):
         # The tasks register under their historical names (claims.tasks.*, gangs.tasks.*, queues.tasks.*);
         # imported here so that a worker or the in-process runner knows them whichever module asks first.
+        from claims.services import preemption
         from scheduler import tasks  # noqa: F401
+        from scheduler.services import recheck
+
+        # Before a confirmed victim's devices move, its preemptor's need is checked again (claims cannot import
+        # the scheduler).
+        preemption.register_recheck(recheck.still_needed)

@@ -348,6 +348,9 @@ def _greedy(placed, engine, pool, need, held, used, nominal, own, devices) -> li
                 engine.commit(devices[v.id])
 
 
+placer, keep = _placer, _keep  # for the re-check of running notices (``scheduler.services.recheck``)
+
+
 class Kept(NamedTuple):
     """A preemptor placed in a pass's engine on its victims' devices: ``where`` (cluster, node) is where."""
 
@@ -415,21 +418,32 @@ def sweep(limit: int = 500) -> int:
     with transaction.atomic():
         victims = {v.id: v for v in claim_preemption.locked([v for _, v, _, _ in due])}
         live = [v for v in victims.values() if v.phase == Phase.ALLOCATED]
+        kept = _recheck_due(live, now)  # their notices were cancelled: they keep their devices
+        live = [v for v in live if v.id not in kept]
         forced = [v for v in live if any(d <= now for _, vid, _, d in due if vid == v.id)]
         calm = claim_preemption.nobody_to_ask([v for v in live if v not in forced], now)
         if calm:
-            claim_preemption.confirm_locked(calm, claim_preemption.NO_CONSUMER, now)
+            claim_preemption.confirm_locked(calm, claim_preemption.NO_CONSUMER, now, recheck=False)
         claim_preemption.requeue(forced, "preempted: it did not confirm that it stopped before its forceAt, and its "
                                          "devices went to a claim with a better right to them; waiting at its "
                                          "original place in its queue", now)
         moved = {v.id for v in [*forced, *calm]}
-        finished = [(p, v, pre) for p, v, pre, _ in due if v in moved or victims.get(v) not in live]
+        finished = [(p, v, pre) for p, v, pre, _ in due
+                    if v not in kept and (v in moved or victims.get(v) not in live)]
         for pid, vid, _ in finished:
             _finish(pid, victims.get(vid), now)
         # The preemptors are tried by the next round, as their requeued victims are: the wake-ups offer a freed
         # device to claims its own selectors serve, and a freed MIG partition's counters serve other partitions.
         wake.wake_claims({pre for _, _, pre in finished if pre is not None})
     return len(moved)
+
+
+def _recheck_due(live: list[ResourceClaim], now) -> set[int]:
+    """Just before their devices move: the ids of locked victims ``live`` whose notices the re-check cancelled."""
+    from scheduler.services import recheck  # it builds on this module
+
+    still = recheck.still_needed(live, now, recheck.cached_engine)
+    return {v.id for v in live} - {v.id for v in still}
 
 
 def _finish(pid: int, victim: ResourceClaim | None, now) -> None:

@@ -1,0 +1,157 @@
+"""Re-check of running preemption notices: a victim keeps its devices when its preemptor no longer needs them.
+
+A notice runs for ``graceSeconds`` or more, and the fleet changes meanwhile: an unrelated release may free
+room for the preemptor, the preemptor may be allocated elsewhere or deleted. Every preemption pass
+(``reclaim.run``, before it decides anything) and just before a victim's devices move (the sweep at ``stopBy``
+or ``forceAt``; a confirmation, through ``claims.services.preemption.register_recheck``) the notices are
+looked at again:
+
+- a preemptor that is allocated, released or deleted cancels all its notices (the allocating or releasing
+  transaction does so itself, ``queues.services.cancellation.for_preemptors``; this catches the rest);
+- otherwise, for a claim placed by the claims round (not a gang's, not one waiting for a quota rather than for
+  room), the engine is run again against the current free capacity, preemptors in notice order on one engine
+  (each placed, on what it still needs, before the next is looked at: two preemptors never both count the same
+  freed devices): its victims' devices released, it must fit; then each victim, last noticed first, is given
+  back when the preemptor still fits without it. Those victims' notices are cancelled
+  (``PreemptionCancelled``); the others' devices move as planned.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from django.db import transaction
+from django.utils import timezone
+
+from claims.models import Phase, ResourceClaim
+from claims.services import fleet, queueing, wake
+from claims.services.engines import engines
+from claims.services.external import managed_elsewhere
+from queues.models import Preemption, PreemptionState
+from queues.services import cancellation
+from scheduler.services import allocation, preemption
+from scheduler.services.grouping import Group
+
+NOT_NEEDED = "its preemptor fits without this claim's devices now (room was freed elsewhere)"
+
+
+def run(limit: int = 2000) -> int:
+    """One pass's re-check of every running notice whose victim still holds its devices (see the module
+    docstring), with the worker's cached engine. Returns how many notices it cancelled."""
+    notices = list(Preemption.objects.filter(state=PreemptionState.PENDING, victim__phase=Phase.ALLOCATED)
+                   .order_by("id")[:limit])
+    if not notices:
+        return 0
+    decided = decide(notices, cached_engine)
+    if not decided:
+        return 0
+    with transaction.atomic():
+        ids = sorted({p.victim_id for p in notices if p.id in decided})
+        # Skip rows another transaction holds (a confirmation, a release): the next pass looks again.
+        locked = {v.id: v for v in ResourceClaim.objects.select_for_update(of=("self",), skip_locked=True)
+                  .select_related("namespace").filter(id__in=ids).order_by("id")}
+        return _cancel(notices, decided, locked)
+
+
+def still_needed(victims: list[ResourceClaim], now, engine_of: Callable | None = None) -> list[ResourceClaim]:
+    """The hook run just before locked ``victims`` give their devices up (``claims.services.preemption``): the
+    notices of their preemptors are re-checked (with a throw-away engine: it may run in a web process); those
+    of ``victims`` no longer needed are cancelled in the caller's transaction. Returns the victims still
+    needed."""
+    if not victims:
+        return victims
+    by_id = {v.id: v for v in victims}
+    notices = list(Preemption.objects.filter(state=PreemptionState.PENDING, victim_id__in=list(by_id))
+                   .order_by("id"))
+    others = list(Preemption.objects.filter(state=PreemptionState.PENDING, victim__phase=Phase.ALLOCATED,
+                                            preemptor_id__in={p.preemptor_id for p in notices} - {None})
+                  .exclude(victim_id__in=list(by_id)).order_by("id"))
+    decided = decide(sorted([*notices, *others], key=lambda p: p.id), engine_of or throwaway_engine)
+    mine = [p for p in notices if p.id in decided]
+    if mine:
+        _cancel(mine, decided, by_id, now)
+    gone = {p.victim_id for p in mine}
+    return [v for v in victims if v.id not in gone]
+
+
+def decide(notices: list[Preemption], engine_of: Callable) -> dict[int, str]:
+    """Notice id -> why it is cancelled, for the ``notices`` (running, ``victim`` still allocated) no longer
+    needed. Nothing is written."""
+    by_preemptor: dict[int | None, list[Preemption]] = defaultdict(list)
+    for p in notices:
+        by_preemptor[p.preemptor_id].append(p)
+    claims = {c.id: c for c in ResourceClaim.objects.filter(id__in=[i for i in by_preemptor if i is not None])
+              .select_related("namespace")}
+    out: dict[int, str] = {}
+    engine_work = []
+    for pid, mine in by_preemptor.items():
+        claim = claims.get(pid) if pid is not None else None
+        if claim is None or claim.phase in (Phase.RELEASED, Phase.FAILED):
+            who = f"{claim.namespace.name}/{claim.name} " if claim is not None else ""
+            out.update((p.id, f"its preemptor {who}is gone") for p in mine)
+        elif claim.phase == Phase.ALLOCATED:
+            out.update((p.id, f"its preemptor {claim.namespace.name}/{claim.name} was allocated") for p in mine)
+        elif not managed_elsewhere(claim) and claim.reason != queueing.WAITING_FOR_QUOTA:
+            engine_work.append((claim, mine))
+    if engine_work:
+        out.update(_engine_check(engine_work, engine_of))
+    return out
+
+
+def cached_engine(view):
+    return engines.engine_for(view, fleet.rows_in_use())
+
+
+def throwaway_engine(view):
+    from dra.engine import Engine
+
+    return Engine(view.snapshot, list(fleet.rows_in_use().values()))
+
+
+def _engine_check(work: list[tuple[ResourceClaim, list[Preemption]]], engine_of: Callable) -> dict[int, str]:
+    """The engine part of ``decide``: preemptors in order on one engine, left as it was."""
+    view = fleet.current_view()
+    engine = engine_of(view)
+    devices = preemption.victim_devices([ResourceClaim(id=p.victim_id) for _, mine in work for p in mine])
+    out: dict[int, str] = {}
+    kept: list = []
+    try:
+        for claim, mine in work:
+            mine = [p for p in mine if devices.get(p.victim_id)]
+            group = allocation.engine_group(Group(claims=[claim]), view)
+            placed = preemption.placer(engine, group, None)
+            for p in mine:
+                engine.release(devices[p.victim_id])
+            if not placed():  # not even with all its victims: left to the round and the next pass
+                for p in mine:
+                    engine.commit(devices[p.victim_id])
+                continue
+            needed = []
+            for p in reversed(mine):
+                engine.commit(devices[p.victim_id])
+                if placed():
+                    out[p.id] = NOT_NEEDED
+                else:
+                    engine.release(devices[p.victim_id])
+                    needed.append(p)
+            if not preemption.keep(engine, group, None, kept, [d for p in needed for d in devices[p.victim_id]]):
+                for p in needed:
+                    engine.commit(devices[p.victim_id])
+    finally:
+        preemption.restore(kept)
+    return out
+
+
+def _cancel(notices: list[Preemption], decided: dict[int, str], locked: dict[int, ResourceClaim], now=None) -> int:
+    """Cancel the ``decided`` notices (grouped by why) whose victims are ``locked``; wake their preemptors (a
+    preemptor that fits without its victims is tried by the next round)."""
+    now = now or timezone.now()
+    by_why: dict[str, list[Preemption]] = defaultdict(list)
+    for p in notices:
+        if p.id in decided:
+            by_why[decided[p.id]].append(p)
+    total = sum(cancellation.cancel(mine, locked, why, now) for why, mine in by_why.items())
+    woken = {p.preemptor_id for mine in by_why.values() for p in mine if p.preemptor_id is not None}
+    if total and woken:
+        wake.wake_claims(woken)
+    return total
