@@ -13,12 +13,15 @@ looked at again:
   (each placed, on what it still needs, before the next is looked at: two preemptors never both count the same
   freed devices): its victims' devices released, it must fit; then each victim, last noticed first, is given
   back when the preemptor still fits without it. Those victims' notices are cancelled
-  (``PreemptionCancelled``); the others' devices move as planned.
+  (``PreemptionCancelled``); the others' devices move as planned. A preemptor whose notices were cancelled
+  that way and that is not placed yet is placed first, on no victims (``promised``): the room it was promised
+  is not counted again for another.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -33,6 +36,9 @@ from scheduler.services import allocation, preemption
 from scheduler.services.grouping import Group
 
 NOT_NEEDED = "its preemptor fits without this claim's devices now (room was freed elsewhere)"
+# How long a cancellation's promise of room to its preemptor is honoured by later re-checks (``promised``): the
+# next claims round places it well within this.
+PROMISE = timedelta(minutes=5)
 
 
 def run(limit: int = 2000) -> int:
@@ -94,8 +100,20 @@ def decide(notices: list[Preemption], engine_of: Callable) -> dict[int, str]:
         elif not managed_elsewhere(claim) and claim.reason != queueing.WAITING_FOR_QUOTA:
             engine_work.append((claim, mine))
     if engine_work:
-        out.update(_engine_check(engine_work, engine_of))
+        out.update(_engine_check([*promised(set(by_preemptor)), *engine_work], engine_of))
     return out
+
+
+def promised(deciding: set) -> list[tuple[ResourceClaim, list]]:
+    """Pending claims whose notices a recent re-check cancelled because they fit as things are: placed first, on
+    no victims, so that the room they were promised is not counted again for another preemptor before the
+    round places them (one whose room went elsewhere does not fit, and holds nothing)."""
+    since = timezone.now() - PROMISE
+    ids = (Preemption.objects.filter(state=PreemptionState.CANCELLED, finished_at__gte=since)
+           .exclude(preemptor_id__in=deciding - {None}).values("preemptor_id"))
+    return [(c, []) for c in ResourceClaim.objects.filter(id__in=ids, phase=Phase.PENDING)
+            .select_related("namespace").order_by("id")
+            if not managed_elsewhere(c) and c.reason != queueing.WAITING_FOR_QUOTA]
 
 
 def cached_engine(view):
