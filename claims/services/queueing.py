@@ -18,6 +18,7 @@ types and reasons the claims app writes for them (``Verdict``: an admission's an
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -71,3 +72,18 @@ def preemptors_gone(claims: list[Any], why: str) -> int:
     """In the releasing transaction: pending ``claims`` are released or deleted (``why``); cancel the preemption
     notices they gave. Returns how many."""
     return _provider.preemptors_gone(claims, why) if _provider and claims else 0
+
+
+# ``POST /api/v1/simulate`` against the stored fleet runs the scheduler's cycle after the engine (queue
+# admission on a copy, where the claim would wait): registered by the scheduler (above this app) in
+# ``SchedulerConfig.ready``; ``(claims, answer) -> answer``.
+_simulation: Callable[[list[dict], dict], dict] | None = None
+
+
+def register_simulation(step: Callable[[list[dict], dict], dict]) -> None:
+    global _simulation
+    _simulation = step
+
+
+def simulated(claims: list[dict], answer: dict) -> dict:
+    return _simulation(claims, answer) if _simulation is not None else answer

@@ -116,14 +116,14 @@ class Found(NamedTuple):
 
 
 def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None,
-                   hopeless: dict | None = None, kept: list | None = None) -> list[ResourceClaim]:
+                   hopeless: dict | None = None, kept: list | None = None, engine=None) -> list[ResourceClaim]:
     """The victims whose devices, freed, let ``claim`` fit (the engine says so), or []. ``coming``: (queue,
     class) -> devices being reclaimed for other waiting claims (counted as used). ``hopeless``: kept by the
     caller over one pass, (queue, class, priority) -> the least need for which there was no candidate at all:
     a claim alike that needs as much or more has none either (its selectors play no part before the engine's
     check, and ``coming`` only grows in a pass), so it is not looked at again -- a queue of thousands of alike
     claims read every allocated claim of their class once per claim and pass. ``kept``: see
-    ``confirm_with_engine``."""
+    ``confirm_with_engine``. ``engine``: the one to ask (default: the worker's cached one)."""
     wanted = requested_devices(claim.spec)
     if not wanted:
         return []
@@ -138,7 +138,7 @@ def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None,
         if hopeless is not None:
             hopeless[key] = min(need, hopeless.get(key, need))
         return []
-    return _confirm(claim, found, need, kept)
+    return _confirm(claim, found, need, kept, engine)
 
 
 def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: dict | None):
@@ -234,7 +234,7 @@ def victim_devices(pool) -> dict[int, list[AllocatedDevice]]:
     return devices
 
 
-def _confirm(claim, found: Found, need: int, kept: list | None) -> list[ResourceClaim]:
+def _confirm(claim, found: Found, need: int, kept: list | None, engine=None) -> list[ResourceClaim]:
     """Load what the engine check needs (the round's cached engine, the candidates' devices) and run it. In a
     unit other than devices, what the claim needs is known once the engine places it: no amount is required
     freed before the engine is asked, and a placement counts only if it keeps the claim's queue within its
@@ -242,7 +242,7 @@ def _confirm(claim, found: Found, need: int, kept: list | None) -> list[Resource
     if not found.pool:
         return []
     view = fleet.current_view()
-    engine = engines.engine_for(view, fleet.rows_in_use())
+    engine = engine or engines.engine_for(view, fleet.rows_in_use())
     devices = victim_devices(found.pool)
     group = allocation.engine_group(Group(claims=[claim]), view)
     admits = None
