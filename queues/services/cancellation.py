@@ -61,10 +61,11 @@ def for_preemptors(claims: list[ResourceClaim], why: str, now=None) -> int:
     locked = {v.id: v for v in ResourceClaim.objects.select_for_update(of=("self",), skip_locked=True)
               .select_related("namespace").filter(id__in=ids).order_by("id")}
     total = 0
-    for pid in sorted({p.preemptor_id for p in notices}):
+    for pid in sorted({p.preemptor_id for p in notices if p.preemptor_id is not None}):
         mine = [p for p in notices if p.preemptor_id == pid]
         who = mine[0].preemptor
-        total += cancel(mine, locked, f"its preemptor {who.namespace.name}/{who.name} {why}", now)
+        name = f"{who.namespace.name}/{who.name} " if who is not None else ""
+        total += cancel(mine, locked, f"its preemptor {name}{why}", now)
     return total
 
 
