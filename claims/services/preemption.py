@@ -38,12 +38,18 @@ PREEMPTION_CANCELLED = conditions.PREEMPTION_CANCELLED
 # Just before a victim's devices move, the scheduler (above this app) checks that its preemptor still needs
 # them: ``still_needed(victims, now)`` returns those it does, having cancelled the others' notices in the same
 # transaction. Registered in ``SchedulerConfig.ready``; none: every victim is still needed.
-_still_needed: Callable[[list[ResourceClaim], datetime], list[ResourceClaim]] | None = None
+_still_needed: Callable[..., list[ResourceClaim]] | None = None
 
 
-def register_recheck(still_needed: Callable[[list[ResourceClaim], datetime], list[ResourceClaim]]) -> None:
+def register_recheck(hook: Callable[..., list[ResourceClaim]]) -> None:
     global _still_needed
-    _still_needed = still_needed
+    _still_needed = hook
+
+
+def still_needed(victims: list[ResourceClaim], now, *, in_worker: bool = False) -> list[ResourceClaim]:
+    """Of locked ``victims`` about to give their devices up, those their preemptors still need (the others'
+    notices cancelled). ``in_worker``: the caller is an allocation worker (its cached engine may be used)."""
+    return _still_needed(victims, now, in_worker=in_worker) if _still_needed is not None else victims
 
 
 def iso(at: datetime) -> str:
@@ -138,8 +144,8 @@ def confirm_locked(claims: list[ResourceClaim], by: str, now, *, recheck: bool =
     """Locked victims (Allocated, Releasing, ``preemption`` set) confirmed by ``by``: requeued, preemptors woken
     -- those whose preemptor still needs them (``recheck``, unless the caller has just checked): the others'
     notices are cancelled and they keep their devices."""
-    if recheck and _still_needed is not None:
-        claims = _still_needed(claims, now)
+    if recheck:
+        claims = still_needed(claims, now)
     for claim in claims:
         claim.preemption = {**(claim.preemption or {}), "confirmedAt": iso(now), "confirmedBy": by}
     ev.record([ev.event(c, RELEASE_CONFIRMED, RELEASE_CONFIRMED, f"stopped, confirmed by {by}",

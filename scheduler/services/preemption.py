@@ -440,9 +440,7 @@ def sweep(limit: int = 500) -> int:
 
 def _recheck_due(live: list[ResourceClaim], now) -> set[int]:
     """Just before their devices move: the ids of locked victims ``live`` whose notices the re-check cancelled."""
-    from scheduler.services import recheck  # it builds on this module
-
-    still = recheck.still_needed(live, now, recheck.cached_engine)
+    still = claim_preemption.still_needed(live, now, in_worker=True)  # ``scheduler.services.recheck``
     return {v.id for v in live} - {v.id for v in still}
 
 

@@ -59,11 +59,11 @@ def run(limit: int = 2000) -> int:
         return _cancel(notices, decided, locked)
 
 
-def still_needed(victims: list[ResourceClaim], now, engine_of: Callable | None = None) -> list[ResourceClaim]:
+def still_needed(victims: list[ResourceClaim], now, *, in_worker: bool = False) -> list[ResourceClaim]:
     """The hook run just before locked ``victims`` give their devices up (``claims.services.preemption``): the
-    notices of their preemptors are re-checked (with a throw-away engine: it may run in a web process); those
-    of ``victims`` no longer needed are cancelled in the caller's transaction. Returns the victims still
-    needed."""
+    notices of their preemptors are re-checked (with the worker's cached engine ``in_worker``, else a throw-away
+    one: a confirmation runs in a web process); those of ``victims`` no longer needed are cancelled in the
+    caller's transaction. Returns the victims still needed."""
     if not victims:
         return victims
     by_id = {v.id: v for v in victims}
@@ -72,7 +72,7 @@ def still_needed(victims: list[ResourceClaim], now, engine_of: Callable | None =
     others = list(Preemption.objects.filter(state=PreemptionState.PENDING, victim__phase=Phase.ALLOCATED,
                                             preemptor_id__in={p.preemptor_id for p in notices} - {None})
                   .exclude(victim_id__in=list(by_id)).order_by("id"))
-    decided = decide(sorted([*notices, *others], key=lambda p: p.id), engine_of or throwaway_engine)
+    decided = decide(sorted([*notices, *others], key=lambda p: p.id), cached_engine if in_worker else throwaway_engine)
     mine = [p for p in notices if p.id in decided]
     if mine:
         _cancel(mine, decided, by_id, now)
