@@ -12,6 +12,7 @@ from queues.models import Preemption, PreemptionState
 from scheduler.services import preemption, reclaim
 from tests.queues.test_admission import ns, rounds, submit
 from tests.queues.test_preemption import borrowed_fleet
+from tests.test_metrics_grafana import scrape
 
 pytestmark = pytest.mark.django_db
 HOOK = "https://hooks.example.test/preemption"
@@ -76,6 +77,9 @@ def test_a_release_elsewhere_during_grace_cancels_every_victim_and_moves_nothing
     assert preemption.sweep() == 0 and reclaim.run()["requeued"] == 0
     assert ResourceClaim.objects.filter(namespace__name="ci", phase=Phase.ALLOCATED).count() == 12
     assert ClaimEvent.objects.filter(type="Preempted", reason="Preempted").count() == 0  # 0 devices moved
+    samples = scrape(admin_client)
+    assert samples["draservice_preemption_cancelled_total"] == [({"queue": "default"}, 4.0)]
+    assert not any(lab == {"queue": "default"} for lab, _ in samples.get("draservice_queue_preemptions_total", []))
 
 
 def test_a_preemptor_deleted_during_grace_cancels_its_notices_in_that_transaction(admin_client, h100_fleet, hooked):
