@@ -61,8 +61,9 @@ def reclaim_mig(w: World) -> None:
     for i in range(8):
         w.claim("ci", f"{s}-w{i}", body=mig_claim(f"{s}-w{i}", "7g.80gb"))
     assert w.wait(lambda: w.allocated("ci") == 8, 30) is not None, "the borrower did not fill the node"
-    for i in range(2):
-        w.claim("m", f"{s}-h{i}", body=mig_claim(f"{s}-h{i}", "3g.40gb"))
+    # In one request, so that one pass sees both waiting: arriving apart, the first would be given the whole GPU
+    # and the second a victim of its own (each victim serves one preemptor), and the figure would hang on timing.
+    w.batch("m", [mig_claim(f"{s}-h{i}", "3g.40gb") for i in range(2)], track=True)
     placed = w.wait(lambda: w.allocated("m") == 2, 1 + 3 * PASS_SECONDS)
     time.sleep(0 if w.small else PASS_SECONDS + 1)
     notices = notices_for("m", f"{s}-h0") + notices_for("m", f"{s}-h1")

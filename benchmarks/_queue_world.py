@@ -92,10 +92,13 @@ class World:
     def claim(self, namespace: str, name: str, count: int = 1, body: dict | None = None) -> dict:
         return self.create(f"/api/v1/namespaces/{namespace}/resourceclaims", body or gpu_claim(name, count))
 
-    def batch(self, namespace: str, items: list[dict]) -> None:
+    def batch(self, namespace: str, items: list[dict], track: bool = False) -> None:
+        """Claims created by the hundred; ``track``: deleted at the next reset (as ``claim``'s are)."""
+        collection = f"/api/v1/namespaces/{namespace}/resourceclaims"
         for start in range(0, len(items), 100):
-            self.call("POST", f"/api/v1/namespaces/{namespace}/resourceclaims/batch",
-                      {"items": items[start:start + 100]})
+            self.call("POST", f"{collection}/batch", {"items": items[start:start + 100]})
+        if track:
+            self.made.extend((collection, item["metadata"]["name"]) for item in items)
 
     def gang(self, namespace: str, name: str, replicas: int, per_member: int) -> None:
         template = f"{name}-x{per_member}"

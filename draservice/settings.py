@@ -159,6 +159,11 @@ STALE_CLUSTER_SECONDS = int(os.environ.get("STALE_CLUSTER_SECONDS", "300"))
 # Pending claims a freed device wakes (the first it can serve in the scheduler's order), besides the queue
 # head holding its node; the next ones are woken when the device is still free after they were decided.
 WAKE_FANOUT = int(os.environ.get("WAKE_FANOUT", "4"))
+# The plan (queues' first planDepth claims, their planned starts): recomputed at most this often (seconds), or
+# sooner when a release or an arrival changes a queue's first planDepth. The round latency is the time from a
+# walltime end's sweep to the round that gives the freed devices away (added to planned starts with the sweep).
+PLAN_INTERVAL = float(os.environ.get("PLAN_INTERVAL", "10"))
+PLAN_ROUND_LATENCY_SECONDS = float(os.environ.get("PLAN_ROUND_LATENCY_SECONDS", "1"))
 # The demo fleet loaded by `make run` (nodes in total, spread over several clusters).
 DEMO_FLEET_NODES = int(os.environ.get("DEMO_FLEET_NODES", "48"))
 # /metrics names every cluster and its allocation counts: it needs an admin token unless this is true

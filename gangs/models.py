@@ -58,6 +58,11 @@ class Gang(models.Model):
     # Set while a worker decides this gang (``scheduler.services.gang_placement``); others skip it until then.
     taken_until = models.DateTimeField(null=True, blank=True)
     taken_by = models.IntegerField(null=True, blank=True)  # the taking worker's PostgreSQL backend pid
+    # A pending gang at the head of its queue holds the nodes its members need (``scheduler.services.gang_holds``):
+    # the queue it holds them for, and [[cluster, node], ...]. Read by the claims round only while Pending.
+    hold_queue = models.CharField(max_length=253, blank=True, default="")
+    held_nodes = models.JSONField(default=list, blank=True)
+    hold_need = models.JSONField(default=dict, blank=True)  # {device class: devices} the members need in all
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

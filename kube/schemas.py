@@ -299,7 +299,9 @@ def queue(version: str) -> Node:
                weight=number("Its share of the fleet against its siblings (default 1)."),
                priority=integer("Higher goes first among equal shares."),
                maxPriority=integer("The highest priority its claims may ask for."),
-               preemption=PREEMPTION, fairSharing=FAIR_SHARING)
+               preemption=PREEMPTION, fairSharing=FAIR_SHARING,
+               planDepth=integer("How many of its first pending claims the plan gives a start (default 10, at "
+                                 "most 100; 0: none)."))
     return _top("Queue", f"draservice.io/{version}", "A fleet-wide queue of claims (admins write them).", spec,
                 QUEUE_STATUS)
 

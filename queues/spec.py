@@ -16,7 +16,10 @@ UNITS = ("devices", "counters", "capacity")
 LIMITS = ("nominal", "borrowingLimit", "lendingLimit")
 WITHIN_QUEUE = ("Never", "LowerPriority")
 RECLAIM_BORROWED = ("Never", "Always")
-SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption", "fairSharing")
+DEFAULT_PLAN_DEPTH = 10
+MAX_PLAN_DEPTH = 100
+SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption", "fairSharing",
+               "planDepth")
 MAX_HALF_LIFE = 365 * 86400  # a year: longer remembers use nobody can still account for
 PREEMPTION_DEFAULTS = {"withinQueue": "LowerPriority", "reclaimBorrowed": "Always", "minRuntimeSeconds": 0,
                        "graceSeconds": 30}
@@ -105,6 +108,11 @@ def _spec(raw: dict) -> tuple[dict, list[tuple[str, str]]]:
     spec["preemption"] = _preemption(raw.get("preemption"), errors)
     if raw.get("fairSharing") is not None:
         spec["fairSharing"] = _fair_sharing(raw["fairSharing"], errors)
+    # How many of its first pending claims the plan gives a start (scheduler.services.plan); 0: none.
+    spec["planDepth"] = _integer(raw, "planDepth", DEFAULT_PLAN_DEPTH, errors, minimum=0)
+    if spec["planDepth"] > MAX_PLAN_DEPTH:
+        errors.append(f.invalid("spec.planDepth", spec["planDepth"], f"must be at most {MAX_PLAN_DEPTH}"))
+        spec["planDepth"] = DEFAULT_PLAN_DEPTH
     return spec, errors
 
 

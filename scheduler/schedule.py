@@ -6,6 +6,8 @@ Allocation itself is event-driven (claims created, devices released, inventory c
 """
 from datetime import timedelta
 
+from django.conf import settings
+
 SCHEDULE = {
     "claims-retry-pending": {"task": "claims.tasks.allocate_pending", "schedule": timedelta(seconds=15)},
     # Targeted wake-ups wake a few claims per freed device; this wakes, oldest first, claims whose counters say
@@ -17,4 +19,6 @@ SCHEDULE = {
     # nothing changed).
     "gangs-retry-pending": {"task": "gangs.tasks.place_gangs", "schedule": timedelta(seconds=5)},
     "queues-preempt": {"task": "queues.tasks.preempt", "schedule": timedelta(seconds=5)},
+    # The plan (scheduler.services.plan): a pass costs the per-queue queries when it is not due.
+    "scheduler-plan": {"task": "scheduler.tasks.plan", "schedule": timedelta(seconds=settings.PLAN_INTERVAL)},
 }

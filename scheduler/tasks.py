@@ -18,7 +18,7 @@ from claims import dispatch
 from draservice import dispatch as draservice_dispatch
 from draservice import notify
 from gangs import dispatch as gang_dispatch
-from scheduler.services import allocation, gang_placement, reclaim, round_log, wakeups
+from scheduler.services import allocation, gang_placement, plan, reclaim, round_log, wakeups
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +64,29 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
             break
     if totals["rounds"]:
         log.info("allocation: %s", totals)
+        _replan()  # the rounds started or held claims: the queues' first planDepth may have moved
     if totals["pending"]:
         request_pass()  # a claim short of room or quota may reclaim: not only at the beat's next period
     return totals
+
+
+def _replan() -> None:
+    try:
+        done = plan.refresh()
+        if done is not None and done.woken:
+            dispatch.request_allocation()
+    except Exception:  # noqa: BLE001 -- the plan is advice: a failed pass leaves the last one, retried by beat
+        log.exception("plan pass failed")
+
+
+@shared_task(name="scheduler.tasks.plan", ignore_result=True)
+def plan_pass() -> int:
+    """The plan (``scheduler.services.plan``), when due: at most every ``PLAN_INTERVAL`` unless the queues'
+    first ``planDepth`` claims changed. Claims it starts now by backfill get a round."""
+    done = plan.refresh()
+    if done is not None and done.woken:
+        dispatch.request_allocation()
+    return done.planned if done is not None else 0
 
 
 @shared_task(name="scheduler.tasks.wake_backstop", ignore_result=True)

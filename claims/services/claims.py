@@ -26,7 +26,7 @@ from claims.models import (
     ResourceClaimTemplate,
 )
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
-from claims.services import bulk, caps, external, queueing, wake
+from claims.services import bulk, caps, external, queueing, renewal, wake
 from claims.services import events as ev
 from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
@@ -514,6 +514,7 @@ def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None =
         # A pending claim's lease starts at its allocation: a renewal sets only its length.
         claim.lease_expires_at = (now + timedelta(seconds=claim.lease_seconds)
                                   if claim.phase == Phase.ALLOCATED else None)
+        renewal.check_backfill(claim)
         claim.lease_renewed_at = now
         claim.resource_version += 1
         claim.save(update_fields=["lease_seconds", "lease_expires_at", "lease_renewed_at", "resource_version",

@@ -8,6 +8,7 @@ ATTEMPT = "PlacementAttempt"
 PLACED = "Placed"
 MEMBERS_ADDED = "MembersAdded"
 MEMBER_LOST = "MemberLost"
+PREEMPTED = "Preempted"  # every member requeued by preemption: Pending again
 FAILED = "Failed"
 RELEASED = "Released"
 DELETED = "Deleted"

@@ -2,6 +2,7 @@
 
 * A pending gang past its ``deadline`` (created + ``scheduleTimeoutSeconds``) fails with ``ScheduleTimeout``
   and everything is released (its claims too: the gang will never start).
+* A placed gang whose members were all requeued by preemption goes back to Pending (``preempted``).
 * A placed gang whose members lost their claims (released, lease expired, deleted through the claims API)
   below ``minMember`` fails with ``MinMemberLost`` and releases what the others still hold: a gang below
   its minimum is of no use to anyone, and holding its devices would be a partial hold. Above the minimum
@@ -17,14 +18,15 @@ from django.utils import timezone
 from claims.models import Phase, ResourceClaim
 from gangs.models import Gang, GangMember, GangPhase, MemberPhase
 from gangs.services import events as ev
-from gangs.services import hold
+from gangs.services import hold, preempted
 from gangs.services.gangs import fail_timeout, finish_locked, member_claims
 
 BATCH = 100
 
 
 def sweep() -> dict[str, int]:
-    return {"held_again": hold.reapply(), "timed_out": expire_timeouts(), "checked": check_placed()}
+    return {"held_again": hold.reapply(), "timed_out": expire_timeouts(), "requeued": preempted.requeue_preempted(),
+            "checked": check_placed()}
 
 
 def expire_timeouts(limit: int = BATCH) -> int:
@@ -61,13 +63,16 @@ def check_placed(limit: int = BATCH) -> int:
                 continue
             mcs, _ = member_claims(gang, lock=True)
             now = timezone.now()
-            lost = [mc for mc in mcs if mc.member.phase == MemberPhase.PLACED and mc.state != "placed"]
+            # A member requeued by preemption is not lost: its gang goes back to Pending whole once the others
+            # are requeued too (``preempted``).
+            lost = [mc for mc in mcs if mc.member.phase == MemberPhase.PLACED and mc.state != "placed"
+                    and not preempted.requeued(mc)]
             for mc in lost:
                 mc.member.phase = MemberPhase.LOST
                 mc.member.save(update_fields=["phase"])
             ev.record([ev.event(gang, ev.MEMBER_LOST, "MemberLost", f"member {mc.member.name} lost its claims")
                        for mc in lost])
-            placed = sum(1 for mc in mcs if mc.state == "placed")
+            placed = sum(1 for mc in mcs if mc.state == "placed" or preempted.requeued(mc))
             if placed < gang.min_member:
                 finish_locked(gang, mcs, GangPhase.FAILED, "MinMemberLost",
                               f"only {placed} members still hold their claims; minMember is {gang.min_member}", now)

@@ -10,6 +10,8 @@ notice row ends ``PreemptionCancelled``, ``finished_at`` set (``draservice_preem
 """
 from __future__ import annotations
 
+from collections import defaultdict
+
 from django.db.models import Q
 from django.utils import timezone
 
@@ -18,11 +20,17 @@ from claims.services import preemption as claim_preemption
 from queues.models import Preemption, PreemptionState, Queue
 from queues.services import webhooks
 
+# A claim's gang, through its consumer's gang membership (the gangs app's models, read by relation name: queues
+# does not import gangs).
+GANG_ID = "reservations__consumer__gang_member__gang_id"
+
 
 def cancel(notices: list[Preemption], victims: dict[int, ResourceClaim], why: str, now) -> int:
     """Cancel pending ``notices`` whose victims the caller has locked (``victims``: by id; a notice whose victim
-    is not there is left as it is). Returns how many were cancelled."""
-    live = [p for p in notices if p.victim_id in victims and victims[p.victim_id].phase == Phase.ALLOCATED]
+    is not there is left as it is, and so are the notices of a gang not all of whose running notices can be
+    cancelled: a gang is preempted whole or not at all). Returns how many were cancelled."""
+    live = whole_gangs([p for p in notices
+                        if p.victim_id in victims and victims[p.victim_id].phase == Phase.ALLOCATED])
     if not live:
         return 0
     done = Preemption.objects.filter(id__in=[p.id for p in live], state=PreemptionState.PENDING).update(
@@ -38,6 +46,31 @@ def cancel(notices: list[Preemption], victims: dict[int, ResourceClaim], why: st
     queues = {q.name: q for q in Queue.objects.filter(name__in={p.queue for p in live})}
     webhooks.notify(live, queues, event=webhooks.CANCELLED)
     return len(live)
+
+
+def gangs_of(claim_ids) -> dict[int, int]:
+    """Claim id -> the id of the gang it is a member of, for those that are (``scheduler.services.gang_victims``
+    reads membership the same way)."""
+    return {cid: g for cid, g in ResourceClaim.objects.filter(id__in=list(claim_ids)).values_list("id", GANG_ID)
+            if g is not None}
+
+
+def whole_gangs(notices: list[Preemption]) -> list[Preemption]:
+    """``notices`` without those of a gang some of whose running notices are not among them."""
+    gang_of = gangs_of(p.victim_id for p in notices)
+    if not gang_of:
+        return notices
+    running: dict[int, set[int]] = defaultdict(set)
+    for pid, g in (Preemption.objects.filter(state=PreemptionState.PENDING,
+                                             **{f"victim__{GANG_ID}__in": set(gang_of.values())})
+                   .values_list("id", f"victim__{GANG_ID}")):
+        running[g].add(pid)
+    have: dict[int, set[int]] = defaultdict(set)
+    for p in notices:
+        if p.victim_id in gang_of:
+            have[gang_of[p.victim_id]].add(p.id)
+    whole = {g for g in have if have[g] >= running[g]}
+    return [p for p in notices if p.victim_id not in gang_of or gang_of[p.victim_id] in whole]
 
 
 def pending_of(preemptor_ids) -> list[Preemption]:

@@ -14,6 +14,11 @@ read again only when the allocations may have changed: a release (``FleetState.v
 without either, so the copy is also read again after ``MAX_AGE_SECONDS``. The holding times come from a
 bounded sample (the ``HISTORY_SAMPLE`` most recent releases of the last ``HISTORY_DAYS``): released claims are
 kept, and averaging all of them made every estimate cost more as the service ran.
+
+A claim the scheduler's plan gives a start (a queue's first ``planDepth``: ``scheduler.services.plan``, which
+registers its reader here) is estimated from the plan instead: its planned start already counts the lease
+sweep's period and a round's latency after the walltime ends it waits for, and the devices the claims planned
+before it take.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,6 +42,14 @@ HISTORY_DAYS = 7  # released claims of this recent past give a queue's mean hold
 HISTORY_SAMPLE = 5000  # ... the most recent of them, fleet-wide
 MAX_AGE_SECONDS = 10.0
 
+# claim ids -> {"start": planned start or None} for those in the plan; set by the scheduler (AppConfig.ready).
+_plan_reader: Callable[[list[int]], dict[int, dict]] | None = None
+
+
+def register_plan(reader: Callable[[list[int]], dict[int, dict]] | None) -> None:
+    global _plan_reader
+    _plan_reader = reader
+
 
 def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], tree=None) -> dict[int, dict]:
     """claim id -> status fields (``estimatedStartTime`` + ``estimate.message``, or ``estimate.reason``).
@@ -50,8 +64,13 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], t
             waiting.add(tree.by_namespace.get(namespace, DEFAULT_QUEUE))
     running = _ends()
     now = timezone.now()
+    planned = _plan_reader([c.id for c in pending]) if _plan_reader is not None else {}
     out = {}
     for claim in pending:
+        start = (planned.get(claim.id) or {}).get("start")
+        if start is not None:
+            out[claim.id] = from_plan(start, now)
+            continue
         wanted = requested_devices(claim.spec)
         if not wanted:
             continue
@@ -76,6 +95,14 @@ def estimates(pending: list, queues_of: dict[int, str], ahead: dict[int, int], t
             f"about {minutes} min: running claims ending by {when.strftime('%H:%M')} free the {need} {cls} "
             f"devices this claim and those before it need")}}
     return out
+
+
+def from_plan(start: datetime, now: datetime) -> dict:
+    when = max(start, now)
+    minutes = max(0, round((when - now).total_seconds() / 60))
+    return {"estimatedStartTime": when.strftime("%Y-%m-%dT%H:%M:%SZ"), "estimate": {"message": (
+        f"about {minutes} min: the scheduler's plan starts it at {when.strftime('%H:%M:%S')}, when the walltimes "
+        "of the running claims it waits for have ended (with the lease sweep and a round)")}}
 
 
 def expected_start(ends: list[datetime], cumulative: list[int], need: int, now, share: float = 1.0):

@@ -60,7 +60,7 @@ from dra.engine.plan import claim_ref
 from draservice import notify
 from inventory.services import pool_warnings
 from queues.services import order as queue_order
-from scheduler.services import admit, holds, queue_holds, turns, wakeups
+from scheduler.services import admit, gang_holds, holds, queue_holds, turns, wakeups
 from scheduler.services.grouping import Group, build_groups
 
 log = logging.getLogger(__name__)
@@ -135,6 +135,7 @@ def allocate_round(batch_size: int = DEFAULT_BATCH, engine_seconds: float | None
     locking.lock_seconds(reset=True)
     # Freed devices wake the first claims they can serve (a release alone wakes nobody); taken just below.
     wakeups.wake_for_released()
+    gang_holds.kick_stale()  # a gang holding nodes at its queue's head is tried again once devices were freed
     claims, version = take(batch_size)
     result = RoundResult(taken=len(claims))
     if not claims:
@@ -370,7 +371,9 @@ def _placement(group: Group, outcome) -> commit.Placement:
         claims=group.claims, allocations=[co.allocation if co else None for co in outcome.claims],
         cluster=outcome.cluster or "", node=outcome.node or "", message=f"allocated on {where}",
         diagnostics={"allocated": True, "cluster": outcome.cluster, "node": outcome.node or None,
-                     "group": group.key if group.consumers else None})
+                     "group": group.key if group.consumers else None,
+                     # A backfill into a held node (scheduler.services.backfill): the renewal guard reads it.
+                     **({"backfill": outcome.diagnostics["backfill"]} if "backfill" in outcome.diagnostics else {})})
 
 
 def _record_outcome(group: Group, outcome, lost: bool, version, now, result: RoundResult, events: list) -> None:

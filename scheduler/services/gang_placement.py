@@ -40,7 +40,7 @@ from gangs.models import Gang, GangMember, GangPhase, MemberPhase
 from gangs.services import events as ev
 from gangs.services import hold
 from gangs.services.gangs import MemberClaims, fail_timeout, finish_locked, member_claims, set_gang_condition
-from scheduler.services import admit, allocation
+from scheduler.services import admit, allocation, gang_holds
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,8 @@ def _decide_and_commit(session: EngineSession, p: Prepared) -> str:
         session.poison()  # stopped mid-search: the engine may hold tentative picks
         outcome = GangSpecError([("spec.members", f"placement stopped: {exc.reason}; the member claims' "
                                                    "selectors cost too much to evaluate over the fleet")])
+    if p.within is None and not isinstance(outcome, GangSpecError) and outcome.placed:
+        outcome = _screen(gang, p, outcome, placer)
     try:
         with transaction.atomic():
             commit.begin()
@@ -177,6 +179,17 @@ def _decide_and_commit(session: EngineSession, p: Prepared) -> str:
         Gang.objects.filter(pk=gang.pk).update(taken_until=None)
         return "lost_race"
     return result
+
+
+def _screen(gang: Gang, p: Prepared, outcome: GangOutcome, placer) -> GangOutcome:
+    """A placement on nodes an older gang holds at its queue's head is given back: the gang waits its turn
+    (``HeldForQueueHead``), as a later claim does in the claims round."""
+    why = gang_holds.held_from(gang, [c for mc in p.pending for c in mc.claims], outcome)
+    if not why:
+        return outcome
+    placer.release_placements(outcome.placements)
+    return dataclasses.replace(outcome, placed=False, placements=[], unplaced=[mc.member.name for mc in p.pending],
+                               reason="HeldForQueueHead", message=why)
 
 
 def _commit_locked(session: EngineSession, p: Prepared, outcome, view, rows_seen, placer) -> str:
@@ -207,6 +220,8 @@ def _commit_locked(session: EngineSession, p: Prepared, outcome, view, rows_seen
         finish_locked(gang, mcs, GangPhase.FAILED, "InvalidGang", outcome.message, p.now)
         return "failed"
     _record_pending(gang, outcome, p.pending, p.version, p.now)
+    if gang.phase == GangPhase.PENDING:  # at the head of its queue, it holds the nodes it waits for
+        gang_holds.hold_for_gang(gang, [mc.claims for mc in p.pending], placer.engine, outcome)
     return "pending"
 
 
@@ -289,6 +304,7 @@ def _write(session: EngineSession, gang: Gang, outcome, by_name: dict[str, Membe
         gang.phase = GangPhase.PLACED
         gang.cluster, gang.domain = cluster, outcome.domain
         gang.placed_at = now
+        gang.hold_queue, gang.held_nodes, gang.hold_need = "", [], {}  # its hold ends: it runs
         gang.reason, gang.message = "Placed", outcome.message
         set_gang_condition(gang, True, "Placed", outcome.message, now)
     gang.preferred_domains = _spread(gang.id, Topology.from_dict(gang.topology))

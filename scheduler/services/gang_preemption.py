@@ -5,7 +5,7 @@ its nominal for the gang's whole request reclaims like a claim does (``preemptio
 lower priority within its queue), but node by node: the nodes whose candidates are fewest are emptied first (a
 gang needs whole nodes far more often than scattered devices), and the gang placer, in what-if mode on the
 round's engine with the chosen victims' devices given back, confirms that the gang fits. The engine is left as
-it was. Gangs are never victims (they are placed whole; preempting them whole is future work).
+it was. A placed gang among the candidates is one unit (``gang_victims``), counted on its first member's node.
 """
 from __future__ import annotations
 

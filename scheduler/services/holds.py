@@ -34,6 +34,21 @@ class Screen:
         return frozenset()
 
 
+def selector_set(engine, claims, cls: str):
+    """The selector set of ``claims`` (a head's) for ``cls``: the class's selectors, plus its requests' own when
+    every request of that class has the same ones (a node is held only where the head's devices are)."""
+    klass = engine.get_class(None, cls)
+    if klass is None:
+        return None
+    class_exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
+                        for s in (klass.get("spec") or {}).get("selectors") or [])
+    request_sets = {tuple(((s or {}).get("cel") or {}).get("expression", "") for s in exact.get("selectors") or [])
+                    for c in claims for r in ((c.spec.get("devices") or {}).get("requests") or [])
+                    if (exact := r.get("exactly")) and exact.get("deviceClassName") == cls}
+    request_exprs = next(iter(request_sets)) if len(request_sets) == 1 else ()
+    return engine.selector_set(cls, class_exprs, request_exprs)
+
+
 def _until(text: str | None) -> datetime | None:
     try:
         return datetime.fromisoformat(str(text)) if text else None

@@ -7,8 +7,8 @@ queue's tree refused (``WaitingForQuota``), candidates are:
   reclaims (``preemption.reclaimBorrowed: Always``); for a quota-refused claim, only under the ancestor whose
   ``borrowingLimit`` caps the class (``reclaim_scope``);
 - claims of its own queue with a lower priority, when ``preemption.withinQueue: LowerPriority``.
-Never a claim younger than its queue's ``minRuntimeSeconds``, one already being preempted, or a gang's
-(gangs are placed whole by the gang worker; preempting them whole is left to it). Candidates are taken other
+Never a claim younger than its queue's ``minRuntimeSeconds``, or one already being preempted. A placed gang is
+one candidate with its whole demand, all its members or none (``gang_victims``). Candidates are taken other
 queues' first (reclaim), then its own queue's; lowest priority first, most recently started first, and only
 while their queue still borrows; the engine (the claims round's cached one, on the same snapshot) confirms after
 each that the freed devices let the claim fit, and then every victim whose removal (last taken first) still
@@ -52,7 +52,7 @@ from queues.services import webhooks
 from queues.services.position import PRIORITY_SQL
 from queues.services.resolve import Tree, effective_priority, queue_of
 from queues.services.usage import requested_devices
-from scheduler.services import allocation
+from scheduler.services import allocation, gang_victims
 from scheduler.services.grouping import Group
 
 log = logging.getLogger(__name__)
@@ -185,8 +185,9 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     now = timezone.now()
     pool = []
     # Only what the choice reads: the spec, allocation and conditions (the wide JSON columns) are not needed.
-    for v in (ResourceClaim.objects.filter(phase=Phase.ALLOCATED, id__in=list(held))
-              .only("id", "labels", "annotations", "allocated_at", "namespace_id", "cluster", "node")):
+    allocated = list(ResourceClaim.objects.filter(phase=Phase.ALLOCATED, id__in=list(held))
+                     .only("id", "labels", "annotations", "allocated_at", "namespace_id", "cluster", "node"))
+    for v in gang_victims.fold(allocated, held):  # a gang is one candidate with its whole demand
         vq = by_id[held[v.id][0]]
         prio = effective_priority(v, vq)
         min_run = (vq.spec.get("preemption") or {}).get("minRuntimeSeconds", 0)
@@ -226,9 +227,11 @@ def reclaim_scope(claim: ResourceClaim, name: str, cls: str, tree: Tree) -> set[
 
 
 def victim_devices(pool) -> dict[int, list[AllocatedDevice]]:
+    """Candidate id -> its devices (a gang's: every member's)."""
     devices: dict[int, list[AllocatedDevice]] = defaultdict(list)
-    for row in DeviceAllocation.objects.filter(claim_id__in=[v.id for v in pool]):
-        devices[row.claim_id].append(AllocatedDevice(row.cluster, row.driver, row.pool, row.device,
+    unit_of = {c.id: v.id for v in pool for c in gang_victims.expand([v])}
+    for row in DeviceAllocation.objects.filter(claim_id__in=list(unit_of)):
+        devices[unit_of[row.claim_id]].append(AllocatedDevice(row.cluster, row.driver, row.pool, row.device,
                                                      row.share_id or None, row.consumed_capacity or None,
                                                      row.admin_access))
     return devices
@@ -371,6 +374,7 @@ def restore(kept: list[Kept]) -> None:
 def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree, label: str | None = None) -> int:
     """Notice to ``victims`` (one transaction); webhooks after commit. Returns how many were marked."""
     now = timezone.now()
+    victims = gang_victims.expand(victims)  # a gang's members are noticed together
     with transaction.atomic():
         # The preemptor's row too (in the same id order): two passes that overlap (the beat sends one per period
         # to any worker) both decided for it; the second must see the first's victims and mark none.

@@ -11,7 +11,8 @@ every round -- of any worker -- starts from those holds, so a round that does no
 for a release, while new claims arrive) still keeps the node from the claims behind it. Without that, new
 1-GPU claims took the head's node between releases and an 8-GPU head waited for ever. The hold moves or ends
 only when the head is decided again (woken by any release in its cluster), placed, released or deleted.
-Leases are not yet used to let a small claim backfill where it would end before the head starts.
+A claim with a walltime that ends before the plan's starts of what it would take backfills there instead
+(``scheduler.services.backfill``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from queues.services import usage as u
 from queues.services.order import Shares
 from queues.services.resolve import Tree, queue_of
 from queues.services.usage import requested_devices
+from scheduler.services import gang_holds, holds
+from scheduler.services.backfill import Backfill
 from scheduler.services.holds import Screen
 
 HELD_FOR_QUEUE_HEAD = "held_for_queue_head"  # an engine outcome reason (the round maps it to HeldForQueueHead)
@@ -35,6 +38,7 @@ class RoundReservations(Screen):
         self.held: dict[tuple[str, str], str] = {}  # (cluster, node) -> queue name of the head holding it
         self.heads: set[str] = set()  # queues whose head has been found (this round or kept from before)
         self.kept: dict[int, tuple[str, tuple[str, str]]] = {}  # head claim id -> (queue, node), from before
+        self.backfill = Backfill()
         rows = (PendingWake.objects.exclude(head_of="").exclude(hold_node="")
                 .values_list("claim_id", "head_of", "hold_cluster", "hold_node").distinct())
         for claim_id, queue, cluster, node in rows:
@@ -42,6 +46,15 @@ class RoundReservations(Screen):
             # preempted keeps the node its victims free (``hold_for_preemptor``).
             self.kept[claim_id] = (queue, (cluster, node))
             self.held[(cluster, node)] = queue
+            self.heads.add(queue)
+        # What a holding gang will use once placed, per queue and class: a gang that will borrow is a borrowing
+        # head (``_yields``) though its queue uses nothing yet.
+        self.coming: dict[tuple[str, str], int] = {}
+        for queue, nodes, need in gang_holds.held():  # a gang at its queue's head: every node its members need
+            for where in nodes:
+                self.held.setdefault(where, queue)
+            for cls, n in need.items():
+                self.coming[(queue, cls)] = self.coming.get((queue, cls), 0) + n
             self.heads.add(queue)
 
     def avoid(self, group) -> frozenset[tuple[str, str]]:
@@ -70,6 +83,9 @@ class RoundReservations(Screen):
         holder = self.held.get(where)
         if holder is None or not outcome.node or self._yields(holder, queue, group):
             return outcome
+        backfilled = self.backfill.allows(group, outcome, holder)
+        if backfilled is not None:
+            return backfilled
         self.engine.release(outcome.devices)
         return dataclasses.replace(
             outcome, allocated=False, claims=[], devices=[], reason=HELD_FOR_QUEUE_HEAD,
@@ -77,9 +93,10 @@ class RoundReservations(Screen):
                     "elsewhere", diagnostics={"heldFor": holder, "node": where[1], "cluster": where[0]})
 
     def _yields(self, holder: str, queue: str, group) -> bool:
-        """A head whose queue borrows (uses beyond its nominal of the class) does not keep its held node from a
-        claim of another queue that stays within its nominal: the head's place is among the borrowers only.
-        (Such a claim waited ``HeldForQueueHead`` for ever beside an idle GPU.)"""
+        """A head whose queue borrows (uses beyond its nominal of the class, or will once a holding gang of it
+        is placed) does not keep its held node from a claim of another queue that stays within its nominal: the
+        head's place is among the borrowers only. (Such a claim waited ``HeldForQueueHead`` for ever beside an
+        idle GPU.)"""
         tree = self.tree
         if holder == queue or tree is None:
             return False
@@ -89,7 +106,8 @@ class RoundReservations(Screen):
         if h is None or q is None:
             return False
         wants = [r for c in group.claims for r in requested_devices(c.spec)]
-        if not any(self.shares.used[(h.id, cls)] > self.shares.nominal.get((h.id, cls), 0) for cls, _ in wants):
+        if not any(self.shares.used[(h.id, cls)] + self.coming.get((holder, cls), 0)
+                   > self.shares.nominal.get((h.id, cls), 0) for cls, _ in wants):
             return False
         if self.shares.borrows(q.id, wants):
             return False
@@ -108,7 +126,7 @@ class RoundReservations(Screen):
             return  # a one-device head needs no node held back: any freed device fits it
         cls = wanted[0][0]
         need = sum(n for c, n in wanted if c == cls)
-        sel = self._selector_set(group, cls)
+        sel = holds.selector_set(self.engine, group.claims, cls)
         if sel is None:
             return
         ranked: list[tuple] = []
@@ -121,20 +139,6 @@ class RoundReservations(Screen):
                 self.held[(model.name, name)] = queue
                 group.holds_node, group.held_at = queue, (model.name, name)  # kept for the next rounds (wake rows)
                 return
-
-    def _selector_set(self, group, cls: str):
-        """The head's selector set for ``cls``: the class's selectors, plus its requests' own when every request
-        of that class has the same ones (a node is held only where the head's devices are)."""
-        klass = self.engine.get_class(None, cls)
-        if klass is None:
-            return None
-        class_exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
-                            for s in (klass.get("spec") or {}).get("selectors") or [])
-        request_sets = {tuple(((s or {}).get("cel") or {}).get("expression", "") for s in exact.get("selectors") or [])
-                        for c in group.claims for r in ((c.spec.get("devices") or {}).get("requests") or [])
-                        if (exact := r.get("exactly")) and exact.get("deviceClassName") == cls}
-        request_exprs = next(iter(request_sets)) if len(request_sets) == 1 else ()
-        return self.engine.selector_set(cls, class_exprs, request_exprs)
 
 
 def hold_for_preemptor(claim, queue: str, where: tuple[str, str]) -> None:

@@ -127,37 +127,49 @@ def throwaway_engine(view):
 
 
 def _engine_check(work: list[tuple[ResourceClaim, list[Preemption]]], engine_of: Callable) -> dict[int, str]:
-    """The engine part of ``decide``: preemptors in order on one engine, left as it was."""
+    """The engine part of ``decide``: preemptors in order on one engine, left as it was. A gang's members are
+    one unit: given back (cancelled) all together or not at all."""
     view = fleet.current_view()
     engine = engine_of(view)
     devices = preemption.victim_devices([ResourceClaim(id=p.victim_id) for _, mine in work for p in mine])
+    gang_of = cancellation.gangs_of(p.victim_id for _, mine in work for p in mine)
     out: dict[int, str] = {}
     kept: list = []
     try:
         for claim, mine in work:
-            mine = [p for p in mine if devices.get(p.victim_id)]
+            units = _units([p for p in mine if devices.get(p.victim_id)], gang_of)
+            held = {key: [d for p in unit for d in devices[p.victim_id]] for key, unit in units.items()}
             group = allocation.engine_group(Group(claims=[claim]), view)
             placed = preemption.placer(engine, group, None)
-            for p in mine:
-                engine.release(devices[p.victim_id])
+            for key in units:
+                engine.release(held[key])
             if not placed():  # not even with all its victims: left to the round and the next pass
-                for p in mine:
-                    engine.commit(devices[p.victim_id])
+                for key in units:
+                    engine.commit(held[key])
                 continue
             needed = []
-            for p in reversed(mine):
-                engine.commit(devices[p.victim_id])
+            for key in reversed(list(units)):
+                engine.commit(held[key])
                 if placed():
-                    out[p.id] = NOT_NEEDED
+                    out.update((p.id, NOT_NEEDED) for p in units[key])
                 else:
-                    engine.release(devices[p.victim_id])
-                    needed.append(p)
-            if not preemption.keep(engine, group, None, kept, [d for p in needed for d in devices[p.victim_id]]):
-                for p in needed:
-                    engine.commit(devices[p.victim_id])
+                    engine.release(held[key])
+                    needed.append(key)
+            if not preemption.keep(engine, group, None, kept, [d for key in needed for d in held[key]]):
+                for key in needed:
+                    engine.commit(held[key])
     finally:
         preemption.restore(kept)
     return out
+
+
+def _units(notices: list[Preemption], gang_of: dict[int, int]) -> dict:
+    """Notices in order, grouped: a gang's members under ("gang", id), any other victim alone."""
+    units: dict = {}
+    for p in notices:
+        key = ("gang", gang_of[p.victim_id]) if p.victim_id in gang_of else ("claim", p.victim_id)
+        units.setdefault(key, []).append(p)
+    return units
 
 
 def _cancel(notices: list[Preemption], decided: dict[int, str], locked: dict[int, ResourceClaim], now=None) -> int:

@@ -20,6 +20,7 @@ from django.db.models.expressions import RawSQL
 
 from claims.models import Phase, ResourceClaim
 from claims.services import wake
+from gangs.services import preempted as gang_requeue
 from queues.models import Preemption, PreemptionState
 from queues.services.position import PRIORITY_SQL
 from queues.services.resolve import Tree, claims_of_queue_q, effective_priority, queue_of
@@ -80,6 +81,8 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
     out["seconds"] = time.perf_counter() - started
     if out["victims"]:
         out["requeued"] += preemption.sweep()  # grace 0: released at once
+    if out["requeued"]:
+        out["gangs_requeued"] = gang_requeue.requeue_preempted()  # a gang all of whose members were requeued
     return out
 
 

@@ -13,6 +13,7 @@ import time
 import pytest
 from django.db import connection
 
+from benchmarks._queue_world import queue_body
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from gangs.models import Gang, GangPhase
 from gangs.services import gangs as gang_services
@@ -85,10 +86,15 @@ def test_competing_gangs_never_deadlock_never_hold_partially_and_all_get_their_t
     # the three workers decide concurrently.
     for i in range(GANGS):
         gang_services.create_gang(NS, fleet.gang_body(f"g{i}", 6, required=None, preferred=None))
-    # Small claims keep flowing meanwhile (they fit beside any one gang).
+    # Small claims keep flowing meanwhile (they fit beside any one gang). Of a queue within its nominal: the
+    # oldest pending gang holds the nodes it waits for at the head of ``default``, and a later claim of a queue
+    # above its nominal (``default`` itself) would wait there for it (tests/queues/test_gang_head.py).
+    resp = admin_client.post("/api/v1/queues", queue_body("side", namespaces=["side"], gpus=3), format="json")
+    assert resp.status_code == 201, resp.content
     for i in range(3):
-        admin_client.post(f"/api/v1/namespaces/{NS}/resourceclaims", fleet.claim_body(f"small-{i}", 1),
-                          format="json")
+        resp = admin_client.post("/api/v1/namespaces/side/resourceclaims", fleet.claim_body(f"small-{i}", 1, "side"),
+                                 format="json")
+        assert resp.status_code == 201, resp.content
     small = ResourceClaim.objects.filter(name__startswith="small-")
     wait_until(lambda: settled() and {c.phase for c in small.all()} == {Phase.ALLOCATED}, 30, live_broker)
     holder = check_invariants(expect_placed=1)

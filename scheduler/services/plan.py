@@ -1,0 +1,170 @@
+"""The plan: each queue's first ``planDepth`` pending claims, and when and where each would start.
+
+A pass (``refresh``) reads each queue's first ``spec.planDepth`` pending claims (default 10) in its order
+(priority capped by ``maxPriority``, then age: one windowed query per queue, however long the queue), puts
+them in the scheduler's order across queues (``queues.services.order``), and lets the engine place each in
+turn on what the running claims' walltime ends free (``dra.engine.timeline``: Slurm's conservative backfill
+plan; a running claim with no walltime never ends for the plan). A walltime end counts from the lease's expiry
+plus the expiry sweep's period and a round's latency (``PLAN_ROUND_LATENCY_SECONDS``): the devices are free
+for a round only then, so a planned start is a time the claim can in fact start by. The whole plan is
+rewritten set-based (one delete, one bulk insert), one row per claim (``scheduler.models.PlannedStart``).
+
+When: at most every ``PLAN_INTERVAL`` seconds, or sooner when the queues' first ``planDepth`` claims are no
+longer those planned (an arrival ahead of them, a start, a release); the check costs the per-queue queries.
+Read by the start-time estimate (registered with ``queues.services.estimate``) and by the round's backfill
+rule (``scheduler.services.backfill``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from claims import schedule as claims_schedule
+from claims.models import DeviceAllocation, Phase, ResourceClaim
+from claims.placement import claim_group
+from claims.services import fleet, wake
+from claims.services.engines import session as engine_session
+from dra.engine.timeline import Ending, Planned, Waiting, plan_starts
+from queues import spec as queue_spec
+from queues.services import order as queue_order
+from queues.services.position import PRIORITY_SQL
+from queues.services.resolve import Tree, claims_of_queue_q
+from scheduler.models import PlannedStart
+from scheduler.services.grouping import Group
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEPTH = queue_spec.DEFAULT_PLAN_DEPTH
+HELD = "HeldForQueueHead"
+PLAN_LOCK = 0x706C616E  # a transaction advisory lock: one pass at a time, fleet-wide
+
+
+def depth_of(queue) -> int:
+    return int((queue.spec or {}).get("planDepth", DEFAULT_DEPTH)) if queue is not None else DEFAULT_DEPTH
+
+
+def sweep_seconds() -> float:
+    every = claims_schedule.SCHEDULE["claims-expire-leases"]["schedule"]
+    return every.total_seconds() if isinstance(every, timedelta) else 5.0
+
+
+def margin() -> timedelta:
+    """From a walltime's end to the round that can give its devices away: the sweep's period and a round."""
+    return timedelta(seconds=sweep_seconds() + float(getattr(settings, "PLAN_ROUND_LATENCY_SECONDS", 1.0)))
+
+
+def interval() -> float:
+    return float(getattr(settings, "PLAN_INTERVAL", 10.0))
+
+
+def heads(tree: Tree) -> dict[str, list[ResourceClaim]]:
+    """Queue name -> its first ``planDepth`` pending claims, in its order (one query per queue)."""
+    out: dict[str, list[ResourceClaim]] = {}
+    for name, queue in tree.queues.items():
+        depth = depth_of(queue)
+        if depth <= 0:
+            continue
+        namespaces = (queue.spec.get("namespaces") or []) if queue else []
+        rows = list(ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
+                    .select_related("namespace")
+                    .order_by(RawSQL(PRIORITY_SQL, [queue.max_priority]).desc(), F("created_at").asc(), "id")
+                    [:depth])
+        if rows:
+            out[name] = rows
+    return out
+
+
+@dataclass
+class Pass:
+    planned: int  # claims given a start
+    woken: int  # claims held off a head's node that the plan starts now (backfill): decided again
+
+
+def refresh(force: bool = False, now: datetime | None = None) -> Pass | None:
+    """One pass, when due (see the module docstring), or None when skipped."""
+    if connection.vendor != "postgresql":
+        return None
+    now = now or timezone.now()
+    tree = Tree.load()
+    first = heads(tree)
+    wanted = {(c.id, name, i + 1) for name, rows in first.items() for i, c in enumerate(rows)}
+    if not force:
+        stored = list(PlannedStart.objects.values_list("claim_id", "queue", "position", "computed_at"))
+        same = {(c, q, p) for c, q, p, _ in stored} == wanted
+        last = max((at for *_, at in stored), default=None)
+        if same and (not wanted or (last is not None and (now - last).total_seconds() < interval())):
+            return None
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [PLAN_LOCK])
+            if not cursor.fetchone()[0]:
+                return None  # another worker is planning now
+        rows = _compute(tree, first, now)
+        PlannedStart.objects.all().delete()
+        PlannedStart.objects.bulk_create(rows)
+        # Claims held off a head's node that the plan starts now backfill there: decide them again at once
+        # (they were tried, and nothing released wakes them).
+        woken = wake.wake_claims([r.claim_id for r in rows if r.start_at is not None and r.start_at <= now
+                                  and r.claim.reason == HELD and r.claim.lease_seconds])
+    return Pass(planned=sum(1 for r in rows if r.start_at is not None), woken=woken)
+
+
+def _compute(tree: Tree, first: dict[str, list[ResourceClaim]], now: datetime) -> list[PlannedStart]:
+    position = {c.id: (name, i + 1) for name, rows in first.items() for i, c in enumerate(rows)}
+    groups = [Group(claims=[c]) for rows in first.values() for c in rows]
+    if len(groups) > 1:
+        groups = queue_order.order(groups)
+    if not groups:
+        return []
+    pad = margin()
+    epoch = now.timestamp()
+    view = fleet.current_view()
+    rows = fleet.rows_in_use()
+    with engine_session() as session:
+        engine = session.engine_for(view, rows)
+        ends = _endings(rows, pad)
+        waiting = [Waiting(claim_group(g.claims, view.cluster_labels, key=g.key),
+                           (g.claims[0].lease_seconds + pad.total_seconds()) if g.claims[0].lease_seconds else None)
+                   for g in groups]
+        try:
+            planned = plan_starts(engine, ends, waiting, epoch)
+        except BaseException:
+            session.poison()  # its in-use state may be half-moved
+            raise
+    return [_row(g.claims[0], position[g.claims[0].id], p, now) for g, p in zip(groups, planned, strict=True)]
+
+
+def _endings(rows: dict, pad: timedelta) -> list[Ending]:
+    """The running claims' walltime ends, with the devices each frees: the engine's own records of them (those
+    it counts in use), so that the plan moves exactly what the engine holds."""
+    by_claim: dict[int, tuple[datetime, list]] = {}
+    leased = (DeviceAllocation.objects.filter(claim__phase=Phase.ALLOCATED, claim__lease_expires_at__isnull=False)
+              .values_list("id", "claim_id", "claim__lease_expires_at"))
+    for row_id, claim_id, expires in leased:
+        device = rows.get(row_id)
+        if device is not None and expires is not None:
+            by_claim.setdefault(claim_id, (expires, []))[1].append(device)
+    return [Ending((expires + pad).timestamp(), tuple(devices)) for expires, devices in by_claim.values()]
+
+
+def _row(claim: ResourceClaim, where: tuple[str, int], p: Planned | None, now: datetime) -> PlannedStart:
+    def at(ts: float | None) -> datetime | None:
+        return None if ts is None else datetime.fromtimestamp(ts, tz=now.tzinfo)
+
+    return PlannedStart(claim=claim, queue=where[0], position=where[1], computed_at=now,
+                        cluster=(p.cluster or "") if p else "", node=(p.node or "") if p else "",
+                        devices=[[d.cluster, d.driver, d.pool, d.device] for d in p.devices] if p else [],
+                        start_at=at(p.start) if p else None, end_at=at(p.end) if p else None)
+
+
+def planned_starts(claim_ids: list[int]) -> dict[int, dict]:
+    """claim id -> its planned start (``start``: a datetime or None, ``computed``) for the estimate."""
+    return {cid: {"start": start, "computed": computed} for cid, start, computed in
+            PlannedStart.objects.filter(claim_id__in=claim_ids).values_list("claim_id", "start_at", "computed_at")}
