@@ -10,8 +10,6 @@ notice row ends ``PreemptionCancelled``, ``finished_at`` set (``draservice_preem
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
 from django.db.models import Q
 from django.utils import timezone
 
@@ -25,14 +23,14 @@ from queues.services import webhooks
 GANG_ID = "reservations__consumer__gang_member__gang_id"
 
 
-def cancel(notices: list[Preemption], victims: dict[int, ResourceClaim], why: str, now) -> int:
+def cancel(notices: list[Preemption], victims: dict[int, ResourceClaim], why: str, now) -> list[Preemption]:
     """Cancel pending ``notices`` whose victims the caller has locked (``victims``: by id; a notice whose victim
     is not there is left as it is, and so are the notices of a gang not all of whose running notices can be
-    cancelled: a gang is preempted whole or not at all). Returns how many were cancelled."""
+    cancelled: a gang is preempted whole or not at all). Returns the notices it cancelled."""
     live = whole_gangs([p for p in notices
                         if p.victim_id in victims and victims[p.victim_id].phase == Phase.ALLOCATED])
     if not live:
-        return 0
+        return []
     done = Preemption.objects.filter(id__in=[p.id for p in live], state=PreemptionState.PENDING).update(
         state=PreemptionState.CANCELLED, finished_at=now)
     if done != len(live):  # another transaction finished some meanwhile: cancel only what this one did
@@ -45,7 +43,7 @@ def cancel(notices: list[Preemption], victims: dict[int, ResourceClaim], why: st
                             now)
     queues = {q.name: q for q in Queue.objects.filter(name__in={p.queue for p in live})}
     webhooks.notify(live, queues, event=webhooks.CANCELLED)
-    return len(live)
+    return live
 
 
 def gangs_of(claim_ids) -> dict[int, int]:
@@ -56,21 +54,18 @@ def gangs_of(claim_ids) -> dict[int, int]:
 
 
 def whole_gangs(notices: list[Preemption]) -> list[Preemption]:
-    """``notices`` without those of a gang some of whose running notices are not among them."""
+    """``notices`` without those of a gang that would not be given back whole: one of its members is no longer
+    allocated (requeued already: the gang is stopped) or has no notice among them."""
     gang_of = gangs_of(p.victim_id for p in notices)
     if not gang_of:
         return notices
-    running: dict[int, set[int]] = defaultdict(set)
-    for pid, g in (Preemption.objects.filter(state=PreemptionState.PENDING,
-                                             **{f"victim__{GANG_ID}__in": set(gang_of.values())})
-                   .values_list("id", f"victim__{GANG_ID}")):
-        running[g].add(pid)
-    have: dict[int, set[int]] = defaultdict(set)
-    for p in notices:
-        if p.victim_id in gang_of:
-            have[gang_of[p.victim_id]].add(p.id)
-    whole = {g for g in have if have[g] >= running[g]}
-    return [p for p in notices if p.victim_id not in gang_of or gang_of[p.victim_id] in whole]
+    have = {p.victim_id for p in notices}
+    broken = set()
+    for cid, phase, g in (ResourceClaim.objects.filter(**{f"{GANG_ID}__in": set(gang_of.values())})
+                          .values_list("id", "phase", GANG_ID)):
+        if phase != Phase.ALLOCATED or cid not in have:
+            broken.add(g)
+    return [p for p in notices if gang_of.get(p.victim_id) not in broken]
 
 
 def pending_of(preemptor_ids) -> list[Preemption]:
@@ -98,7 +93,7 @@ def for_preemptors(claims: list[ResourceClaim], why: str, now=None) -> int:
         mine = [p for p in notices if p.preemptor_id == pid]
         who = mine[0].preemptor
         name = f"{who.namespace.name}/{who.name} " if who is not None else ""
-        total += cancel(mine, locked, f"its preemptor {name}{why}", now)
+        total += len(cancel(mine, locked, f"its preemptor {name}{why}", now))
     return total
 
 

@@ -56,7 +56,7 @@ def run(limit: int = 2000) -> int:
         # Skip rows another transaction holds (a confirmation, a release): the next pass looks again.
         locked = {v.id: v for v in ResourceClaim.objects.select_for_update(of=("self",), skip_locked=True)
                   .select_related("namespace").filter(id__in=ids).order_by("id")}
-        return _cancel(notices, decided, locked)
+        return len(_cancel(notices, decided, locked))
 
 
 def still_needed(victims: list[ResourceClaim], now, *, in_worker: bool = False) -> list[ResourceClaim]:
@@ -74,9 +74,7 @@ def still_needed(victims: list[ResourceClaim], now, *, in_worker: bool = False) 
                   .exclude(victim_id__in=list(by_id)).order_by("id"))
     decided = decide(sorted([*notices, *others], key=lambda p: p.id), cached_engine if in_worker else throwaway_engine)
     mine = [p for p in notices if p.id in decided]
-    if mine:
-        _cancel(mine, decided, by_id, now)
-    gone = {p.victim_id for p in mine}
+    gone = {p.victim_id for p in _cancel(mine, decided, by_id, now)} if mine else set()
     return [v for v in victims if v.id not in gone]
 
 
@@ -172,16 +170,17 @@ def _units(notices: list[Preemption], gang_of: dict[int, int]) -> dict:
     return units
 
 
-def _cancel(notices: list[Preemption], decided: dict[int, str], locked: dict[int, ResourceClaim], now=None) -> int:
+def _cancel(notices: list[Preemption], decided: dict[int, str], locked: dict[int, ResourceClaim],
+            now=None) -> list[Preemption]:
     """Cancel the ``decided`` notices (grouped by why) whose victims are ``locked``; wake their preemptors (a
-    preemptor that fits without its victims is tried by the next round)."""
+    preemptor that fits without its victims is tried by the next round). Returns the notices cancelled."""
     now = now or timezone.now()
     by_why: dict[str, list[Preemption]] = defaultdict(list)
     for p in notices:
         if p.id in decided:
             by_why[decided[p.id]].append(p)
-    total = sum(cancellation.cancel(mine, locked, why, now) for why, mine in by_why.items())
-    woken = {p.preemptor_id for mine in by_why.values() for p in mine if p.preemptor_id is not None}
-    if total and woken:
+    done = [p for why, mine in by_why.items() for p in cancellation.cancel(mine, locked, why, now)]
+    woken = {p.preemptor_id for p in done if p.preemptor_id is not None}
+    if woken:
         wake.wake_claims(woken)
-    return total
+    return done

@@ -126,3 +126,21 @@ def test_of_two_preemptors_only_the_one_satisfied_elsewhere_loses_its_victims(ad
     assert {ResourceClaim.objects.get(name=n).phase for n in ("one", "two")} == {Phase.ALLOCATED}
     assert ClaimEvent.objects.filter(type="Preempted", reason="Preempted").count() == 2
     assert ResourceClaim.objects.filter(id__in=victims["one"], phase=Phase.ALLOCATED).count() == 2
+
+
+def test_a_gang_victim_is_given_back_whole_when_its_preemptor_is_deleted(admin_client, h100_fleet):
+    from gangs.models import Gang, GangPhase
+    from tests.queues.test_gang_victims import two_gangs_fill_the_fleet
+
+    two_gangs_fill_the_fleet(admin_client)
+    assert admin_client.patch("/api/v1/queues/default", {"spec": {"preemption": {"graceSeconds": 300}}},
+                              format="json").status_code == 200
+    submit(admin_client, "a", "want4", 4)
+    rounds(1)
+    assert reclaim.run()["victims"] == 2  # one gang, both members
+    victims = set(Preemption.objects.values_list("victim_id", flat=True))
+    assert admin_client.delete(f"{ns('a')}/resourceclaims/want4").status_code in (200, 204)
+    assert set(Preemption.objects.values_list("state", flat=True)) == {PreemptionState.CANCELLED}
+    assert ResourceClaim.objects.filter(id__in=victims, phase=Phase.ALLOCATED).count() == 2
+    assert {g.phase for g in Gang.objects.all()} == {GangPhase.PLACED}
+    assert reclaim.run()["requeued"] == 0
