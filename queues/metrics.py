@@ -34,7 +34,7 @@ class QueuesCollector(Collector):
 
         from queues import release_metrics
         from queues import spec as queue_spec
-        from queues.models import Preemption, Queue
+        from queues.models import Preemption, PreemptionState, Queue
         from queues.services import status, usage
         from queues.services.order import Shares
         from queues.services.resolve import Tree
@@ -49,7 +49,8 @@ class QueuesCollector(Collector):
                                    "Age of the queue's oldest pending claim (0 when none is pending)", labels=["queue"])
         share = GaugeMetricFamily("draservice_queue_dominant_share", "Dominant share of what the queue borrows, "
                                   "over its weight (the fair-share order's key)", labels=["queue"])
-        preempted = CounterMetricFamily("draservice_queue_preemptions", "Claims of the queue preempted",
+        preempted = CounterMetricFamily("draservice_queue_preemptions", "Claims of the queue preempted (notices "
+                                        "cancelled before the devices moved not counted)",
                                         labels=["queue"])
         now = timezone.now()
         try:
@@ -77,7 +78,8 @@ class QueuesCollector(Collector):
                 pending.add_metric([q.name], statuses[q.id]["pendingClaims"])
                 oldest.add_metric([q.name], oldest_pending_seconds(q, now))
                 share.add_metric([q.name], float(shares.dominant(q.id)) / max(q.weight, 1e-9))
-            for name, n in Preemption.objects.values_list("queue").annotate(n=Count("id")).values_list("queue", "n"):
+            for name, n in (Preemption.objects.exclude(state=PreemptionState.CANCELLED).values_list("queue")
+                            .annotate(n=Count("id")).values_list("queue", "n")):
                 preempted.add_metric([name], n)
         except Exception as exc:  # a scrape must not fail because the database is briefly away
             log.warning("queue metrics unavailable: %s", exc)

@@ -84,6 +84,7 @@ class QuotaCharge(models.Model):
 class PreemptionState(models.TextChoices):
     PENDING = "PreemptionPending"  # marked; the victim holds its devices until the deadline
     DONE = "Preempted"  # requeued: devices freed, the claim Pending again
+    CANCELLED = "PreemptionCancelled"  # withdrawn before the devices moved: the victim kept them
 
 
 class Preemption(models.Model):

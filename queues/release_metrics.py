@@ -6,14 +6,18 @@ at scrape time like the rest of ``queues.metrics``:
   ``forced`` (nobody confirmed before ``forceAt``: its pods may still have run when its devices moved). A gauge
   histogram of the window, read without ``rate()``, as the allocation histograms are;
 * ``draservice_preemption_releasing``: victims being released now; ``draservice_preemption_releasing_overdue``:
-  those still releasing past their ``forceAt`` (the sweep has not run: no preemption pass is happening).
+  those still releasing past their ``forceAt`` (the sweep has not run: no preemption pass is happening);
+* ``draservice_preemption_cancelled_total{queue}``: notices withdrawn before the devices moved (the preemptor
+  was allocated elsewhere, deleted, or found room without them: ``queues.services.cancellation``), by the
+  victim's queue. Counted from the notice rows, as ``draservice_queue_preemptions`` is.
 """
 from __future__ import annotations
 
 from datetime import timedelta
 
 from django.conf import settings
-from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
+from django.db.models import Count
+from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily
 
 from queues.models import Preemption, PreemptionState
 
@@ -42,4 +46,10 @@ def releasing_families(now) -> list:
     overdue = GaugeMetricFamily("draservice_preemption_releasing_overdue",
                                 "Preemption victims still releasing past their forceAt")
     overdue.add_metric([], pending.filter(deadline__lt=now).count())
-    return [hist, now_releasing, overdue]
+    cancelled = CounterMetricFamily("draservice_preemption_cancelled",
+                                    "Preemption notices cancelled before the devices moved, by the victim's queue",
+                                    labels=["queue"])
+    for name, n in (Preemption.objects.filter(state=PreemptionState.CANCELLED).values_list("queue")
+                    .annotate(n=Count("id")).values_list("queue", "n")):
+        cancelled.add_metric([name], n)
+    return [hist, now_releasing, overdue, cancelled]

@@ -16,8 +16,12 @@ against the stored fleet and the devices in use now (the body's classes override
 name, its ``allocated*`` lists add to what is in use, and ``cluster`` may restrict the clusters).
 
 200 ``{"allocated", "cluster", "node", "claims": [{"name", "namespace", "allocation"}], "reason", "message",
-"diagnostics"}``; 422 problem+json for invalid input, with upstream's wording in ``detail`` where upstream
-has one (unknown class, CEL errors, limits, ``All`` over an incomplete pool).
+"diagnostics"}``, and against the stored fleet ``"queue": {"name", "admitted"}`` -- or, where the claim would
+wait (its queue's quota refuses it: ``allocated`` false, reason ``WaitingForQuota``; or no room),
+``{"name", "position", "estimatedStartTime" | "estimate", "preemptions": [{"namespace", "name"}]}`` (the
+scheduler's cycle on a copy: ``scheduler.services.simulate``); 422 problem+json for invalid input, with
+upstream's wording in ``detail`` where upstream has one (unknown class, CEL errors, limits, ``All`` over an
+incomplete pool).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from claims.services import queueing
 from dra.cel import REQUEST_COST_BUDGET, CostBudgetExhausted, CostMeter, check_selector_cost, metered
 from dra.engine import AllocationError, Features, FleetSnapshot, simulate
 from dra.engine.simulate import allocated_from_body, node_name_of, snapshot_from_body
@@ -148,7 +153,7 @@ def run_simulation(body: Any) -> dict:
         raise FieldError([(_error_field(exc, parsed["claims"]), exc.message)], detail=exc.message,
                          title="Cannot simulate this input") from exc
     out = outcome.to_dict()
-    return {
+    answer = {
         "allocated": outcome.allocated,
         "cluster": outcome.cluster,
         "node": outcome.node,
@@ -161,6 +166,8 @@ def run_simulation(body: Any) -> dict:
         "message": outcome.message,
         "diagnostics": outcome.diagnostics,
     }
+    # Against the stored fleet, what the worker would do: queue admission, and where the claim would wait.
+    return queueing.simulated(parsed["claims"], answer) if parsed["stored_fleet"] else answer
 
 
 def _error_field(exc: AllocationError, claims: list[dict]) -> str:

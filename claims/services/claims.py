@@ -369,6 +369,7 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     if not live:
         return []
     events = []
+    queueing.preemptors_gone([c for c in live if c.phase == Phase.PENDING], reason)
     for c in live:
         had = c.phase == Phase.ALLOCATED
         c.phase = Phase.RELEASED

@@ -22,6 +22,7 @@ QUOTA_RESERVED = "QuotaReserved"
 PREEMPTED = "Preempted"
 PREEMPTION_PENDING = "PreemptionPending"  # Preempted=True while the claim still holds its devices (a notice)
 READMITTED = "Readmitted"  # Preempted=False: requeued by preemption, then allocated again
+PREEMPTION_CANCELLED = "PreemptionCancelled"  # Preempted=False: the notice was withdrawn, the devices kept
 
 PENDING, ALLOCATED_PHASE, RELEASED_PHASE, FAILED = Phase.PENDING, Phase.ALLOCATED, Phase.RELEASED, Phase.FAILED
 ANY = None  # any reason

@@ -34,6 +34,22 @@ RELEASE_CONFIRMED = "ReleaseConfirmed"
 # An agent's report counts only from an agent that is alive: its cluster's heartbeat at most this old.
 AGENT_FRESH = timedelta(seconds=30)
 NO_CONSUMER = "NoConsumer"  # confirmedBy when nothing could be using the devices (``nobody_to_ask``)
+PREEMPTION_CANCELLED = conditions.PREEMPTION_CANCELLED
+# Just before a victim's devices move, the scheduler (above this app) checks that its preemptor still needs
+# them: ``still_needed(victims, now)`` returns those it does, having cancelled the others' notices in the same
+# transaction. Registered in ``SchedulerConfig.ready``; none: every victim is still needed.
+_still_needed: Callable[..., list[ResourceClaim]] | None = None
+
+
+def register_recheck(hook: Callable[..., list[ResourceClaim]]) -> None:
+    global _still_needed
+    _still_needed = hook
+
+
+def still_needed(victims: list[ResourceClaim], now, *, in_worker: bool = False) -> list[ResourceClaim]:
+    """Of locked ``victims`` about to give their devices up, those their preemptors still need (the others'
+    notices cancelled). ``in_worker``: the caller is an allocation worker (its cached engine may be used)."""
+    return _still_needed(victims, now, in_worker=in_worker) if _still_needed is not None else victims
 
 
 def iso(at: datetime) -> str:
@@ -124,8 +140,12 @@ def confirm(namespace: str, name: str, check: Callable[[ResourceClaim], None], b
     return claim
 
 
-def confirm_locked(claims: list[ResourceClaim], by: str, now) -> None:
-    """Locked victims (Allocated, Releasing, ``preemption`` set) confirmed by ``by``: requeued, preemptors woken."""
+def confirm_locked(claims: list[ResourceClaim], by: str, now, *, recheck: bool = True) -> None:
+    """Locked victims (Allocated, Releasing, ``preemption`` set) confirmed by ``by``: requeued, preemptors woken
+    -- those whose preemptor still needs them (``recheck``, unless the caller has just checked): the others'
+    notices are cancelled and they keep their devices."""
+    if recheck:
+        claims = still_needed(claims, now)
     for claim in claims:
         claim.preemption = {**(claim.preemption or {}), "confirmedAt": iso(now), "confirmedBy": by}
     ev.record([ev.event(c, RELEASE_CONFIRMED, RELEASE_CONFIRMED, f"stopped, confirmed by {by}",
@@ -133,6 +153,27 @@ def confirm_locked(claims: list[ResourceClaim], by: str, now) -> None:
     requeue(claims, f"preempted: it stopped (confirmed by {by}) and its devices went to a claim with a better "
                     "right to them; waiting at its original place in its queue", now)
     wake.wake_claims({c.preemption["preemptor"] for c in claims if c.preemption and c.preemption.get("preemptor")})
+
+
+def unmark(claims: list[ResourceClaim], message: str, now) -> None:
+    """Locked victims whose notice is cancelled (their preemptor no longer needs their devices): they keep their
+    devices, ``Preempted=False`` (reason ``PreemptionCancelled``), no longer ``Releasing``, and a lease they had
+    starts afresh (marking had stopped it)."""
+    live = [c for c in claims if c.phase == Phase.ALLOCATED and c.preemption]
+    for c in live:
+        c.conditions = set_condition(c.conditions, PREEMPTED, False, PREEMPTION_CANCELLED, message, now,
+                                     phase=Phase.ALLOCATED)
+        c.conditions = [x for x in c.conditions if x.get("type") != RELEASING]
+        c.preemption = None
+        c.lease_expires_at = now + timedelta(seconds=c.lease_seconds) if c.lease_seconds else None
+        c.resource_version += 1
+        c.updated_at = now
+    if not live:
+        return
+    bulk.update_rows(live, ["conditions", "preemption", "lease_expires_at", "resource_version", "updated_at"])
+    ev.record([ev.event(c, PREEMPTED, PREEMPTION_CANCELLED, message) for c in live])
+    ids = [c.id for c in live]
+    transaction.on_commit(lambda: notify.publish(ids))
 
 
 def nobody_to_ask(claims: list[ResourceClaim], now) -> list[ResourceClaim]:

@@ -7,7 +7,9 @@ it registers its checks here in ``AppConfig.ready`` instead, as gangs register t
 The provider is asked, at write time only:
 - ``check_new_claims(namespace, [(path, claim)], unit)`` at creation: field errors (a queue the namespace may not
   name, a priority over the queue's ``maxPriority``, mixed queues in one unit);
-- ``check_label_change(claim, labels)`` when a claim's labels are replaced.
+- ``check_label_change(claim, labels)`` when a claim's labels are replaced;
+- ``preemptors_gone(claims, why)`` in the transaction that releases (or deletes) pending claims: the
+  preemption notices they gave are cancelled there (their victims keep their devices).
 
 Everything else about queues is asked from above, not through here: the scheduler orders its rounds, holds
 nodes for queue heads and admits units between ``commit.verify`` and ``commit.write`` with the queues'
@@ -16,6 +18,7 @@ types and reasons the claims app writes for them (``Verdict``: an admission's an
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,6 +45,8 @@ class Provider(Protocol):
 
     def check_label_change(self, claim: Any, labels: dict) -> list[tuple[str, str]]: ...
 
+    def preemptors_gone(self, claims: list[Any], why: str) -> int: ...
+
 
 _provider: Provider | None = None
 
@@ -61,3 +66,24 @@ def check_label_change(claim: Any, labels: dict) -> list[tuple[str, str]]:
     another queue once it is admitted)."""
     return _provider.check_label_change(claim, labels) if _provider else []
 
+
+
+def preemptors_gone(claims: list[Any], why: str) -> int:
+    """In the releasing transaction: pending ``claims`` are released or deleted (``why``); cancel the preemption
+    notices they gave. Returns how many."""
+    return _provider.preemptors_gone(claims, why) if _provider and claims else 0
+
+
+# ``POST /api/v1/simulate`` against the stored fleet runs the scheduler's cycle after the engine (queue
+# admission on a copy, where the claim would wait): registered by the scheduler (above this app) in
+# ``SchedulerConfig.ready``; ``(claims, answer) -> answer``.
+_simulation: Callable[[list[dict], dict], dict] | None = None
+
+
+def register_simulation(step: Callable[[list[dict], dict], dict]) -> None:
+    global _simulation
+    _simulation = step
+
+
+def simulated(claims: list[dict], answer: dict) -> dict:
+    return _simulation(claims, answer) if _simulation is not None else answer

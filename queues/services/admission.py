@@ -59,13 +59,9 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
         claims = [c for p in unit.placements for c in p.claims]
         if not claims:
             continue
-        name = queue_of(claims[0], claims[0].namespace.name, tree)
-        if name not in tree.queues:
-            verdicts[i] = queueing.Verdict(queueing.QUEUE_DOES_NOT_EXIST, f'queue "{name}" does not exist (yet); the '
-                                           "claim waits for it", name)
-        elif not tree.is_leaf(name):
-            verdicts[i] = queueing.Verdict(queueing.WAITING_FOR_QUOTA, f'queue "{name}" has child queues; only leaf '
-                                           "queues take claims", name)
+        name, refused = _leaf_of(claims[0], tree)
+        if refused is not None:
+            verdicts[i] = refused
         else:
             queue_names[i] = name
     if not queue_names:
@@ -86,6 +82,29 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
     # claim, under the commit's locks.
     bulk_insert(QuotaCharge, CHARGE_COLUMNS, charges, json_columns=set())
     return verdicts
+
+
+def dry_admit(unit, view, now=None, tree: Tree | None = None) -> queueing.Verdict:
+    """What ``admit`` would answer for one placed ``unit`` now, on a copy: no lock taken, nothing charged
+    (``POST /api/v1/simulate``; the commit decides again under its locks)."""
+    tree = tree or Tree.load()
+    claims = [c for p in unit.placements for c in p.claims]
+    name, refused = _leaf_of(claims[0], tree)
+    if refused is not None:
+        return refused
+    return _State(tree, view, now).try_admit(unit, name)[0]
+
+
+def _leaf_of(claim, tree: Tree) -> tuple[str, queueing.Verdict | None]:
+    """The claim's queue, and the verdict when it is not a leaf queue that exists."""
+    name = queue_of(claim, claim.namespace.name, tree)
+    if name not in tree.queues:
+        return name, queueing.Verdict(queueing.QUEUE_DOES_NOT_EXIST, f'queue "{name}" does not exist (yet); the '
+                                      "claim waits for it", name)
+    if not tree.is_leaf(name):
+        return name, queueing.Verdict(queueing.WAITING_FOR_QUOTA, f'queue "{name}" has child queues; only leaf '
+                                      "queues take claims", name)
+    return name, None
 
 
 def _lock(tree: Tree, names: set[str]) -> None:

@@ -2,7 +2,7 @@
 app's services."""
 from __future__ import annotations
 
-from queues.services import resolve
+from queues.services import cancellation, resolve
 
 
 class QueueHooks:
@@ -11,3 +11,6 @@ class QueueHooks:
 
     def check_label_change(self, claim, labels: dict) -> list[tuple[str, str]]:
         return resolve.check_label_change(claim, labels)
+
+    def preemptors_gone(self, claims: list, why: str) -> int:
+        return cancellation.for_preemptors(claims, f"is gone ({why})")

@@ -7,7 +7,7 @@ runs in PostgreSQL and only the rows asked about come back. Other databases take
 from __future__ import annotations
 
 from django.db import connection
-from django.db.models import F, Sum, Value, Window
+from django.db.models import Count, F, Sum, Value, Window
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 
@@ -77,3 +77,19 @@ def _ranked_python(qs, name: str, tree: Tree, claims: list) -> dict[int, tuple[i
             out[r.id] = (i + 1, through)
         through += sum(n for _, n in requested_devices(r.spec))
     return out
+
+
+def place_of_new(name: str, tree: Tree, priority: int) -> tuple[int, int]:
+    """(position, devices asked for before it) a claim of ``priority`` submitted now would take in ``name``'s
+    pending claims: behind every one of no lower priority (they are all older). ``POST /api/v1/simulate``."""
+    queue = tree.queues.get(name)
+    namespaces = (queue.spec.get("namespaces") or []) if queue else []
+    cap = queue.max_priority if queue else 2**31 - 1
+    qs = ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
+    if connection.vendor != "postgresql":
+        rows = [r for r in qs.select_related("namespace") if queue_of(r, r.namespace.name, tree) == name
+                and effective_priority(r, queue) >= priority]
+        return len(rows) + 1, sum(n for r in rows for _, n in requested_devices(r.spec))
+    got = qs.extra(where=[f"{PRIORITY_SQL} >= %s"], params=[cap, priority]).aggregate(
+        n=Count("id"), devices=Sum(RawSQL(DEVICES_SQL, [])))
+    return (got["n"] or 0) + 1, int(got["devices"] or 0)

@@ -13,6 +13,7 @@ from draservice import deliveries, webhooks
 from queues.models import Preemption, Queue
 
 EVENT = "preemption.pending"
+CANCELLED = "preemption.cancelled"
 
 
 def owner(queue_name: str) -> str:
@@ -27,10 +28,10 @@ def _ts(at) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def payload(p: Preemption) -> dict:
+def payload(p: Preemption, reason: str = "PreemptionPending") -> dict:
     victim = p.victim
     return {"apiVersion": "draservice.io/v1alpha1", "kind": "PreemptionNotice",
-            "queue": p.queue, "reason": "PreemptionPending",
+            "queue": p.queue, "reason": reason,
             # stopBy: stop by then; forceAt: the devices go then at the latest (earlier once it is confirmed that
             # the claim stopped). ``deadline``: stopBy, its name before forceAt existed.
             "deadline": _ts(p.stop_by or p.deadline), "stopBy": _ts(p.stop_by or p.deadline),
@@ -40,17 +41,19 @@ def payload(p: Preemption) -> dict:
                           if p.preemptor is not None else None)}
 
 
-def notify(made: list[Preemption], queues: dict[str, Queue]) -> int:
-    """Inside the marking transaction: one delivery per victim whose queue has a webhook (``queues``: by name),
-    handed on after commit. Returns how many."""
+def notify(made: list[Preemption], queues: dict[str, Queue], event: str = EVENT) -> int:
+    """Inside the marking (or cancelling: ``event`` ``CANCELLED``) transaction: one delivery per victim whose
+    queue has a webhook (``queues``: by name), handed on after commit. Returns how many."""
     ids = []
+    reason = "PreemptionCancelled" if event == CANCELLED else "PreemptionPending"
     for p in made:
         hook = webhook_of(queues.get(p.queue))
         if not hook.get("url"):
             continue
-        delivery = deliveries.create(EVENT, owner(p.queue), hook["url"], hook.get("secret") or "", payload(p),
-                                     namespace=p.victim.namespace.name)
-        Preemption.objects.filter(pk=p.pk).update(webhook_status=f"notice {delivery.message_id}")
+        delivery = deliveries.create(event, owner(p.queue), hook["url"], hook.get("secret") or "",
+                                     payload(p, reason), namespace=p.victim.namespace.name)
+        said = "cancel" if event == CANCELLED else "notice"
+        Preemption.objects.filter(pk=p.pk).update(webhook_status=f"{said} {delivery.message_id}")
         ids.append(delivery.id)
     if ids:
         transaction.on_commit(lambda: deliveries.kick(ids))

@@ -116,14 +116,14 @@ class Found(NamedTuple):
 
 
 def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None,
-                   hopeless: dict | None = None, kept: list | None = None) -> list[ResourceClaim]:
+                   hopeless: dict | None = None, kept: list | None = None, engine=None) -> list[ResourceClaim]:
     """The victims whose devices, freed, let ``claim`` fit (the engine says so), or []. ``coming``: (queue,
     class) -> devices being reclaimed for other waiting claims (counted as used). ``hopeless``: kept by the
     caller over one pass, (queue, class, priority) -> the least need for which there was no candidate at all:
     a claim alike that needs as much or more has none either (its selectors play no part before the engine's
     check, and ``coming`` only grows in a pass), so it is not looked at again -- a queue of thousands of alike
     claims read every allocated claim of their class once per claim and pass. ``kept``: see
-    ``confirm_with_engine``."""
+    ``confirm_with_engine``. ``engine``: the one to ask (default: the worker's cached one)."""
     wanted = requested_devices(claim.spec)
     if not wanted:
         return []
@@ -138,7 +138,7 @@ def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None,
         if hopeless is not None:
             hopeless[key] = min(need, hopeless.get(key, need))
         return []
-    return _confirm(claim, found, need, kept)
+    return _confirm(claim, found, need, kept, engine)
 
 
 def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: dict | None):
@@ -237,7 +237,7 @@ def victim_devices(pool) -> dict[int, list[AllocatedDevice]]:
     return devices
 
 
-def _confirm(claim, found: Found, need: int, kept: list | None) -> list[ResourceClaim]:
+def _confirm(claim, found: Found, need: int, kept: list | None, engine=None) -> list[ResourceClaim]:
     """Load what the engine check needs (the round's cached engine, the candidates' devices) and run it. In a
     unit other than devices, what the claim needs is known once the engine places it: no amount is required
     freed before the engine is asked, and a placement counts only if it keeps the claim's queue within its
@@ -245,7 +245,7 @@ def _confirm(claim, found: Found, need: int, kept: list | None) -> list[Resource
     if not found.pool:
         return []
     view = fleet.current_view()
-    engine = engines.engine_for(view, fleet.rows_in_use())
+    engine = engine or engines.engine_for(view, fleet.rows_in_use())
     devices = victim_devices(found.pool)
     group = allocation.engine_group(Group(claims=[claim]), view)
     admits = None
@@ -351,6 +351,9 @@ def _greedy(placed, engine, pool, need, held, used, nominal, own, devices) -> li
                 engine.commit(devices[v.id])
 
 
+placer, keep = _placer, _keep  # for the re-check of running notices (``scheduler.services.recheck``)
+
+
 class Kept(NamedTuple):
     """A preemptor placed in a pass's engine on its victims' devices: ``where`` (cluster, node) is where."""
 
@@ -419,21 +422,30 @@ def sweep(limit: int = 500) -> int:
     with transaction.atomic():
         victims = {v.id: v for v in claim_preemption.locked([v for _, v, _, _ in due])}
         live = [v for v in victims.values() if v.phase == Phase.ALLOCATED]
+        kept = _recheck_due(live, now)  # their notices were cancelled: they keep their devices
+        live = [v for v in live if v.id not in kept]
         forced = [v for v in live if any(d <= now for _, vid, _, d in due if vid == v.id)]
         calm = claim_preemption.nobody_to_ask([v for v in live if v not in forced], now)
         if calm:
-            claim_preemption.confirm_locked(calm, claim_preemption.NO_CONSUMER, now)
+            claim_preemption.confirm_locked(calm, claim_preemption.NO_CONSUMER, now, recheck=False)
         claim_preemption.requeue(forced, "preempted: it did not confirm that it stopped before its forceAt, and its "
                                          "devices went to a claim with a better right to them; waiting at its "
                                          "original place in its queue", now)
         moved = {v.id for v in [*forced, *calm]}
-        finished = [(p, v, pre) for p, v, pre, _ in due if v in moved or victims.get(v) not in live]
+        finished = [(p, v, pre) for p, v, pre, _ in due
+                    if v not in kept and (v in moved or victims.get(v) not in live)]
         for pid, vid, _ in finished:
             _finish(pid, victims.get(vid), now)
         # The preemptors are tried by the next round, as their requeued victims are: the wake-ups offer a freed
         # device to claims its own selectors serve, and a freed MIG partition's counters serve other partitions.
         wake.wake_claims({pre for _, _, pre in finished if pre is not None})
     return len(moved)
+
+
+def _recheck_due(live: list[ResourceClaim], now) -> set[int]:
+    """Just before their devices move: the ids of locked victims ``live`` whose notices the re-check cancelled."""
+    still = claim_preemption.still_needed(live, now, in_worker=True)  # ``scheduler.services.recheck``
+    return {v.id for v in live} - {v.id for v in still}
 
 
 def _finish(pid: int, victim: ResourceClaim | None, now) -> None:

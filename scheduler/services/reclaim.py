@@ -25,7 +25,7 @@ from queues.models import Preemption, PreemptionState
 from queues.services.position import PRIORITY_SQL
 from queues.services.resolve import Tree, claims_of_queue_q, effective_priority, queue_of
 from queues.services.usage import requested_devices
-from scheduler.services import gang_preemption, preemption, queue_holds
+from scheduler.services import gang_preemption, preemption, queue_holds, recheck
 from scheduler.services.preemption import CAPACITY_REASONS
 
 # Deciding for one waiting claim reads the allocated claims of its class (at 40,000 devices, tens of thousands
@@ -38,7 +38,8 @@ PASS_SECONDS = 1.0
 def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
     """One pass: requeue victims whose deadline passed; decide for up to ``limit`` waiting claims of each
     queue, for at most ``budget`` seconds."""
-    out = {"requeued": preemption.sweep(), "preemptions": 0, "victims": 0, "seconds": 0.0}
+    out = {"requeued": preemption.sweep(), "preemptions": 0, "victims": 0, "seconds": 0.0,
+           "cancelled": recheck.run()}
     started = time.perf_counter()
     waiting = set(Preemption.objects.filter(state=PreemptionState.PENDING).values_list("preemptor_id", flat=True))
     tree = Tree.load()
