@@ -34,17 +34,23 @@ def borrowed_fleet(admin_client, grace=0, webhook=None, min_runtime=0):
     assert ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count() == 16
 
 
-def team_b_reclaims_from_team_a(admin_client, grace: int) -> None:
-    """Two queues of nominal 8 (borrowing 4) on 16 GPUs: team-a holds 12 (4 borrowed), then team-b asks for 8."""
+def two_queues(admin_client, *, a: int, b: int, grace: int = 0, a_borrowing: int = 4) -> None:
+    """team-a and team-b, nominal 8 each (team-b borrowing 4) on 16 GPUs: ``a`` one-GPU claims of team-a, two
+    rounds, then ``b`` of team-b, two rounds."""
     pre = {"graceSeconds": grace, "minRuntimeSeconds": 0}
-    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
+    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=a_borrowing, preemption=pre),
          queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
-    for i in range(14):
+    for i in range(a):
         submit(admin_client, "a", f"a{i}")
     rounds(2)
-    for i in range(8):
+    for i in range(b):
         submit(admin_client, "b", f"b{i}")
     rounds(2)
+
+
+def team_b_reclaims_from_team_a(admin_client, grace: int) -> None:
+    """team-a holds 12 (4 borrowed), then team-b asks for its nominal 8."""
+    two_queues(admin_client, a=14, b=8, grace=grace)
 
 
 def test_a_within_quota_claim_reclaims_from_a_borrower(admin_client, h100_fleet):
@@ -244,15 +250,7 @@ def test_a_claim_within_nominal_is_not_starved_by_a_borrowing_queues_head(admin_
     a claim within its queue's nominal, so it gets the free one in its first round (it waited HeldForQueueHead
     for ever, the GPU idle: in the chaos, 4 borrowed GPUs kept from team-b's burst of its nominal for the whole
     run)."""
-    pre = {"graceSeconds": 0, "minRuntimeSeconds": 0}
-    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
-         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
-    for i in range(10):
-        submit(admin_client, "a", f"a{i}")
-    rounds(2)
-    for i in range(5):
-        submit(admin_client, "b", f"b{i}")
-    rounds(2)
+    two_queues(admin_client, a=10, b=5)
     submit(admin_client, "a", "a-big", 2)  # no node has 2 free: team-a's head, holding the node with 1 free
     rounds(1)
     submit(admin_client, "b", "b-next", 1)
@@ -267,15 +265,7 @@ def test_a_claim_within_nominal_reclaims_behind_twenty_older_claims_that_may_not
     of team-a's 4 borrowed GPUs. The pass takes waiting claims per queue, in turns between queues: it reaches
     it (it looked at the fleet's 20 oldest only; in the chaos, a burst of team-b's nominal stayed stuck with 10
     borrowed GPUs unreclaimed for the rest of the run)."""
-    pre = {"graceSeconds": 0, "minRuntimeSeconds": 0}
-    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=8, preemption=pre),
-         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
-    for i in range(12):
-        submit(admin_client, "a", f"a{i}")
-    rounds(2)
-    for i in range(4):
-        submit(admin_client, "b", f"b{i}")
-    rounds(2)
+    two_queues(admin_client, a=12, b=4, a_borrowing=8)
     for i in range(20):
         submit(admin_client, "a", f"wait{i}")
     submit(admin_client, "b", "b-next")
@@ -286,15 +276,7 @@ def test_a_claim_within_nominal_reclaims_behind_twenty_older_claims_that_may_not
 
 
 def test_overlapping_passes_give_a_claim_its_victims_once(admin_client, h100_fleet):
-    pre = {"graceSeconds": 30, "minRuntimeSeconds": 0}
-    make(admin_client, queue_body("team-a", namespaces=["a"], gpus=8, borrowing=4, preemption=pre),
-         queue_body("team-b", namespaces=["b"], gpus=8, borrowing=4, preemption=pre))
-    for i in range(12):
-        submit(admin_client, "a", f"a{i}")
-    rounds(2)
-    for i in range(5):
-        submit(admin_client, "b", f"b{i}")
-    rounds(2)
+    two_queues(admin_client, a=12, b=5, grace=30)
     waiting = ResourceClaim.objects.select_related("namespace").get(name="b4")
     assert waiting.reason == "Unsatisfiable"
     assert reclaim.run()["victims"] == 1  # the first pass marks b4's victim
