@@ -19,9 +19,11 @@ come out later than it could be, never earlier), each an ordinary ``Engine.alloc
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..cel import CostBudgetExhausted, CostMeter, metered
 from .types import AllocatedDevice, ClaimGroup
 
 MAX_CANDIDATES = 64
@@ -98,8 +100,10 @@ class _State:
 
 
 def plan_starts(engine, endings: Sequence[Ending], waiting: Sequence[Waiting], now: float,
-                max_candidates: int = MAX_CANDIDATES) -> list[Planned | None]:
-    """One ``Planned`` per waiting group, in order (None: no start found among the candidate times)."""
+                max_candidates: int = MAX_CANDIDATES, budget: int | None = None) -> list[Planned | None]:
+    """One ``Planned`` per waiting group, in order (None: no start found among the candidate times, or its
+    search spent ``budget`` CEL cost units: every candidate time of one group shares one budget, so a claim
+    whose selectors are expensive costs the plan no more than it costs a round)."""
     ends = sorted(endings, key=lambda e: e.at)
     ats = [e.at for e in ends]
     plan: list[Planned] = []
@@ -107,22 +111,30 @@ def plan_starts(engine, endings: Sequence[Ending], waiting: Sequence[Waiting], n
     state = _State(engine, ends)
     try:
         for item in waiting:
-            found = None
-            # Planned groups' ends free devices too: a group may start when one before it is done.
-            for t in _candidates(now, ats + [p.end for p in plan if p.end is not None], max_candidates):
-                state.move(plan, t, None if item.seconds is None else t + item.seconds)
-                outcome = engine.allocate(item.group, raise_errors=False)
-                if outcome.allocated:
-                    engine.release(outcome.devices)
-                    found = Planned(item.group.key, t, None if item.seconds is None else t + item.seconds,
-                                    outcome.cluster, outcome.node, list(outcome.devices))
-                    break
+            times = _candidates(now, ats + [p.end for p in plan if p.end is not None], max_candidates)
+            try:
+                with metered(CostMeter(budget)) if budget is not None else contextlib.nullcontext():
+                    found = _earliest(engine, state, plan, item, times)
+            except CostBudgetExhausted:  # the engine's in-use state is untouched by a stopped search
+                found = None
             if found is not None:
                 plan.append(found)
             out.append(found)
     finally:
         state.restore()
     return out
+
+
+def _earliest(engine, state: _State, plan: list[Planned], item: Waiting, times: list[float]) -> Planned | None:
+    # Planned groups' ends free devices too: a group may start when one before it is done.
+    for t in times:
+        state.move(plan, t, None if item.seconds is None else t + item.seconds)
+        outcome = engine.allocate(item.group, raise_errors=False)
+        if outcome.allocated:
+            engine.release(outcome.devices)
+            return Planned(item.group.key, t, None if item.seconds is None else t + item.seconds,
+                           outcome.cluster, outcome.node, list(outcome.devices))
+    return None
 
 
 def _candidates(now: float, ats: list[float], limit: int) -> list[float]:

@@ -31,6 +31,7 @@ from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.placement import claim_group
 from claims.services import fleet, wake
 from claims.services.engines import session as engine_session
+from dra.cel import MAX_SELECTOR_COST
 from dra.engine.timeline import Ending, Planned, Waiting, plan_starts
 from queues import spec as queue_spec
 from queues.services import order as queue_order
@@ -43,6 +44,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DEPTH = queue_spec.DEFAULT_PLAN_DEPTH
 HELD = "HeldForQueueHead"
+# What a claim's search may cost the plan, in CEL cost units, over all its candidate times: what one group's
+# search may cost a round. A claim with expensive selectors is left unplanned rather than holding up the
+# worker (the plan runs after the worker's rounds, before the next).
+PLAN_COST_BUDGET = 2 * MAX_SELECTOR_COST
 PLAN_LOCK = 0x706C616E  # a transaction advisory lock: one pass at a time, fleet-wide
 
 
@@ -134,7 +139,7 @@ def _compute(tree: Tree, first: dict[str, list[ResourceClaim]], now: datetime) -
                            (g.claims[0].lease_seconds + pad.total_seconds()) if g.claims[0].lease_seconds else None)
                    for g in groups]
         try:
-            planned = plan_starts(engine, ends, waiting, epoch)
+            planned = plan_starts(engine, ends, waiting, epoch, budget=PLAN_COST_BUDGET)
         except BaseException:
             session.poison()  # its in-use state may be half-moved
             raise

@@ -101,7 +101,10 @@ def test_preemption_under_worker_and_beat_kills(admin_client, live_broker, beat)
     counts = checks.preemption_counts(QUEUES)
     assert_cycles(run)
     assert counts["marked"] == counts["requeued"] + counts["cancelled"], counts
-    assert counts["requeued"] >= 5 * plan.cycles + checks.extra_victims(), counts
+    # Each cycle frees 5 devices by preemption (a burst of 4 beyond nominal, one urgent claim); a victim taken
+    # by overlapping passes beyond one per preemptor may serve another preemptor, whose own notice is then
+    # cancelled (re-check): so at least 5 a cycle are requeued, and at most those plus the extra ones.
+    assert 5 * plan.cycles <= counts["requeued"] <= 5 * plan.cycles + checks.extra_victims(), counts
     assert [k.what for k in chaos.kills] == ["worker 0", "beat", "worker 1"]
     assert phases[Phase.ALLOCATED] == 16, phases  # the fleet is full at the end, 1 GPU a claim
 

@@ -61,3 +61,15 @@ def test_many_ends_are_thinned_to_the_candidate_limit_never_earlier_than_the_tru
     (thin,) = plan_starts(e, ends, [Waiting(wants("three", 3), 1.0)], now=0.0, max_candidates=3)
     assert exact is not None and exact.start == 30.0
     assert thin is not None and thin.start >= 30.0
+
+
+def test_a_group_whose_search_spends_its_cel_budget_is_left_unplanned_and_the_rest_go_on():
+    e, ends = running_fleet()
+    nested = "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20].all(x, [1,2,3,4,5,6,7,8,9,10].all(y, x + y > 0))"
+    costly = group(claim("costly", [request("gpu", selectors=[nested])]), key="costly")  # ~1,900 units a device
+    out = plan_starts(e, ends, [Waiting(costly, 50.0), Waiting(wants("cheap", 1), 50.0)], now=0.0, budget=500)
+    assert out[0] is None  # every candidate time shares one budget: spent at the first device it reads
+    assert out[1] is not None and out[1].start == 100.0  # the next group is planned as if it were alone
+    assert not e.allocate(wants("probe", 1)).allocated  # and the engine is handed back untouched
+    (again,) = plan_starts(e, ends, [Waiting(costly, 50.0)], now=0.0)  # without a budget it is planned
+    assert again is not None and again.start == 100.0
