@@ -25,13 +25,11 @@ devices of the class, which the engine counts. A class the leaf does not list is
 """
 from __future__ import annotations
 
-import time
 import zlib
 from collections import defaultdict
 from fractions import Fraction
 from typing import NamedTuple
 
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -73,9 +71,6 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
         verdict, unit_charges = state.try_admit(units[i], name)
         verdicts[i] = verdict
         charges.extend(unit_charges)
-    delay = getattr(settings, "QUEUES_ADMIT_DELAY_SECONDS", 0)
-    if delay:  # fault injection for the race tests: widen the window between the check and the write
-        time.sleep(delay)
     admitted = [c.claim_id for c in charges]
     QuotaCharge.objects.filter(claim_id__in=admitted).delete()  # a re-admitted claim (after preemption)
     # COPY: bulk_create built and adapted the rows at about a third of a millisecond of the worker's CPU per
