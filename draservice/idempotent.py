@@ -14,17 +14,21 @@ HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
+Refresh = Callable[[dict], dict]
+
+
 class Runner(Protocol):
-    def __call__(self, scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]],
-                 **options) -> tuple[int, dict, bool]: ...
+    def __call__(self, scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *,
+                 atomic: bool = ..., refresh: Refresh | None = ...) -> tuple[int, dict, bool]: ...
 
 
 def create_response(request, scope: str, body, create: Callable[[], tuple[int, dict]], run: Runner, *,
-                    location: bool = False, **options) -> Response:
+                    location: bool = False, atomic: bool = True, refresh: Refresh | None = None) -> Response:
     """Run ``create`` (which returns (status, body)) at most once per ``scope`` and the request's key, and answer
     as the first time did; a replay is marked ``Idempotent-Replayed: true``. ``location``: the answer names the
-    object it created under the request's path. ``options`` go to ``run`` (``atomic``, ``refresh``)."""
-    code, payload, replayed = run(scope, request.headers.get(HEADER), body, create, **options)
+    object it created under the request's path. ``atomic`` and ``refresh`` go to ``run``."""
+    code, payload, replayed = run(scope, request.headers.get(HEADER), body, create, atomic=atomic,
+                                  refresh=refresh)
     response = Response(payload, status=code)
     if replayed:
         response[REPLAYED_HEADER] = "true"

@@ -21,7 +21,7 @@ def test_first_answer_names_the_created_object_and_passes_key_scope_and_options(
     assert resp.status_code == 201 and resp.data == {"metadata": {"name": "g1"}}
     assert resp["Location"] == "/api/v1/namespaces/a/gangs/g1"
     assert "Idempotent-Replayed" not in resp
-    assert seen == [("a:gangs", "k-1", {"x": 1}, {"atomic": False})]
+    assert seen == [("a:gangs", "k-1", {"x": 1}, {"atomic": False, "refresh": None})]
 
 
 def test_a_replay_is_marked_and_without_location_none_is_set():
