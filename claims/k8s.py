@@ -14,8 +14,9 @@ from dra.k8s import claims as k8s_claims
 from dra.k8s.fields import DNS_LABEL, DNS_SUBDOMAIN, V1, Errors, is_label_name_part, is_label_value, name_reason
 from draservice.problems import FieldError
 
-__all__ = ["API_VERSIONS", "V1", "check_dns_label", "check_dns_subdomain", "check_kind", "check_string_map",
-           "claim_spec_to_v1", "device_class_names", "parse_metadata", "random_suffix", "template_spec_to_v1"]
+__all__ = ["API_VERSIONS", "V1", "check_dns_label", "check_dns_subdomain", "check_kind", "check_listed_name",
+           "check_string_map", "claim_spec_to_v1", "device_class_names", "parse_metadata", "random_suffix",
+           "template_spec_to_v1"]
 
 API_VERSIONS = k8s_claims.API_VERSIONS
 _RANDOM_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet (no vowels, no 0/1/3)
@@ -25,6 +26,18 @@ def check_dns_label(value: Any, path: str) -> Errors:
     """A DNS label in the claims API's own objects (namespaces, consumers, gangs), with its first reason."""
     reason = name_reason(value, DNS_LABEL)
     return [(path, reason)] if reason else []
+
+
+def check_listed_name(value: Any, path: str, seen: set[str]) -> Errors:
+    """The ``name`` of an entry in a list of named entries (a consumer's resourceClaims, a gang's members): a DNS
+    label, unique in its list. ``seen`` holds the valid names of the entries before it; a valid one joins it."""
+    errors = check_dns_label(value, path)
+    if errors:
+        return errors
+    if value in seen:
+        return [(path, f'Duplicate value: "{value}"')]
+    seen.add(value)
+    return []
 
 
 def check_dns_subdomain(value: Any, path: str) -> Errors:

@@ -8,13 +8,13 @@ The no-double-allocation guarantee lives in ``DeviceAllocation`` (see its docstr
 """
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 from django.db import models
 from django.db.models import Q
 
 from dra.k8s.fields import V1
+from draservice.models import Versioned
 
 
 class Namespace(models.Model):
@@ -52,7 +52,7 @@ class Phase(models.TextChoices):
     FAILED = "Failed"
 
 
-class ResourceClaim(models.Model):
+class ResourceClaim(Versioned):
     """A ``resource.k8s.io/v1`` ResourceClaim plus the service's own state.
 
     ``spec`` is immutable after creation (the API refuses changes). ``allocation`` is exactly the
@@ -69,8 +69,6 @@ class ResourceClaim(models.Model):
 
     namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="claims")
     name = models.CharField(max_length=253)
-    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    resource_version = models.BigIntegerField(default=1)
     change_seq = models.BigIntegerField(null=True, blank=True, editable=False)  # set by the change-log trigger
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
@@ -154,18 +152,12 @@ class ResourceClaim(models.Model):
     def __str__(self) -> str:
         return f"{self.namespace_id}/{self.name}"
 
-    @property
-    def etag(self) -> str:
-        return f'"{self.uid.hex}-{self.resource_version}"'
 
-
-class ResourceClaimTemplate(models.Model):
+class ResourceClaimTemplate(Versioned):
     """A ``resource.k8s.io/v1`` ResourceClaimTemplate: ``spec`` holds ``{metadata, spec}`` of the claims."""
 
     namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="templates")
     name = models.CharField(max_length=253)
-    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    resource_version = models.BigIntegerField(default=1)
     change_seq = models.BigIntegerField(null=True, blank=True, editable=False)  # set by the change-log trigger
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
@@ -182,12 +174,8 @@ class ResourceClaimTemplate(models.Model):
     def __str__(self) -> str:
         return f"{self.namespace_id}/{self.name}"
 
-    @property
-    def etag(self) -> str:
-        return f'"{self.uid.hex}-{self.resource_version}"'
 
-
-class Consumer(models.Model):
+class Consumer(Versioned):
     """What uses claims: a pod, a CI job. ``spec.resourceClaims`` has the shape of ``Pod.spec.resourceClaims``.
 
     All pending claims of one consumer are allocated together, on one node, or not at all.
@@ -195,8 +183,6 @@ class Consumer(models.Model):
 
     namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="consumers")
     name = models.CharField(max_length=253)
-    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    resource_version = models.BigIntegerField(default=1)
     change_seq = models.BigIntegerField(null=True, blank=True, editable=False)  # set by the change-log trigger
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
@@ -211,10 +197,6 @@ class Consumer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace_id}/{self.name}"
-
-    @property
-    def etag(self) -> str:
-        return f'"{self.uid.hex}-{self.resource_version}"'
 
 
 class Reservation(models.Model):

@@ -5,6 +5,8 @@ write path can forget it: the claims round, gangs, queues and the API all change
 such change lands here in the same transaction. Read by the Kubernetes front door's ``watch`` and list
 ``resourceVersion``; kept for ``CHANGES_RETENTION`` (older watches get 410 Gone).
 """
+import uuid
+
 from django.db import models
 
 
@@ -101,3 +103,19 @@ class AuditEvent(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["kind", "name", "id"], name="draservice_audit_object")]
+
+
+class Versioned(models.Model):
+    """An API object's identity and version: ``uid`` is fixed at creation, ``resource_version`` grows with every
+    write (the services bump it under the row's lock). The ETag names both, so a re-created object (same name,
+    new uid) never matches a tag of the one before."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    resource_version = models.BigIntegerField(default=1)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.uid.hex}-{self.resource_version}"'

@@ -10,10 +10,10 @@ by one and break all-or-nothing) through the round's hook for other allocators: 
 """
 from __future__ import annotations
 
-import uuid
-
 from django.db import models
 from django.db.models import Q
+
+from draservice.models import Versioned
 
 
 class GangPhase(models.TextChoices):
@@ -23,14 +23,12 @@ class GangPhase(models.TextChoices):
     RELEASED = "Released"  # released by its owner: everything released
 
 
-class Gang(models.Model):
+class Gang(Versioned):
     # Set on the rows the dashboard lists (gangs.dashboard): not columns, declared for mypy.
     domain_values: list[str]
 
     namespace = models.ForeignKey("claims.Namespace", on_delete=models.PROTECT, related_name="gangs")
     name = models.CharField(max_length=253)
-    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    resource_version = models.BigIntegerField(default=1)
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
     spec = models.JSONField()  # normalized: minMember, scheduleTimeoutSeconds, topology, members, placement
@@ -81,10 +79,6 @@ class Gang(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace_id}/{self.name}"
-
-    @property
-    def etag(self) -> str:
-        return f'"{self.uid.hex}-{self.resource_version}"'
 
     @property
     def topology(self) -> dict:

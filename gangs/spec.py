@@ -101,19 +101,15 @@ def _members(spec: dict, errors: list) -> list[dict]:
     if len(members) > MAX_MEMBERS:
         errors.append(("spec.members", f"Too many: {len(members)}: must have at most {MAX_MEMBERS} items"))
         return []
-    out, seen = [], set()
+    out: list[dict] = []
+    seen: set[str] = set()
     for i, m in enumerate(members):
         path = f"spec.members[{i}]"
         if not isinstance(m, dict):
             errors.append((path, "must be an object"))
             continue
         name = m.get("name")
-        name_errors = k8s.check_dns_label(name, f"{path}.name")
-        if name_errors:
-            errors += name_errors
-        elif name in seen:
-            errors.append((f"{path}.name", f'Duplicate value: "{name}"'))
-        seen.add(name)
+        errors += k8s.check_listed_name(name, f"{path}.name", seen)
         extra = sorted(set(m) - {"name", "resourceClaims"})
         errors += [(f"{path}.{k}", "Forbidden: unknown field") for k in extra]
         # An empty list is the consumer service's to refuse: a member may have only generated claims (a pod

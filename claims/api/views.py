@@ -34,7 +34,7 @@ from claims.services import events as ev
 from claims.services import explain as explain_service
 from claims.services import idempotency
 from claims.services import preemption as claim_preemption
-from draservice import dryrun, notify
+from draservice import dryrun, idempotent, notify
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser, MergePatchParser
 from draservice.permissions import (
@@ -122,15 +122,8 @@ class ClaimListView(ClaimsBase):
 
         # create_claims is one transaction by itself (one statement for one claim on PostgreSQL).
         with diagnosed(body):
-            code, payload, replayed = idempotency.run(
-                f"{namespace}:resourceclaims", request.META.get("HTTP_IDEMPOTENCY_KEY"), body, create,
-                atomic=False, refresh=s.current_rendering)
-        response = Response(payload, status=code)
-        if replayed:
-            response["Idempotent-Replayed"] = "true"
-        meta = payload.get("metadata") or {}
-        response["Location"] = f"{request.path.rstrip('/')}/{meta.get('name')}"
-        return response
+            return idempotent.create_response(request, f"{namespace}:resourceclaims", body, create, idempotency.run,
+                                              location=True, atomic=False, refresh=s.current_rendering)
 
 
 # The methods of one claim, shared by its own view and by the batch view (a claim may be named "batch").
@@ -224,13 +217,8 @@ class ClaimBatchView(ClaimsBase):
             return 201, s.render_list("List", rendered, "v1")
 
         with diagnosed(body, batch=True):
-            code, payload, replayed = idempotency.run(
-                f"{namespace}:resourceclaims/batch", request.META.get("HTTP_IDEMPOTENCY_KEY"), body, create,
-                refresh=s.current_rendering)
-        response = Response(payload, status=code)
-        if replayed:
-            response["Idempotent-Replayed"] = "true"
-        return response
+            return idempotent.create_response(request, f"{namespace}:resourceclaims/batch", body, create,
+                                              idempotency.run, refresh=s.current_rendering)
 
 
 class ClaimDetailView(ClaimsBase):
@@ -424,12 +412,8 @@ class ConsumerListView(ClaimsBase):
             consumer = consumer_services.create_consumer(namespace, request.data)
             return 201, s.render_consumer(consumer)
 
-        code, payload, replayed = idempotency.run(f"{namespace}:consumers", request.META.get("HTTP_IDEMPOTENCY_KEY"),
-                                                  request.data, create, refresh=s.current_rendering)
-        response = Response(payload, status=code)
-        if replayed:
-            response["Idempotent-Replayed"] = "true"
-        return response
+        return idempotent.create_response(request, f"{namespace}:consumers", request.data, create, idempotency.run,
+                                          refresh=s.current_rendering)
 
 
 class ConsumerDetailView(ClaimsBase):

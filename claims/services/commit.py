@@ -3,8 +3,8 @@
 Every allocator (the claims round, the gang worker, and next queue admission and preemption) decides with the
 engine OUTSIDE any lock that other workers wait on, then hands its answer here, inside one short
 transaction of its own. Nothing slow happens under these locks: no engine search, no CEL evaluation, only
-the checks and bulk writes below, so a lock is held for milliseconds (a whole 500-claim round's write well
-under the 2 s bound; ``LOCK_TIMEOUT`` caps how long we ever wait for one).
+the checks and bulk writes below (a fixed number of statements per round, whatever its size), so a lock is
+held briefly (``LOCK_TIMEOUT`` caps how long we ever wait for one).
 
 ``changed_claims`` and ``verify`` check, under locks held to commit, that what the decision relied on still
 holds:

@@ -53,19 +53,15 @@ def _parse_entries(spec, path: str, allow_empty: bool = False) -> list[dict]:
         raise FieldError([(f"{path}.resourceClaims", "must be a non-empty list")])
     if len(entries) > MAX_ENTRIES:
         raise FieldError([(f"{path}.resourceClaims", f"must have at most {MAX_ENTRIES} items")])
-    errors, names, out = [], set(), []
+    errors, out = [], []
+    names: set[str] = set()
     for i, entry in enumerate(entries):
         epath = f"{path}.resourceClaims[{i}]"
         if not isinstance(entry, dict):
             errors.append((epath, "must be an object"))
             continue
         name = entry.get("name")
-        name_errors = k8s.check_dns_label(name, f"{epath}.name")
-        if name_errors:
-            errors += name_errors
-        elif name in names:
-            errors.append((f"{epath}.name", f'Duplicate value: "{name}"'))
-        names.add(name)
+        errors += k8s.check_listed_name(name, f"{epath}.name", names)
         claim, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
         if bool(claim) == bool(template):
             errors.append((epath, "must specify exactly one of resourceClaimName or resourceClaimTemplateName"))

@@ -99,7 +99,7 @@ def cluster_versions_locked(cluster_ids: Iterable[int]) -> dict[int, tuple]:
 
 def new_rows(pools: set[PoolKey], seen_ids: Container[int]) -> tuple[set[DeviceKey], set[PoolKey]]:
     """Devices and pools (among ``pools``) that gained an allocation row not in ``seen_ids`` (any container:
-    the round's rows by id serve as they are, without a set of 40,000 ids built every round)."""
+    the round's rows by id serve as they are, without a set of every allocated id built every round)."""
     if not pools:
         return set(), set()
     clusters = {p[0] for p in pools}

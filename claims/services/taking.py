@@ -54,8 +54,8 @@ def undecided_pending(version=None):
     if connection.vendor == "postgresql":
         # The eligible ids first, each part from an index (never tried / tried before the last wake-all by
         # claims_claim_attempted, woken by the wake rows), then only those rows. Asked as one OR over the
-        # pending claims, the planner read and filtered every pending row: 4,000 of them to find the one a
-        # release woke (about 30 ms of every round and of every empty round at the soak).
+        # pending claims, the planner reads and filters every pending row to find the few a release woke, in
+        # every round, the empty ones too: the work must grow with the eligible claims, not the pending ones.
         qs = pending.filter(_InArray(F("id"), RawSQL(_candidates(), [Phase.PENDING, Phase.PENDING])))
     else:
         wake_all = Coalesce(Subquery(FleetState.objects.filter(pk=1).values("wake_all_version")[:1]), Value(1))
@@ -108,7 +108,7 @@ def take(batch_size: int) -> tuple[list[ResourceClaim], int]:
 @functools.lru_cache(maxsize=8)
 def _take_query(batch_size: int, external_annotations: frozenset[str]) -> Prepared:
     """``take``'s statement, compiled once per batch size (and per thread and connection, by ``Prepared``):
-    building and compiling this queryset cost every round, also the empty ones, several milliseconds of CPU."""
+    building and compiling this queryset is CPU every round would spend again, the empty ones too."""
 
     def build():
         current = Subquery(FleetState.objects.filter(pk=1).values("version")[:1])

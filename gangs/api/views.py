@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from claims.models import Reservation
 from claims.services import idempotency
-from draservice import notify
+from draservice import idempotent, notify
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser
 from draservice.permissions import IsAuthenticatedPrincipal, NamespaceAccess, readable_namespaces
@@ -76,13 +76,8 @@ class GangListView(GangsBase):
             gang = gang_services.create_gang(namespace, request.data)
             return 201, s.render_gang(gang)
 
-        code, payload, replayed = idempotency.run(f"{namespace}:gangs", request.headers.get("Idempotency-Key"),
-                                                  request.data, create, refresh=s.current_rendering)
-        response = Response(payload, status=code)
-        if replayed:
-            response["Idempotent-Replayed"] = "true"
-        response["Location"] = f"{request.path.rstrip('/')}/{(payload.get('metadata') or {}).get('name')}"
-        return response
+        return idempotent.create_response(request, f"{namespace}:gangs", request.data, create, idempotency.run,
+                                          location=True, refresh=s.current_rendering)
 
 
 class GangDetailView(GangsBase):

@@ -6,7 +6,7 @@ claims app's race checks, with what the engine actually placed. Under locks held
 1. the queue rows of every unit's queue and its ancestors, ``SELECT ... FOR SHARE`` in ascending id (the
    fixed order that rules out deadlocks; a queue update waits for them, so a commit sees one version); then
 2. one advisory lock for the root (``ROOT_LOCK``): borrowing reads every queue's usage, so admissions that
-   read usage must not interleave with any that charges (they are milliseconds each): exclusive where a
+   read usage must not interleave with any that charges (each is short: no engine, no CEL): exclusive where a
    queue of the chains has quotas, shared otherwise (``_lock``);
 3. usage is read (charges of Allocated claims; only once a quota entry needs it), each unit checked in order
    (earlier admitted units of the same commit count for the later ones) and the admitted units' charges
@@ -25,13 +25,11 @@ devices of the class, which the engine counts. A class the leaf does not list is
 """
 from __future__ import annotations
 
-import time
 import zlib
 from collections import defaultdict
 from fractions import Fraction
 from typing import NamedTuple
 
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -73,13 +71,10 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
         verdict, unit_charges = state.try_admit(units[i], name)
         verdicts[i] = verdict
         charges.extend(unit_charges)
-    delay = getattr(settings, "QUEUES_ADMIT_DELAY_SECONDS", 0)
-    if delay:  # fault injection for the race tests: widen the window between the check and the write
-        time.sleep(delay)
     admitted = [c.claim_id for c in charges]
     QuotaCharge.objects.filter(claim_id__in=admitted).delete()  # a re-admitted claim (after preemption)
-    # COPY: bulk_create built and adapted the rows at about a third of a millisecond of the worker's CPU per
-    # claim, under the commit's locks.
+    # COPY, not bulk_create: building and adapting a model row per claim is CPU spent under the commit's
+    # locks, which every other commit waits for.
     bulk_insert(QuotaCharge, CHARGE_COLUMNS, charges, json_columns=set())
     return verdicts
 

@@ -61,8 +61,8 @@ class Tree:
 
 def _all_queues() -> list[Queue]:
     """Every queue row. Create answers, renderings and every claims round load the tree: on PostgreSQL the
-    rows are made into models directly, at half the CPU of the queryset (compiling a queryset costs more
-    than running this one)."""
+    rows are made into models directly, without a queryset (compiling a queryset costs more than running
+    this one)."""
     if connection.vendor != "postgresql":
         return list(Queue.objects.all())
     fields = Queue._meta.concrete_fields

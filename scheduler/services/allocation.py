@@ -89,10 +89,10 @@ REASONS = {
     holds.HELD_FOR_DEFRAG: "HeldForDefragmentation",
 }
 # CEL cost units one group's allocation may spend in all (dra.cel's units; one evaluation's own limit is
-# dra.cel.MAX_SELECTOR_COST). Deterministic, unlike a timer. Enough for any claim a person writes (a real
-# selector costs at most ~200 per evaluation, the memo shares evaluations between identical devices, and even
-# a per-device uuid selector over 40,000 GPUs costs about 160,000), and about 0.6 s of one worker at the worst
-# (two evaluations at the per-evaluation limit), so a hostile claim cannot hold up the claims behind it.
+# dra.cel.MAX_SELECTOR_COST). Deterministic, unlike a timer. Enough for any claim a person writes (real
+# selectors are far below the per-evaluation limit, and the memo shares evaluations between identical devices,
+# so even a per-device selector over a large fleet fits), and bounded at two evaluations at the per-evaluation
+# limit, so a hostile claim cannot hold up the claims behind it.
 GROUP_COST_BUDGET = 2 * MAX_SELECTOR_COST
 LOST_RACE = "LostRace"
 DEFERRED = "deferred"  # an outcome placeholder: not decided this round, retry at once

@@ -28,10 +28,10 @@ from queues.services.usage import requested_devices
 from scheduler.services import gang_preemption, preemption, queue_holds, recheck
 from scheduler.services.preemption import CAPACITY_REASONS
 
-# Deciding for one waiting claim reads the allocated claims of its class (at 40,000 devices, tens of thousands
-# of rows) and runs the engine; the pass runs every 5 s on the allocation workers. Past this much time the rest
-# waits for the next pass (heads first, so the queue order holds): a busy fleet once kept the only worker in
-# preemption passes for minutes, with no allocation round in between (benchmarks/soak_bench.py).
+# Deciding for one waiting claim reads the allocated claims of its class (on a large fleet, many rows) and runs
+# the engine; the pass runs periodically on the allocation workers. Past this much time the rest waits for the
+# next pass (heads first, so the queue order holds): without the bound a busy fleet can keep the only worker in
+# preemption passes with no allocation round in between (benchmarks/soak_bench.py shows it).
 PASS_SECONDS = 1.0
 
 

@@ -23,7 +23,13 @@ if os.environ.get("CLAIMS_TEST_RACE") == "1":
     settings.CLAIMS_CLUSTER_TURNS = False
 
 if os.environ.get("QUEUES_TEST_ADMIT_DELAY"):
-    # The queue race tests widen the window between quota check and write (queues.services.admission).
-    from django.conf import settings
+    # The queue race tests widen the window between the quota check and the write of the charges: a seam
+    # installed in the workers' process only, once Django is set up (Celery's Django fixup does it on
+    # worker_init, connected before this receiver); product code reads no setting for it.
+    from celery.signals import worker_init
 
-    settings.QUEUES_ADMIT_DELAY_SECONDS = float(os.environ["QUEUES_TEST_ADMIT_DELAY"])
+    @worker_init.connect(weak=False)
+    def _delay_admission_writes(**kwargs) -> None:
+        from tests.queues.seams import delay_admission_writes
+
+        delay_admission_writes(float(os.environ["QUEUES_TEST_ADMIT_DELAY"]))

@@ -230,3 +230,14 @@ def test_unauthenticated_is_401(classes):
     from rest_framework.test import APIClient
 
     assert APIClient().get(URL).status_code == 401
+
+
+def test_consumer_entry_names_are_labels_unique_in_the_list_and_a_list_as_a_name_is_a_field_error(admin_client,
+                                                                                                    classes):
+    entries = [{"name": n, "resourceClaimName": "c1"} for n in ("a", "a", "B_", ["x"])]
+    consumer = {"kind": "Consumer", "metadata": {"name": "pod"}, "spec": {"resourceClaims": entries}}
+    resp = admin_client.post("/api/v1/namespaces/team-a/consumers", consumer, format="json")
+    assert resp.status_code == 422, resp.content
+    errors = resp.json()["errors"]
+    assert [e["field"] for e in errors] == [f"spec.resourceClaims[{i}].name" for i in (1, 2, 3)], errors
+    assert errors[0]["reason"] == 'Duplicate value: "a"'

@@ -236,3 +236,24 @@ def test_simulate_gang_with_an_inline_inventory(admin_client, db):
     body["allocatedDevices"] = []
     out = admin_client.post("/api/v1/simulate/gang", body, format="json").json()
     assert out["placed"] and out["domain"][RACK] == "r2"
+
+
+def test_idempotency_key_gives_one_gang_and_names_it(admin_client, rack_fleet):
+    body = fleet.gang_body("once", 2)
+    first = admin_client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY="gang-7")
+    again = admin_client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY="gang-7")
+    assert first.status_code == again.status_code == 201, again.content
+    assert first["Location"] == again["Location"] == f"{URL}/once"
+    assert again["Idempotent-Replayed"] == "true" and "Idempotent-Replayed" not in first
+    assert Gang.objects.filter(name="once").count() == 1
+
+
+def test_member_names_are_labels_unique_in_the_list_and_a_list_as_a_name_is_a_field_error(admin_client, rack_fleet):
+    claims = [{"name": "gpus", "resourceClaimTemplateName": "h100x8"}]
+    body = fleet.gang_body("named", 2)
+    body["spec"] = {"members": [{"name": n, "resourceClaims": claims} for n in ("a", "a", "B_", ["x"])]}
+    resp = admin_client.post(URL, body, format="json")
+    assert resp.status_code == 422, resp.content
+    fields = [e["field"] for e in resp.json()["errors"]]
+    assert fields == ["spec.members[1].name", "spec.members[2].name", "spec.members[3].name"], resp.json()
+    assert resp.json()["errors"][0]["reason"] == 'Duplicate value: "a"'

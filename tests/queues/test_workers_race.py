@@ -18,7 +18,8 @@ RACE = True  # the workers skip the allocators' turn lock
 @pytest.fixture(scope="module")
 def worker_pool(request, django_db_setup, django_db_blocker):
     """The suite's worker pool, started with a 50 ms sleep between quota check and write (the workers read
-    ``QUEUES_TEST_ADMIT_DELAY`` in tests/claims/celery_test_app.py); only these workers see it."""
+    ``QUEUES_TEST_ADMIT_DELAY`` in tests/claims/celery_test_app.py and install the seam of
+    tests/queues/seams.py); only these workers see it."""
     from tests.claims.workers import WorkerPool
 
     pool = WorkerPool(os.environ["TEST_BROKER_URL"], race=RACE)
