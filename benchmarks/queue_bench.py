@@ -17,6 +17,12 @@ for a within-nominal 1-GPU claim with 4,000 claims running p99 < 1 s (KAI: 13.9 
 fourth queue D (nominal 2,000) reclaiming from the others < 10 s (KAI: 102 s).
 
     python benchmarks/queue_bench.py [--nodes 500] [--minutes 120] [--check]
+    python benchmarks/queue_bench.py --backfill [--small] [--check]
+
+``--backfill`` (issue 37) replays walltime claims on held nodes instead (``benchmarks/backfill_sim``: the
+same planning engine and backfill rule as the scheduler): GPU-idle fraction on held nodes with space-only
+holds and with time-aware backfill (goal: halved or better), planned-start error (median <= 10 %, p90 <= 25 %),
+heads delayed by a backfilled claim (goal 0).
 """
 from __future__ import annotations
 
@@ -330,12 +336,35 @@ def gang_reclaim(nodes: int) -> tuple[float, int, bool]:
     return seconds, len(victims), bool(victims) and placer.place(lib, commit=False).placed
 
 
+def backfill_report(small: bool, rate: float, line) -> None:
+    from benchmarks.backfill_sim import SMALL, Shape, compare
+
+    shape = SMALL if small else Shape()
+    shape = Shape(**{**shape.__dict__, "load": rate})
+    t0 = time.perf_counter()
+    out = compare(shape)
+    before, after = out["before"], out["after"]
+    print(f"backfill replay: {shape.nodes} nodes x 8 GPUs, {shape.seconds / 3600:.2f} simulated h, load "
+          f"{shape.load}x, {after['submitted']} claims, {time.perf_counter() - t0:.1f} s wall, load average "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    line(after["idle"] <= before["idle"] / 2,
+         f"GPU-idle on held nodes: {before['idle'] * 100:.1f} % space-only, {after['idle'] * 100:.1f} % with "
+         f"backfill ({after['backfilled']} claims backfilled) (goal: halved or better)")
+    for key, goal in (("error_median", 0.10), ("error_p90", 0.25)):
+        err = after[key]
+        line(err is not None and err <= goal, f"planned-start error {key[6:]} over {after['estimated']} planned "
+             f"claims that waited: {'none' if err is None else f'{err * 100:.0f} %'} (goal <= {goal * 100:.0f} %)")
+    line(after["delayed"] == 0, f"heads delayed by a backfilled claim: {after['delayed']} (goal 0)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--minutes", type=int, default=120)
     parser.add_argument("--rate", type=float, default=1.3, help="offered load as a multiple of the fleet")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+    parser.add_argument("--backfill", action="store_true", help="the walltime backfill replay only (issue 37)")
+    parser.add_argument("--small", action="store_true", help="with --backfill: 40 nodes, half an hour")
     args = parser.parse_args()
     missed = []
 
@@ -344,6 +373,9 @@ def main() -> int:
         if not ok:
             missed.append(text)
 
+    if args.backfill:
+        backfill_report(args.small, args.rate, line)
+        return 1 if args.check and missed else 0
     t0 = time.perf_counter()
     out = fair_share(args.nodes, args.minutes, args.rate)
     print(f"replay: {args.nodes} nodes x 8 H100, {args.minutes} simulated minutes, load {args.rate}x, "

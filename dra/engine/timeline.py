@@ -137,6 +137,17 @@ def _earliest(engine, state: _State, plan: list[Planned], item: Waiting, times: 
     return None
 
 
+def may_backfill(walltimes: Sequence[float | None], now: float, margin: float, protected: Sequence[float]) -> bool:
+    """Conservative backfill's rule (Slurm's): a group may take devices that planned claims need only when every
+    claim of it has a walltime and its end (``now`` + its longest walltime) + ``margin`` (the lease sweep's period
+    and a round's latency: when the devices are in fact free again) is no later than each of those claims'
+    planned starts (``protected``). A claim without a walltime might never end: it never backfills."""
+    if not walltimes or any(not w for w in walltimes):
+        return False
+    end = now + max(w for w in walltimes if w) + margin
+    return all(end <= start for start in protected)
+
+
 def _candidates(now: float, ats: list[float], limit: int) -> list[float]:
     later = sorted({max(at, now) for at in ats} - {now})
     if len(later) >= limit:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.utils import timezone
 
+from dra.engine.timeline import may_backfill
 from scheduler.models import PlannedStart
 from scheduler.services import plan
 
@@ -64,11 +65,11 @@ class Backfill:
         if holder not in self.first_of:
             return None
         pad = plan.margin()
-        ends = timezone.now() + timedelta(seconds=max(leases)) + pad
         mine = {c.id for c in group.claims}
         taken = [p for d in outcome.devices for p in self.by_device.get((d.cluster, d.driver, d.pool, d.device), ())
                  if p.claim_id not in mine]
-        if any(ends > p.start for p in taken):
+        if not may_backfill(leases, timezone.now().timestamp(), pad.total_seconds(),
+                            [p.start.timestamp() for p in taken]):
             return None
         protects = min(taken, key=lambda p: p.start) if taken else self.first_of[holder]
         mark = {"plannedStart": protects.start.strftime(ISO), "protects": protects.name,
