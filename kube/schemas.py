@@ -271,8 +271,20 @@ QUOTA = obj("A quota of one DeviceClass.", required=("deviceClassName",),
             devices=LIMITS, counters=map_of(LIMITS, "By counter name."),
             capacity=map_of(LIMITS, "By capacity name."))
 PREEMPTION = obj("When the queue's pending claims preempt running ones.",
-                 withinQueue=string("Never or LowerPriority.", enum=("Never", "LowerPriority")),
-                 reclaimBorrowed=string("Never or Always.", enum=("Never", "Always")),
+                 withinQueue=string("Own queue's claims it may preempt: Never, LowerPriority (default) or "
+                                    "LowerOrNewerEqualPriority.",
+                                    enum=("Never", "LowerPriority", "LowerOrNewerEqualPriority")),
+                 reclaimWithinCohort=string("Within its nominal, claims of borrowing queues it may preempt: Never, "
+                                            "LowerPriority or Any (default). Replaces reclaimBorrowed "
+                                            "(Always: Any), still accepted on input.",
+                                            enum=("Never", "LowerPriority", "Any")),
+                 reclaimBorrowed=string("Deprecated, replaced by reclaimWithinCohort (Always: Any, Never: Never); "
+                                        "accepted on input, never returned.", enum=("Never", "Always")),
+                 borrowWithinCohort=obj("When it must borrow: whether it may preempt lower-priority claims of "
+                                        "borrowing queues (not with fairSharing.preemptionStrategies).",
+                                        policy=string("Never (default) or LowerPriority.",
+                                                      enum=("Never", "LowerPriority")),
+                                        maxPriorityThreshold=integer("Only claims of at most this priority.")),
                  minRuntimeSeconds=integer("A claim runs at least this long before it can be preempted."),
                  graceSeconds=integer("Time between the preemption notice and its stopBy."),
                  forceAfterSeconds=integer("Time between the preemption notice and the release of a victim that "
@@ -280,9 +292,13 @@ PREEMPTION = obj("When the queue's pending claims preempt running ones.",
                  webhook=obj("Told before a claim is preempted.", url=string("HTTPS URL."),
                              secret=string("HMAC secret (write-only; generated when absent)."),
                              secretSet=boolean("Whether a secret is set (read-only).")))
-FAIR_SHARING = obj("How the queue's past use counts in the fair-share order.",
+FAIR_SHARING = obj("How the queue's past use counts in the fair-share order, and fair-share preemption.",
                    halfLifeSeconds=integer("Half-life of past use in seconds (0, the default: only what it borrows "
-                                           "now counts; at most 31536000)."))
+                                           "now counts; at most 31536000)."),
+                   weight=number("spec.weight, in Kueue's place (either may be given; both, equal)."),
+                   preemptionStrategies=array(string("LessThanOrEqualToFinalShare or LessThanInitialShare."),
+                                              "Fair-share preemption when a claim must borrow, strategies tried "
+                                              "in order (absent: off).", ATOMIC))
 QUEUE_STATUS = obj("Usage and backlog of the queue.",
                    usage=array(free("Used amount of one class and unit."), "What the queue uses.", ATOMIC),
                    pendingClaims=integer("Claims pending in the queue."),

@@ -19,7 +19,8 @@ from tests.claims import workers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-MET = {"reclaim", "reclaim-mig", "reclaim-gang", "tree-lending0", "tree-reclaim", "gang-head", "simulate", "flood"}
+MET = {"reclaim", "reclaim-mig", "reclaim-gang", "tree-lending0", "tree-reclaim", "gang-head", "fair", "simulate",
+       "flood"}
 
 
 @pytest.fixture
@@ -41,8 +42,8 @@ def world():
 
 def test_reduced_queue_scenarios_are_met(world):
     figures = run_scenarios(world, MET)
-    assert {f.scenario.split("-")[0] for f in figures} >= {"reclaim", "tree", "gang", "simulate", "flood"}
-    assert len(figures) >= 23, [f.line() for f in figures]
+    assert {f.scenario.split("-")[0] for f in figures} >= {"reclaim", "tree", "gang", "fair", "simulate", "flood"}
+    assert len(figures) >= 31, [f.line() for f in figures]
     missed = [f.line() for f in figures if not f.met]
     assert not missed, "\n".join(missed)
 
