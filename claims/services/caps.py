@@ -82,7 +82,7 @@ def check_pending_claims(namespace: str, adding: int) -> None:
 
 
 def pool_status_owner(access) -> str:
-    """Whom a ResourcePoolStatusRequest counts against (``inventory.permissions.Access``)."""
+    """Whom a ResourcePoolStatusRequest counts against (``draservice.permissions.Access``)."""
     if access.is_admin:
         return ""
     if access.namespaces:

@@ -12,8 +12,9 @@ from claims.models import Phase, ResourceClaim
 from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
 from claims.services import claims as claim_services
 from claims.services.conditions import RELEASING, is_true
-from inventory.models import APIToken, Cluster
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from draservice.tokens import issue_token
+from inventory.models import Cluster
 from scheduler.services import allocation, defrag, defrag_apply, holds
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.conftest import client_for
