@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from rest_framework import exceptions
 
@@ -40,6 +42,14 @@ CACHE_SECONDS = 5.0
 RATE_WINDOW = timedelta(seconds=60)
 
 _cache: dict[str, tuple[float, dict[str, int]]] = {}
+# The use of a cap whose objects another app keeps (ResourcePoolStatusRequests: the /k8s door's), by cap name:
+# that app registers its count at ready(), so the ObjectQuota shows it while this module imports no door.
+_use_counts: dict[str, Callable[[str], int]] = {}
+
+
+def register_use_count(cap: str, count: Callable[[str], int]) -> None:
+    """``count(namespace)``: how many of the cap's objects count against the namespace."""
+    _use_counts[cap] = count
 
 
 class QuotaExceeded(exceptions.PermissionDenied):
@@ -92,13 +102,11 @@ def pool_status_owner(access) -> str:
     return f"{access.kind}:{access.token.pk if access.token is not None else ''}"
 
 
-def check_pool_status_requests(owner: str) -> None:
-    """The count cap (403) and the rate cap (429 with Retry-After) of ResourcePoolStatusRequests."""
-    from kube.models import ResourcePoolStatusRequest
-
+def check_pool_status_requests(owner: str, mine: QuerySet) -> None:
+    """The count cap (403) and the rate cap (429 with Retry-After) of ResourcePoolStatusRequests; ``mine``: the
+    requests kept for ``owner`` (rows with ``created_at``), handed over by the door that keeps them."""
     if not owner:
         return
-    mine = ResourcePoolStatusRequest.objects.filter(owner=owner)
     since = timezone.now() - RATE_WINDOW
     rate = settings.POOL_STATUS_REQUESTS_PER_MINUTE
     recent = list(mine.filter(created_at__gte=since).order_by("created_at").values_list("created_at", flat=True)
@@ -117,15 +125,14 @@ def check_pool_status_requests(owner: str) -> None:
 
 def render(namespace: str) -> dict:
     """The namespace's caps and use, shaped like a v1 ResourceQuota."""
-    from kube.models import ResourcePoolStatusRequest
-
     _cache.pop(namespace, None)
     caps = hard(namespace)
     row = ObjectQuota.objects.filter(namespace=namespace).first()
     set_here = {name: getattr(row, column) for name, column in FIELDS.items()
                 if row is not None and getattr(row, column) is not None}
     used = {PENDING_CLAIMS: ResourceClaim.objects.filter(namespace__name=namespace, phase=Phase.PENDING).count(),
-            POOL_STATUS_REQUESTS: ResourcePoolStatusRequest.objects.filter(owner=f"ns:{namespace}").count()}
+            POOL_STATUS_REQUESTS: _use_counts[POOL_STATUS_REQUESTS](namespace)
+            if POOL_STATUS_REQUESTS in _use_counts else 0}
     return {"apiVersion": "draservice.io/v1alpha1", "kind": "ObjectQuota",
             "metadata": {"name": "objectquota", "namespace": namespace},
             "spec": {"hard": set_here}, "status": {"hard": caps, "used": used, "defaults": defaults()}}
