@@ -17,7 +17,7 @@ from django.utils import timezone
 class Cluster(models.Model):
     """A Kubernetes cluster whose agent pushes its DRA inventory."""
 
-    # Set on the rows the dashboard lists (frontend.queries.fleet): not columns, declared for mypy.
+    # Set on the rows the dashboard lists (claims.services.figures.fleet): not columns, declared for mypy.
     stale_now: bool
     last_seen: datetime | None
     node_count: int

@@ -7,8 +7,8 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import APIException
 
+from claims.services.figures import fleet as fleet_q
 from draservice.pages import is_htmx, page, require
-from frontend.queries import fleet as fleet_q
 from frontend.queries import fragmentation as frag_q
 from frontend.queries import sharing as sharing_q
 from frontend.queries import utilisation as util_q

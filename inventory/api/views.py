@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from claims.services.figures.fleet import accelerator_summary
 from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from draservice.permissions import (
     CanWriteClusterInventory,
@@ -21,7 +22,6 @@ from draservice.permissions import (
     token_can_read_namespace,
 )
 from draservice.yaml import YAMLParser
-from frontend.queries.fleet import accelerator_summary
 from inventory import filtersets
 from inventory.api import serializers as s
 from inventory.api.parsers import FastJSONParser
