@@ -35,6 +35,7 @@ from claims.services import explain as explain_service
 from claims.services import idempotency
 from claims.services import preemption as claim_preemption
 from draservice import dryrun, idempotent, notify
+from draservice.errors import Conflict
 from draservice.models import APIToken
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser, MergePatchParser
@@ -45,7 +46,7 @@ from draservice.permissions import (
     access_for,
     readable_namespaces,
 )
-from draservice.problems import Conflict, FieldError
+from draservice.problems import FieldError
 from draservice.requests import merge_patch, parse_wait
 from draservice.yaml import YAMLParser
 from inventory.services.doctor import diagnosed

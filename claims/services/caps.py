@@ -1,13 +1,14 @@
 """Object-count and rate caps per namespace: what one tenant may pile up, so that it cannot cost the others.
 
-Two count caps, answered as a Kubernetes ResourceQuota answers (403 ``Forbidden``, "exceeded quota: ..."):
+Two count caps, refused as a Kubernetes ResourceQuota refuses (``QuotaExceeded``: 403 ``Forbidden`` at the doors,
+"exceeded quota: ..."):
 
 * ``pending-claims``: the namespace's claims waiting for devices (default ``NAMESPACE_MAX_PENDING_CLAIMS``,
   5,000). Every round reads the pending claims; a namespace that queues 100,000 slows every tenant's rounds.
 * ``resourcepoolstatusrequests``: ResourcePoolStatusRequests its tokens created and the service still keeps
   (kept 24 h; default ``NAMESPACE_MAX_POOL_STATUS_REQUESTS``, 100). Each one is answered with aggregate
   queries over the fleet at creation; they are also rate-capped, ``POOL_STATUS_REQUESTS_PER_MINUTE`` per
-  owner (429 with ``Retry-After``).
+  owner (``Throttled``: 429 with ``Retry-After``).
 
 An admin changes a namespace's caps at run time with ``PUT``/``PATCH /api/v1/namespaces/{ns}/objectquota``
 (``{"spec": {"hard": {"pending-claims": 20000}}}``; null or ``DELETE`` goes back to the defaults); other
@@ -30,9 +31,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
-from rest_framework import exceptions
 
 from claims.models import ObjectQuota, Phase, ResourceClaim
+from draservice.errors import Invalid, QuotaExceeded, Throttled
 
 PENDING_CLAIMS = "pending-claims"
 POOL_STATUS_REQUESTS = "resourcepoolstatusrequests"
@@ -50,10 +51,6 @@ _use_counts: dict[str, Callable[[str], int]] = {}
 def register_use_count(cap: str, count: Callable[[str], int]) -> None:
     """``count(namespace)``: how many of the cap's objects count against the namespace."""
     _use_counts[cap] = count
-
-
-class QuotaExceeded(exceptions.PermissionDenied):
-    """403, as kube-apiserver's ResourceQuota admission answers an object over a namespace's quota."""
 
 
 def defaults() -> dict[str, int]:
@@ -103,7 +100,7 @@ def pool_status_owner(access) -> str:
 
 
 def check_pool_status_requests(owner: str, mine: QuerySet) -> None:
-    """The count cap (403) and the rate cap (429 with Retry-After) of ResourcePoolStatusRequests; ``mine``: the
+    """The count cap (``QuotaExceeded``) and the rate cap (``Throttled``) of ResourcePoolStatusRequests; ``mine``: the
     requests kept for ``owner`` (rows with ``created_at``), handed over by the door that keeps them."""
     if not owner:
         return
@@ -113,8 +110,7 @@ def check_pool_status_requests(owner: str, mine: QuerySet) -> None:
                   [:rate])
     if len(recent) >= rate:
         wait = max(1, math.ceil((recent[0] - since).total_seconds()))
-        raise exceptions.Throttled(wait=wait, detail=f"resourcepoolstatusrequests: at most {rate} a minute; "
-                                                     f"retry in {wait} s")
+        raise Throttled(f"resourcepoolstatusrequests: at most {rate} a minute; retry in {wait} s", wait=wait)
     limit = (hard(owner[3:]) if owner.startswith("ns:") else defaults())[POOL_STATUS_REQUESTS]
     used = mine.values("id")[:limit + 1].count()
     if used + 1 > limit:
@@ -140,12 +136,10 @@ def render(namespace: str) -> dict:
 
 def update(namespace: str, body, *, replace: bool) -> dict:
     """Set caps from ``{"spec": {"hard": {name: count or null}}}``; ``replace`` (PUT) resets those not named."""
-    from draservice.problems import FieldError
-
     spec = body.get("spec") if isinstance(body, dict) else None
     given = spec.get("hard") if isinstance(spec, dict) else None
     if not isinstance(given, dict):
-        raise FieldError([("spec.hard", "Required value: a map of cap name to count")])
+        raise Invalid([("spec.hard", "Required value: a map of cap name to count")])
     errors = []
     for name, value in given.items():
         path = f"spec.hard[{name}]"
@@ -157,7 +151,7 @@ def update(namespace: str, body, *, replace: bool) -> dict:
             errors.append((path, f"Invalid value: {value!r}: must be an integer between 0 and {MAX_CAP}, or "
                                  "null for the default"))
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     with transaction.atomic():
         row, _ = ObjectQuota.objects.select_for_update().get_or_create(namespace=namespace)
         for name, column in FIELDS.items():

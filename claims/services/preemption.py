@@ -23,8 +23,8 @@ from claims.services import events as ev
 from claims.services.claims import _LOCKED_BY_NAME, _release_locked, free_devices
 from claims.services.conditions import RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
+from draservice.errors import Conflict
 from draservice.models import APIToken
-from draservice.problems import Conflict
 from inventory.models import Cluster
 
 PREEMPTED = conditions.PREEMPTED

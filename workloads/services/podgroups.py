@@ -24,7 +24,7 @@ from django.db import connection
 from claims.models import Namespace
 from claims.services import consumers as consumer_services
 from dra.gang import Topology
-from draservice.problems import FieldError
+from draservice.errors import Invalid, ServiceError
 from gangs.models import Gang, GangMember
 from gangs.services import gangs as gang_services
 from workloads import spec as wspec
@@ -70,7 +70,7 @@ def parse(kind: str, spec: dict) -> dict:
                 _count(policy["gang"] if isinstance(policy["gang"], dict) else {}, "minCount",
                        f"{path}.policy.gang", errors, 1)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return spec
 
 
@@ -145,9 +145,8 @@ def form(ns: Namespace, group: str) -> bool:
                      **_topology(definition.row.annotations)}}
     try:
         gang = gang_services.create_gang(ns.name, body, generated)
-    except FieldError as exc:
-        raise FieldError([(_pod_path(e["field"], waiting), e["reason"]) for e in exc.errors],
-                         status_code=exc.status_code, title=exc.title) from exc
+    except ServiceError as exc:
+        raise exc.with_errors([(_pod_path(e["field"], waiting), e["reason"]) for e in exc.errors]) from exc
     consumers = dict(GangMember.objects.filter(gang=gang).values_list("name", "consumer_id"))
     for pod in waiting:
         pod.consumer_id, pod.gate = consumers.get(pod.name), Gate.NONE
@@ -180,7 +179,7 @@ def check_annotations(annotations: dict) -> None:
         return
     errors = Topology.from_dict(topology).errors("topology")
     if errors:
-        raise FieldError([(f"metadata.annotations[{KAI_TOPOLOGY}-required-placement]",
+        raise Invalid([(f"metadata.annotations[{KAI_TOPOLOGY}-required-placement]",
                            "; ".join(reason for _, reason in errors))])
 
 
