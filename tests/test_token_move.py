@@ -3,9 +3,11 @@ issued before the move authenticates after it, through the API."""
 import hashlib
 
 import pytest
+from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.test import Client
 
 from draservice.models import APIToken
 from tests.conftest import client_for
@@ -59,3 +61,8 @@ def test_tokens_issued_before_the_move_authenticate_after_it():
     assert refused.status_code == 403, refused.content
     assert client_for(secrets["admin"] + "x").get("/api/v1/clusters/").status_code == 401
     assert APIToken.objects.get(pk=rows["admin"].pk).last_used_at is not None
+    # The admin lists the old rows at the platform's page (the model's new home).
+    staff = Client()
+    staff.force_login(User.objects.create_user("ops", is_staff=True, is_superuser=True))
+    page = staff.get("/admin/draservice/apitoken/")
+    assert page.status_code == 200 and b"old admin" in page.content and b"old cluster" in page.content
