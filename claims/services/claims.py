@@ -34,6 +34,7 @@ from draservice.bulk import mark_saved, pg_execute
 from draservice.errors import AlreadyExists, Conflict, Invalid
 from draservice.etag import check_precondition
 from draservice.prepared import Prepared
+from usage import usage_sql
 from usage.services import ledger
 
 MAX_BATCH = 1000
@@ -419,7 +420,7 @@ def free_devices(claim_ids: list[int], now) -> Counter:
         return freed
     table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), {ledger.close_intervals_ctes()}, "
+        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), {usage_sql.close_intervals_ctes()}, "
                        f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) "
                        "RETURNING cluster, driver, pool, device, admin_access), "
                        f"{wake.released_sql('freed')}, {wake.offer_sql('freed')} "

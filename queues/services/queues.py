@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from claims.models import Phase, ResourceClaim
 from claims.services.taking import bump_fleet_version
@@ -18,6 +18,7 @@ from draservice import audit
 from draservice.errors import AlreadyExists, Conflict, Invalid
 from draservice.etag import check_if_match
 from draservice.requests import merge_patch
+from queues import queues_sql
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QueueNamespace, QueueRedirect, QuotaCharge
 from queues.services import resolve, webhooks
@@ -27,9 +28,7 @@ WRITE_LOCK = zlib.crc32(b"draservice.queues.write")
 
 
 def _lock() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [WRITE_LOCK])
+    queues_sql.lock_until_commit(WRITE_LOCK)
 
 
 def rendered(queue: Queue) -> dict:

@@ -19,8 +19,6 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from django.db import connection
-
 from claims.models import Namespace
 from claims.services import consumers as consumer_services
 from dra.gang import Topology
@@ -28,6 +26,7 @@ from draservice.errors import Invalid, ServiceError
 from gangs.models import Gang, GangMember
 from gangs.services import gangs as gang_services
 from workloads import spec as wspec
+from workloads import workloads_sql
 from workloads.models import Gate, Kind, Workload
 from workloads.services import pods as pod_services
 
@@ -87,11 +86,8 @@ def _lock_group(ns: Namespace, kind: str, name: str) -> None:
     commit. Each takes this after its own insert and before it looks for the other side, so whichever comes
     second sees the first's rows: a group defined while its last pod arrives is formed by one of them, not
     missed by both. (SQLite, the embedded default, serializes every write transaction already.)"""
-    if connection.vendor != "postgresql":
-        return
     digest = hashlib.blake2b(f"workloads-group\x1f{ns.pk}\x1f{kind}\x1f{name}".encode(), digest_size=8).digest()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest, "big", signed=True)])
+    workloads_sql.lock_until_commit(int.from_bytes(digest, "big", signed=True))
 
 
 def _definition(ns: Namespace, group: str) -> Definition | None:
