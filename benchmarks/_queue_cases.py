@@ -16,6 +16,16 @@ def notices_for(namespace: str, name: str) -> int:
     return Preemption.objects.filter(preemptor__namespace__name=namespace, preemptor__name=name).count()
 
 
+def print_notices(namespace: str, name: str) -> None:
+    """What a missed notice count consisted of: each notice's victim, state and times."""
+    from queues.models import Preemption
+
+    for p in Preemption.objects.filter(preemptor__namespace__name=namespace, preemptor__name=name) \
+            .select_related("victim"):
+        print(f"    notice {p.id}: victim {p.victim.name} {p.state} created {p.created_at:%H:%M:%S.%f} "
+              f"finished {p.finished_at and f'{p.finished_at:%H:%M:%S.%f}'}", flush=True)
+
+
 def victims_given_back(namespace: str, name: str) -> int:
     """Victims of the preemptor that got devices again (what was taken from them went back to them)."""
     from claims.models import ResourceClaim
@@ -88,6 +98,8 @@ def reclaim_gang_victims(w: World) -> None:
     w.equal(s, "notices", notices_for("a", s), 2)
     w.equal(s, "preemptor allocated", placed is not None, True)
     w.equal(s, "gang members still allocated", w.allocated("ci"), 2)
+    if notices_for("a", s) != 2:
+        print_notices("a", s)
 
 
 def sample_max(namespace: str, seconds: float, peak: int = 0) -> int:

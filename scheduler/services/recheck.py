@@ -59,6 +59,40 @@ def run(limit: int = 2000) -> int:
         return len(_cancel(notices, decided, locked))
 
 
+def place_running(kept: list, limit: int = 2000) -> int:
+    """Before a pass decides anything: every pending preemptor whose notices run is placed in the worker's
+    cached engine on its victims' devices (released), kept in ``kept`` until ``preemption.restore``, as the
+    round will place it once they move. A preemptor decided in this pass then counts only the room left over:
+    two claims that one victim's devices serve both (two MIG partitions of one freed GPU) arriving in two
+    passes took a victim each. A preemptor that does not fit there, or that a gang or a quota (not room) holds
+    back, keeps its victims' devices counted as used: nobody else is given that room. Returns how many it
+    placed."""
+    notices = list(Preemption.objects.filter(state=PreemptionState.PENDING, victim__phase=Phase.ALLOCATED)
+                   .exclude(preemptor_id=None).order_by("id")[:limit])
+    if not notices:
+        return 0
+    by_preemptor: dict[int, list[int]] = defaultdict(list)
+    for p in notices:
+        if p.preemptor_id is not None:
+            by_preemptor[p.preemptor_id].append(p.victim_id)
+    view = fleet.current_view()
+    engine = cached_engine(view)
+    devices = preemption.victim_devices([ResourceClaim(id=v) for ids in by_preemptor.values() for v in ids])
+    placed = 0
+    for claim in (ResourceClaim.objects.filter(id__in=list(by_preemptor), phase=Phase.PENDING)
+                  .select_related("namespace").order_by("id")):
+        if managed_elsewhere(claim) or claim.reason == queueing.WAITING_FOR_QUOTA:
+            continue
+        freed = [d for v in by_preemptor[claim.id] for d in devices.get(v, [])]
+        engine.release(freed)
+        group = allocation.engine_group(Group(claims=[claim]), view)
+        if preemption.keep(engine, group, None, kept, freed):
+            placed += 1
+        else:
+            engine.commit(freed)
+    return placed
+
+
 def still_needed(victims: list[ResourceClaim], now, *, in_worker: bool = False) -> list[ResourceClaim]:
     """The hook run just before locked ``victims`` give their devices up (``claims.services.preemption``): the
     notices of their preemptors are re-checked (with the worker's cached engine ``in_worker``, else a throw-away

@@ -54,6 +54,7 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
     hopeless: dict = {}  # see preemption.choose_victims
     kept: list = []  # see preemption.confirm_with_engine
     try:
+        recheck.place_running(kept)  # the room running notices free is their preemptors', not this pass's
         for claim in preemptors(tree, waiting, limit):
             if decided and time.perf_counter() - started > budget:  # at least one per pass: a head moves on
                 out["deferred"] = out.get("deferred", 0) + 1

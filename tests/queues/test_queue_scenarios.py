@@ -15,7 +15,7 @@ from benchmarks._queue_world import World
 from benchmarks.queue_scenarios import run_scenarios
 from draservice.models import APIToken
 from draservice.tokens import issue_token
-from tests.claims.workers import test_database_url
+from tests.claims import workers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def world():
     _, token = issue_token(kind=APIToken.ADMIN, name="queue scenarios")
     stack = Stack(broker, web_workers=1, web_threads=8, concurrency=2, beat=True,
                   prefix=f"test-queue-scenarios-{os.getpid()}-",
-                  env={"DATABASE_URL": test_database_url(), "CELERY_BROKER_URL": broker, "LOG_LEVEL": "WARNING",
+                  env={"DATABASE_URL": workers.test_database_url(), "CELERY_BROKER_URL": broker, "LOG_LEVEL": "WARNING",
                        "DJANGO_SETTINGS_MODULE": "draservice.settings"})
     stack.start()
     try:
