@@ -178,8 +178,8 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from inventory.models import APIToken
-    from inventory.services.tokens import issue_token
+    from draservice.models import APIToken
+    from draservice.tokens import issue_token
 
     call_command("migrate", verbosity=0)
     _, token = issue_token(kind=APIToken.ADMIN, name="queue scenarios")

@@ -14,13 +14,12 @@ from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from claims.services import events as ev
 from claims.services import preemption as claim_preemption
-from draservice.permissions import readable_namespaces
+from draservice.permissions import access_for, readable_namespaces
 from draservice.problems import FieldError
 from gangs.api.serializers import render_gang
 from gangs.models import Gang
 from gangs.services import gangs as gang_services
 from inventory.models import DeviceClass, ResourceSlice
-from inventory.permissions import access_for
 from inventory.services import fleet as fleet_objects
 from kube import poolstatus, versions
 from kube.models import ResourcePoolStatusRequest

@@ -13,8 +13,8 @@ import pytest
 from benchmarks._live import Stack
 from benchmarks._queue_world import World
 from benchmarks.queue_scenarios import run_scenarios
-from inventory.models import APIToken
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from tests.claims import workers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
