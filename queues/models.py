@@ -94,6 +94,8 @@ class Preemption(models.Model):
     preemptor = models.ForeignKey("claims.ResourceClaim", on_delete=models.SET_NULL, null=True, blank=True,
                                   related_name="+")
     queue = models.CharField(max_length=63)  # the victim's queue (its policy set the grace period)
+    # A reservation's reclaim at its start minus its lead time (no preemptor claim): kept by the re-check.
+    reservation = models.CharField(max_length=63, blank=True, default="")
     state = models.CharField(max_length=32, choices=PreemptionState.choices, default=PreemptionState.PENDING)
     deadline = models.DateTimeField()  # forceAt: the devices move then at the latest
     stop_by = models.DateTimeField(null=True, blank=True)  # the notice's stopBy (notice time + graceSeconds)

@@ -241,6 +241,11 @@ def _spans(spec: dict, now: datetime) -> list[windows.Occurrence]:
     return [held_span(spec, o) for o in windows.occurrences(window, now, now + HORIZON)]
 
 
+def _unheld(spec: dict, span: windows.Occurrence) -> windows.Occurrence:
+    """The occurrence of a held span (its start is the span's plus the lead time)."""
+    return windows.Occurrence(span.start + timedelta(seconds=spec.get("leadTimeSeconds") or 0), span.end)
+
+
 def check_fleet(name: str, spec: dict, others: list[Reservation], now: datetime) -> None:
     """409 when ``spec`` does not fit the fleet beside the reservations it overlaps, or would take from the
     queues' nominal quotas (see the module docstring)."""
@@ -265,9 +270,10 @@ def check_fleet(name: str, spec: dict, others: list[Reservation], now: datetime)
         if placed.whole:
             continue
         other, first = _first_conflict(occ, together, theirs)
-        raise Conflict(f'Reservation "{name}" conflicts with reservation "{other}": their occurrences '
-                       f"{_span_words(occ)} and {_span_words(first)} overlap and the fleet cannot hold both "
-                       f"({'; '.join(placed.short)})")
+        theirs_occ = _unheld(theirs[other][0].spec, first)
+        raise Conflict(f'Reservation "{name}" conflicts with reservation "{other}": its occurrence '
+                       f"{_span_words(_unheld(spec, occ))} and {other}'s {_span_words(theirs_occ)} overlap (lead "
+                       f"times included) and the fleet cannot hold both ({'; '.join(placed.short)})")
     _check_nominal(name, spec, theirs, overlap_sets or [()], view)
 
 
