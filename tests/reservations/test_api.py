@@ -145,3 +145,15 @@ def test_a_claim_naming_a_reservation_its_namespace_may_not_use_is_a_403(admin_c
     resp = admin_client.post("/k8s/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims", labelled,
                              format="json")
     assert resp.status_code == 403 and resp.json()["kind"] == "Status"
+
+
+def test_prometheus_gauges(admin_client, fleet, settings):
+    from queues.models import Reservation
+    from tests.test_metrics_grafana import scrape, value
+
+    assert admin_client.post(URL, reservation("nightly", 2), format="json").status_code == 201
+    Reservation.objects.filter(name="nightly").update(started={"2026-12-01T02:00:00Z": 1.5,
+                                                               "2026-12-02T02:00:00Z": 0.25})
+    samples = scrape(admin_client)
+    assert value(samples, "draservice_reservation_utilisation", reservation="nightly") == 0.0
+    assert value(samples, "draservice_reservation_late_start_seconds", reservation="nightly") == 0.25
