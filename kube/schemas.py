@@ -322,6 +322,46 @@ def queue(version: str) -> Node:
                 QUEUE_STATUS)
 
 
+LABELS_SELECTOR = obj("Labels that must all match.", matchLabels=string_map("Labels."))
+WINDOW = obj("When the capacity is booked, in wall-clock time of timeZone.", required=("start", "end"),
+             start=string("Start, e.g. 2026-12-01T02:00:00 (no offset: wall-clock time in timeZone)."),
+             end=string("End, after start (a recurring window lasts at most its period)."),
+             timeZone=string("An IANA time zone, e.g. Europe/Berlin (default UTC)."),
+             recurrence=obj("Repeat the window.", required=("frequency",),
+                            frequency=string("Daily or Weekly.", enum=("Daily", "Weekly")),
+                            daysOfWeek=array(string("", enum=("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")),
+                                             "Weekdays it runs on (Weekly: default the start's).", "set"),
+                            until=string("The last date it runs on (inclusive), e.g. 2027-03-01.")))
+RESERVED = obj("Capacity of one DeviceClass.", required=("deviceClassName",),
+               deviceClassName=string("The DeviceClass."), devices=integer("How many devices."),
+               counters=map_of(quantity("An amount."), "By counter name (booked, not held)."),
+               capacity=map_of(quantity("An amount."), "By capacity name (booked, not held)."),
+               clusterSelector=LABELS_SELECTOR, nodeSelector=LABELS_SELECTOR,
+               topologyKey=string("A node label: all devices on nodes with one value of it."))
+RESERVATION_STATUS = obj("Whether the booking holds, what is held now, the next window and its use.",
+                         conditions=array(free("Ready, Degraded."), "Conditions.", "map", ("type",)),
+                         held=free("Devices booked; while held, the occurrence and its nodes."),
+                         nextWindow=obj("The occurrence running now, or the next.", start=time("Start."),
+                                        end=time("End.")),
+                         utilisation=free("Devices its claims hold now, of those reserved."))
+
+
+def reservation(version: str) -> Node:
+    spec = obj("A window of capacity for some namespaces and queues.", required=("window", "resources", "users"),
+               window=WINDOW, resources=array(RESERVED, "What is booked (at most 16).", ATOMIC),
+               users=obj("Who may run in it (label draservice.io/reservation: <name>).",
+                         namespaces=array(string(""), "Namespaces.", "set"),
+                         queues=array(string(""), "Queues.", "set")),
+               leadTimeSeconds=integer("From start minus this, nothing new that would still run at start lands on "
+                                       "the held capacity."),
+               reclaimBorrowed=boolean("At start minus the lead time, borrowed capacity on it is reclaimed with "
+                                       "notice."),
+               lendIdle=boolean("Inside the window, idle held capacity takes claims that end before the end."))
+    return _top("Reservation", f"draservice.io/{version}",
+                "Fleet capacity booked for a future window, once or recurring (admins write them).", spec,
+                RESERVATION_STATUS)
+
+
 def consumer(version: str) -> Node:
     entry = obj("A claim the consumer uses.", required=("name",), name=string("The entry's name."),
                 resourceClaimName=string("An existing claim in the namespace."),
@@ -371,7 +411,7 @@ DEFINITIONS: dict[str, Callable[[str], Node]] = {
     "ResourceClaim": resource_claim, "ResourceClaimTemplate": resource_claim_template,
     "DeviceClass": device_class, "ResourceSlice": resource_slice,
     "ResourcePoolStatusRequest": pool_status_request, "DeviceTaintRule": device_taint_rule,
-    "Queue": queue, "Consumer": consumer, "Gang": gang,
+    "Queue": queue, "Reservation": reservation, "Consumer": consumer, "Gang": gang,
     "Namespace": lambda v: _loose("Namespace", v, "A namespace: a tenant's claims and consumers.", spec=False),
     "Event": lambda v: _top("Event", v, "What happened to an object (from claims' events).", None,
                             **{k: free(k) for k in ("involvedObject", "source")},
@@ -385,7 +425,7 @@ DEFINITIONS: dict[str, Callable[[str], Node]] = {
 # Kinds whose bodies are checked against their definition (``fieldValidation``); the others are read-only,
 # doctor-only or workloads passed through.
 VALIDATED = frozenset({"ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourcePoolStatusRequest",
-                       "DeviceTaintRule", "Queue", "Consumer", "Gang"})
+                       "DeviceTaintRule", "Queue", "Reservation", "Consumer", "Gang"})
 
 
 def definition(kind: str, group: str, version: str) -> Node:

@@ -392,16 +392,19 @@ def restore(kept: list[Kept]) -> None:
     kept.clear()
 
 
-def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree, label: str | None = None) -> int:
-    """Notice to ``victims`` (one transaction); webhooks after commit. Returns how many were marked."""
+def mark(preemptor: ResourceClaim | None, victims: list[ResourceClaim], tree: Tree, label: str | None = None,
+         reservation: str = "") -> int:
+    """Notice to ``victims`` (one transaction); webhooks after commit. Returns how many were marked. No
+    ``preemptor``: a ``reservation`` reclaims its held capacity (``label`` names it)."""
     now = timezone.now()
     victims = gang_victims.expand(victims)  # a gang's members are noticed together
     with transaction.atomic():
         # The preemptor's row too (in the same id order): two passes that overlap (the beat sends one per period
         # to any worker) both decided for it; the second must see the first's victims and mark none.
         ids = {v.id for v in victims}
-        rows = [v for v in claim_preemption.locked([*ids, preemptor.id]) if v.id in ids and v.phase == Phase.ALLOCATED]
-        if Preemption.objects.filter(Q(victim_id__in=[v.id for v in rows]) | Q(preemptor_id=preemptor.id),
+        mine = [preemptor.id] if preemptor is not None else []
+        rows = [v for v in claim_preemption.locked([*ids, *mine]) if v.id in ids and v.phase == Phase.ALLOCATED]
+        if Preemption.objects.filter(Q(victim_id__in=[v.id for v in rows]) | Q(preemptor_id__in=mine),
                                      state=PreemptionState.PENDING).exists():
             return 0  # another pass got there first
         made = []
@@ -409,13 +412,14 @@ def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree, lab
             vq = tree.queues.get(queue_of(v, v.namespace.name, tree))
             stop_by, force_at = notice_times(vq, now)
             made.append(Preemption(victim=v, preemptor=preemptor, queue=vq.name if vq else "", deadline=force_at,
-                                   stop_by=stop_by))
-            who = label or f"{preemptor.namespace.name}/{preemptor.name}"
+                                   stop_by=stop_by, reservation=reservation))
+            who = label or (f"{preemptor.namespace.name}/{preemptor.name}" if preemptor is not None else "")
             message = (f"preempted for {who}: stop by {stop_by.strftime('%Y-%m-%dT%H:%M:%SZ')}; devices are released "
                        f"at {force_at.strftime('%Y-%m-%dT%H:%M:%SZ')} at the latest, earlier once it has stopped")
-            claim_preemption.mark([v], message, {"preemptor": preemptor.name, "stopBy": stop_by.isoformat(),
-                                                 "forceAt": force_at.isoformat()}, now,
-                                  stop_by=stop_by, force_at=force_at, preemptor_id=preemptor.id)
+            data = {"preemptor": preemptor.name if preemptor is not None else "", "stopBy": stop_by.isoformat(),
+                    "forceAt": force_at.isoformat(), **({"reservation": reservation} if reservation else {})}
+            claim_preemption.mark([v], message, data, now, stop_by=stop_by, force_at=force_at,
+                                  preemptor_id=preemptor.id if preemptor is not None else None)
         Preemption.objects.bulk_create(made)
         webhooks.notify(made, tree.queues)
     return len(made)

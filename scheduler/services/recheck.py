@@ -119,7 +119,8 @@ def decide(notices: list[Preemption], engine_of: Callable) -> dict[int, str]:
     needed. Nothing is written."""
     by_preemptor: dict[int | None, list[Preemption]] = defaultdict(list)
     for p in notices:
-        by_preemptor[p.preemptor_id].append(p)
+        if not p.reservation:  # a reservation's reclaim stands: its capacity is booked, not asked for by a claim
+            by_preemptor[p.preemptor_id].append(p)
     claims = {c.id: c for c in ResourceClaim.objects.filter(id__in=[i for i in by_preemptor if i is not None])
               .select_related("namespace")}
     out: dict[int, str] = {}

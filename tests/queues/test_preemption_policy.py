@@ -77,7 +77,7 @@ def test_fair_sharing_weight_is_the_queue_weight(admin_client, db):
 def test_the_migration_converts_stored_queues(db):
     from importlib import import_module
 
-    forward = import_module("queues.migrations.0006_reclaim_within_cohort").forward
+    forward = import_module("queues.migrations.0008_reclaim_within_cohort").forward
     Queue.objects.create(name="legacy", spec={"preemption": {"withinQueue": "Never", "reclaimBorrowed": "Never"}})
     Queue.objects.create(name="legacy2", spec={"preemption": {"reclaimBorrowed": "Always", "graceSeconds": 5}})
     forward(apps, None)

@@ -41,6 +41,7 @@ class Held:
     node: str
     results: list[dict]
     queue: str = ""
+    reservation: str = ""
 
 
 def open_intervals(held: list[Held], snapshot, now) -> int:
@@ -57,6 +58,7 @@ def open_intervals(held: list[Held], snapshot, now) -> int:
             rows.append({
                 "claim_id": h.claim.id, "claim_uid": h.claim.uid, "claim_name": h.claim.name,
                 "namespace": h.claim.namespace.name, "queue": h.queue or "", "cluster": h.cluster,
+                "reservation": h.reservation,
                 "node": h.node or slice_node, "driver": res["driver"], "pool": res["pool"], "device": res["device"],
                 "share_id": share_id, "product": product_name(device), "sharing": str(sharing),
                 "weight": to_decimal(weight), "started_at": now, "ended_at": None})

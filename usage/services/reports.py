@@ -20,7 +20,7 @@ from draservice.errors import BadRequest
 from usage.models import UsageInterval
 from usage.services import prices
 
-GROUPS = ("namespace", "queue", "cluster", "product", "sharing")
+GROUPS = ("namespace", "queue", "cluster", "product", "sharing", "reservation")
 DEFAULT_GROUPS = ["namespace"]
 HOUR = Decimal(3600)
 # RFC 3339 date-time: a full date, a time with seconds, an offset (Z or ±hh:mm); Python's parser is laxer.
@@ -188,7 +188,8 @@ def history(cluster: str, node: str, device: str, window: Window | None,
 
 def render_interval(i: UsageInterval) -> dict:
     return {"claim": f"{i.namespace}/{i.claim_name}", "claimUID": str(i.claim_uid), "namespace": i.namespace,
-            "queue": i.queue or None, "cluster": i.cluster, "node": i.node or None,
+            "queue": i.queue or None, "reservation": i.reservation or None, "cluster": i.cluster,
+            "node": i.node or None,
             "device": f"{i.driver}/{i.pool}/{i.device}", "shareID": i.share_id or None, "product": i.product,
             "sharing": i.sharing, "weight": float(i.weight), "start": _iso(i.started_at),
             "end": _iso(i.ended_at) if i.ended_at else None}

@@ -29,5 +29,5 @@ def backward(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("queues", "0005_preemption_cancelled")]
+    dependencies = [("queues", "0007_preemption_reservation")]
     operations = [migrations.RunPython(forward, backward)]
