@@ -72,6 +72,12 @@ class PreconditionFailed(ServiceError):
     """The caller's precondition (If-Match) does not hold."""
 
 
+class Forbidden(ServiceError):
+    """The caller may not do this with what it names (a claim naming a reservation its namespace may not use)."""
+
+    title = "Forbidden"
+
+
 class QuotaExceeded(ServiceError):
     """Over a namespace's object-count cap (as a Kubernetes ResourceQuota refuses)."""
 

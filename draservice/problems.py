@@ -19,6 +19,7 @@ from draservice.errors import (
     AlreadyExists,
     BadRequest,
     Conflict,
+    Forbidden,
     Invalid,
     NotFound,
     PreconditionFailed,
@@ -60,6 +61,7 @@ class FieldError(exceptions.APIException):
 # The status code of each domain exception (draservice.errors), at both doors: the only place they are chosen.
 STATUS: dict[type[ServiceError], int] = {
     BadRequest: status.HTTP_400_BAD_REQUEST, QuotaExceeded: status.HTTP_403_FORBIDDEN,
+    Forbidden: status.HTTP_403_FORBIDDEN,
     NotFound: status.HTTP_404_NOT_FOUND, AlreadyExists: status.HTTP_409_CONFLICT, Conflict: status.HTTP_409_CONFLICT,
     PreconditionFailed: status.HTTP_412_PRECONDITION_FAILED, Invalid: status.HTTP_422_UNPROCESSABLE_ENTITY,
     Throttled: status.HTTP_429_TOO_MANY_REQUESTS,

@@ -16,8 +16,8 @@ from rest_framework.views import APIView
 from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser, MergePatchParser
+from draservice.permissions import IsAdminOrReadOnly, access_for
 from draservice.yaml import YAMLParser
-from inventory.permissions import IsAdminOrReadOnly, access_for
 from queues.models import API_VERSION, Reservation
 from queues.services import reservations as services
 

@@ -16,7 +16,7 @@ import zlib
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -25,9 +25,10 @@ from claims.services import fleet
 from dra import windows
 from dra.engine import Engine
 from draservice import audit
+from draservice.errors import AlreadyExists, Conflict, Forbidden, Invalid
 from draservice.etag import check_if_match
-from draservice.problems import Conflict, FieldError
 from draservice.requests import merge_patch
+from queues import queues_sql
 from queues import reservation_spec as spec_mod
 from queues.models import API_VERSION, QuotaCharge, Reservation
 from queues.services import reservation_fit as fit
@@ -39,9 +40,7 @@ ISO = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def _lock() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [WRITE_LOCK])
+    queues_sql.lock_until_commit(WRITE_LOCK)
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -147,7 +146,7 @@ def check_claims(namespace: str, claims: list) -> None:
             errors.append((field, f'Forbidden: namespace "{namespace}" may not use reservation "{name}" (not in '
                                   "its spec.users)"))
     if errors:
-        raise FieldError(errors, status_code=403, title="Forbidden")
+        raise Forbidden(errors)
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -157,8 +156,7 @@ def create(body) -> Reservation:
     with transaction.atomic():
         _lock()
         if Reservation.objects.filter(name=obj["metadata"]["name"]).exists():
-            raise FieldError([("metadata.name", f'reservations "{obj["metadata"]["name"]}" already exists')],
-                             status_code=409, title="AlreadyExists")
+            raise AlreadyExists([("metadata.name", f'reservations "{obj["metadata"]["name"]}" already exists')])
         return _store(Reservation(name=obj["metadata"]["name"]), obj, creating=True)
 
 
@@ -177,7 +175,7 @@ def replace(name: str, body, if_match: list[str] | None) -> tuple[Reservation, b
 
 def patch(name: str, change, if_match: list[str] | None) -> Reservation:
     if not isinstance(change, dict):
-        raise FieldError([("", "a merge patch must be an object")])
+        raise Invalid([("", "a merge patch must be an object")])
     with transaction.atomic():
         _lock()
         r = Reservation.objects.select_for_update().get(name=name)
@@ -206,7 +204,7 @@ def _valid(body, url_name: str | None) -> dict:
         body = {**body, "metadata": {**body["metadata"], "name": url_name}}
     obj, errors = spec_mod.normalize(body, url_name)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return obj
 
 

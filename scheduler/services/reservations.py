@@ -22,11 +22,11 @@ import dataclasses
 import zlib
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.utils import timezone
 
 from claims.services import queueing
 from dra import windows
+from queues import queues_sql
 from queues import reservation_spec as spec_mod
 from queues.models import QuotaCharge, Reservation
 from queues.services import reservations as reservation_services
@@ -172,10 +172,8 @@ def admit(units: dict, view) -> dict[int, queueing.Verdict]:
     if not wanted:
         return {}
     names = sorted(set(wanted.values()))
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            for name in names:  # in name order: two commits never wait for each other crosswise
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [zlib.crc32(f"reservation:{name}".encode())])
+    for name in names:  # in name order: two commits never wait for each other crosswise
+        queues_sql.lock_until_commit(zlib.crc32(f"reservation:{name}".encode()))
     reserved = {r.name: reservation_services.reserved_devices(r.spec)
                 for r in Reservation.objects.filter(name__in=names)}
     used = reservation_services.in_use(names)
