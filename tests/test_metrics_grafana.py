@@ -238,8 +238,28 @@ def alert_expressions() -> list[tuple[str, str]]:
     return out
 
 
+def preemptions_and_a_reservation(admin_client) -> None:
+    """One notice of each ending (confirmed, forced, cancelled) on the allocated claim, and a reservation: so the
+    preemption and reservation series exist."""
+    from queues.models import Preemption, PreemptionState
+    from tests.reservations.test_api import reservation
+
+    victim = ResourceClaim.objects.filter(phase="Allocated").first()
+    now = timezone.now()
+    done, cancelled = PreemptionState.DONE, PreemptionState.CANCELLED
+    for state, confirmed in ((done, now), (done, None), (cancelled, None)):
+        Preemption.objects.create(victim=victim, queue="default", state=state, deadline=now, finished_at=now,
+                                  confirmed_at=confirmed)
+    from queues.models import Reservation
+
+    resp = admin_client.post("/api/v1/reservations", reservation("nightly", devices=1), format="json")
+    assert resp.status_code == 201, resp.content
+    Reservation.objects.filter(name="nightly").update(started={now.strftime("%Y-%m-%dT%H:%M:%SZ"): 1.5})
+
+
 def test_every_metric_and_label_the_board_and_alerts_use_is_scraped(admin_client, seeded):
     admin_client.get(f"{NS}/team-a/resourceclaims/job")  # so the HTTP series exist
+    preemptions_and_a_reservation(admin_client)
     s = scrape(admin_client)
     labels_of: dict[str, set[str]] = {}
     for name, samples in s.items():
@@ -263,7 +283,8 @@ def test_every_metric_and_label_the_board_and_alerts_use_is_scraped(admin_client
     for needed in ("draservice_fleet_devices_free", "draservice_queue_pending_claims",
                    "draservice_queue_oldest_pending_seconds", "draservice_claim_submit_to_allocated_seconds_bucket",
                    "draservice_allocation_round_seconds_bucket", "draservice_http_requests_total",
-                   "draservice_clusters_stale"):
+                   "draservice_clusters_stale", "draservice_preemption_cancelled_total",
+                   "draservice_preemption_releasing_seconds_bucket", "draservice_reservation_utilisation"):
         assert needed in checked, needed
 
 
