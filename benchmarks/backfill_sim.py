@@ -5,9 +5,11 @@ library only (no Django, so the pure test tier runs it): ``dra.engine`` places, 
 plans each queue's first ``plan_depth`` claims exactly as ``scheduler.services.plan`` does (walltime ends and
 planned stays padded by the sweep's period and a round's latency), and ``dra.engine.timeline.may_backfill`` is
 the rule ``scheduler.services.backfill`` applies. The round mirrors ``scheduler.services.queue_holds``: held
-nodes are avoided first; a placement that lands on a held node is undone unless the backfill rule lets it
-stay; the first claim of a queue that fits nowhere becomes its head and holds the node with the most free
-GPUs; a head tried again gives its node up first.
+nodes and nodes with devices planned for other claims are tried last (a claim's own planned node not, once its
+planned start has come); a placement that lands on a held node, or takes devices planned for another claim, is
+undone unless the backfill rule lets it stay (a planned claim whose start has come may take its planned node's
+share); the first claim of a queue that fits nowhere becomes its head and holds the node with the most free
+GPUs; a head tried again gives its node up first. The heads holding nodes are planned first.
 
 Claims: 1-GPU short jobs (2-20 min walltime) and 8-GPU jobs (15-60 min), some 1-GPU jobs without a walltime
 (they run as long, but nothing knows it), some jobs ending early. ``backfill=False`` is the space-only hold
@@ -49,7 +51,7 @@ class Shape:
     seed: int = 1
 
 
-SMALL = Shape(nodes=40, seconds=1800.0)
+SMALL = Shape(nodes=40, seconds=3600.0)  # past the warm-up: the fleet is full for its second half
 
 
 @dataclass
@@ -118,7 +120,8 @@ class Replay:
         self.idle = self.held_gpus = 0
         self.delayed: set[int] = set()
         self.backfilled = 0
-        self.errors: list[float] = []
+        # (estimated at, estimated start, start, GPUs, submitted) of each planned claim that started
+        self.estimates: list[tuple[float, float, float, int, float]] = []
         self.started = 0
         self.by_id = {j.id: j for j in self.incoming}
         self.names = [f"n{i:04d}" for i in range(shape.nodes)]
@@ -180,11 +183,11 @@ class Replay:
         # What the plan knows of a running claim: its walltime end (an early end is its user's, unknown ahead).
         ends = [Ending(job.started + job.walltime + MARGIN, tuple(job.devices))
                 for _, _, job in self.running if job.walltime is not None and job.started is not None]
-        # As the round does, a claim other than a node's head is planned off the held nodes.
+        # The heads holding nodes are planned first (``scheduler.services.plan``): the round keeps their nodes
+        # from the claims behind them unless those end before the heads' planned starts, as planned after them.
         heads = {head for _, head in self.held.values()}
-        avoid = frozenset((CLUSTER, n) for n in self.held)
-        waiting = [Waiting(j.group(frozenset() if j.id in heads else avoid),
-                           None if j.walltime is None else j.walltime + MARGIN) for j in first]
+        first = [j for j in first if j.id in heads] + [j for j in first if j.id not in heads]
+        waiting = [Waiting(j.group(), None if j.walltime is None else j.walltime + MARGIN) for j in first]
         out = plan_starts(self.engine, ends, waiting, now)
         self.plan = {j.id: p for j, p in zip(first, out, strict=True) if p is not None}
         self.planned_ids, self.planned_at = ids, now
@@ -200,7 +203,7 @@ class Replay:
         waiting = []
         for job in self.pending:
             wall = job.walltime if job.walltime is not None else float("inf")
-            if wall >= failed.get(job.count, float("inf")) and job.id not in self.head_ids():
+            if job.count in failed and wall >= failed[job.count] and job.id not in self.head_ids():
                 waiting.append(job)
                 continue
             if not self.try_start(job, now, heads):
@@ -216,42 +219,63 @@ class Replay:
             if head == job.id:  # a head decided again gives its node up first
                 del self.held[node]
                 heads.discard(job.queue)
-        out = self.engine.allocate(job.group(frozenset((CLUSTER, n) for n in self.held)), raise_errors=False)
-        if not out.allocated and self.held:
-            out = self.engine.allocate(job.group(), raise_errors=False)  # would it fit only on a held node?
+        # As the round's screen does: held nodes and nodes with devices planned for other claims are tried last.
+        # A claim whose planned start has come tries its planned node with them: its devices are there.
+        own = self.plan.get(job.id)
+        due = {own.node} if own is not None and own.node and own.start <= now else set()
+        avoid = frozenset((CLUSTER, n) for n in (set(self.held) | self.planned_nodes(job.id)) - due)
+        out = self.engine.allocate(job.group(avoid), raise_errors=False)
+        if not out.allocated and avoid:
+            out = self.engine.allocate(job.group(), raise_errors=False)  # would it fit only there?
         if not out.allocated:
             if job.queue not in heads:
                 heads.add(job.queue)
                 self.reserve(job)
             return False
         node = out.node or ""
-        if node in self.held and not self.may_stay(job, out.devices, node, now):
+        if not self.may_stay(job, out.devices, node, now):
             self.engine.release(out.devices)
             return False
         job.started, job.node, job.devices = now, node, list(out.devices)
         self.used[node] += job.count
         heapq.heappush(self.running, (now + job.runs, job.id, job))
         self.started += 1
-        if job.planned is not None and now > job.planned[0]:
-            self.errors.append(abs(job.planned[1] - now) / (now - job.planned[0]))
+        if job.planned is not None:
+            self.estimates.append((job.planned[0], job.planned[1], now, job.count, job.submitted))
         return True
 
+    def planned_nodes(self, mine: int) -> set[str]:
+        return {p.node for cid, p in self.plan.items() if cid != mine and p.node}
+
     def may_stay(self, job: Job, devices, node: str, now: float) -> bool:
-        """The backfill rule on a held node (``scheduler.services.backfill.Backfill.allows``)."""
+        """The round's screen (``scheduler.services.queue_holds`` with ``scheduler.services.backfill``): devices
+        planned for another claim are taken only by a claim that ends before that claim's planned start; on a
+        held node, only when the holding queue is in the plan too. Space-only holds (``backfill=False``) keep
+        every held node for its head and protect no planned device elsewhere."""
+        held = node in self.held
         if not self.backfill:
-            return False
-        queue = self.held[node][0]
+            return not held
         mine = set(devices)
+        own = self.plan.get(job.id)
+        if own is not None and own.start <= now and own.node == node and len(own.devices) >= len(mine):
+            return True  # its turn, on its planned node: it takes as many of the node's devices as planned
         taken = [(cid, p) for cid, p in self.plan.items() if cid != job.id and mine & set(p.devices)]
-        if not any(p.node and self.queue_of(cid) == queue for cid, p in self.plan.items()):
-            return False  # the holding queue is not in the plan: nothing says when its head starts
+        if not held and not taken:
+            return True
+        if held:
+            queue = self.held[node][0]
+            if not any(p.node and self.queue_of(cid) == queue for cid, p in self.plan.items()):
+                return False  # the holding queue is not in the plan: nothing says when its head starts
         if not may_backfill([job.walltime], now, MARGIN, [p.start for _, p in taken]):
             return False
-        head = self.held[node][1]
-        protects = min(taken, key=lambda t: t[1].start) if taken else (head, self.plan[head].start
-                                                                      if head in self.plan else now)
-        job.protects = (protects[0], protects[1] if isinstance(protects[1], float) else protects[1].start)
-        self.backfilled += 1
+        if taken:
+            cid, p = min(taken, key=lambda t: t[1].start)
+            job.protects = (cid, p.start)
+        else:
+            head = self.held[node][1]
+            job.protects = (head, self.plan[head].start if head in self.plan else now)
+        if held:
+            self.backfilled += 1
         return True
 
     def queue_of(self, claim_id: int) -> str:
@@ -267,12 +291,29 @@ class Replay:
 
     # ----------------------------------------------------------------------------------------- the figures
     def figures(self) -> dict:
-        errors = sorted(self.errors)
+        """The estimate error of a claim: |estimated start - actual start| / its actual wait (from submission to
+        start), the estimate being the planned start it got when it first became a planned claim; over the planned
+        claims that did not start in the round that first planned them (``started_at_once`` counts those: each
+        on time). ``strict_*``: the same error over the wait from the estimate to the start (what the estimate
+        predicted), never smaller."""
+        waited = [(est, start, at, sub, count) for at, est, start, count, sub in self.estimates if start > at]
+        errors = sorted(abs(est - start) / (start - sub) for est, start, at, sub, _ in waited)
+        strict = sorted(abs(est - start) / (start - at) for est, start, at, sub, _ in waited)
+        by_size = {}
+        for n in sorted({w[4] for w in waited}):
+            sub_errors = sorted(abs(est - start) / (start - s) for est, start, at, s, c in waited if c == n)
+            by_size[n] = (len(sub_errors), statistics.median(sub_errors), _p90(sub_errors))
         return {"idle": self.idle / self.held_gpus if self.held_gpus else 0.0, "held_gpu_rounds": self.held_gpus,
                 "delayed": len(self.delayed), "backfilled": self.backfilled, "started": self.started,
                 "submitted": len(self.incoming), "estimated": len(errors),
-                "error_median": statistics.median(errors) if errors else None,
-                "error_p90": errors[min(len(errors) - 1, int(len(errors) * 0.9))] if errors else None}
+                "started_at_once": sum(1 for at, _, start, _, _ in self.estimates if start <= at),
+                "error_median": statistics.median(errors) if errors else None, "error_p90": _p90(errors),
+                "strict_median": statistics.median(strict) if strict else None, "strict_p90": _p90(strict),
+                "by_size": by_size}
+
+
+def _p90(values: list[float]) -> float | None:
+    return values[min(len(values) - 1, int(len(values) * 0.9))] if values else None
 
 
 def compare(shape: Shape) -> dict:

@@ -26,7 +26,7 @@ from claims.models import (
     ResourceClaimTemplate,
 )
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
-from claims.services import bulk, caps, external, queueing, renewal, wake
+from claims.services import bulk, caps, external, queueing, renewal, wake, walltime
 from claims.services import events as ev
 from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
@@ -538,9 +538,14 @@ def expire_leases(limit: int = 500) -> int:
         waited = list(ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
                       .select_related("namespace").filter(pending_deadline__lte=now, phase=Phase.PENDING)
                       .order_by("pending_deadline")[:limit])
-        releasing = [c for c in due if is_true(c.conditions, RELEASING)]
+        ended, releasing = walltime.forced([c for c in due if is_true(c.conditions, RELEASING)])
         lapsed = [c for c in due if not is_true(c.conditions, RELEASING)]
+        # A walltime's end is a notice first (``walltime``): released now are those nothing can be using.
+        lapsed = [c for c in lapsed if c.phase != Phase.ALLOCATED] + walltime.notice(
+            [c for c in lapsed if c.phase == Phase.ALLOCATED], now)
         released = _release_locked(lapsed, LEASE_EXPIRED, "the lease was not renewed in time", now)
+        released += _release_locked(ended, LEASE_EXPIRED, "its walltime ended and nobody confirmed before its "
+                                    "queue's forceAfterSeconds that its devices were no longer used", now)
         # A release nobody confirmed before its deadline happens now (see ``begin_release``).
         released += _release_locked(releasing, RELEASE_DEADLINE, "released at the end of its grace period: "
                                     "nobody confirmed earlier that its devices were no longer used", now)

@@ -17,8 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from claims import dispatch
-from claims.models import Phase, Reservation, ResourceClaim
-from claims.services import bulk, conditions, wake
+from claims.models import Phase, ResourceClaim
+from claims.services import bulk, conditions, wake, walltime
 from claims.services import events as ev
 from claims.services.claims import _LOCKED_BY_NAME, _release_locked, free_devices
 from claims.services.conditions import RELEASING, is_true, set_allocated_condition, set_condition
@@ -33,7 +33,7 @@ FIELDS = ["phase", "reason", "message", "conditions", "allocation", "cluster", "
           "lease_expires_at", "resource_version", "updated_at", "allocated_at", "preemption"]
 RELEASE_CONFIRMED = "ReleaseConfirmed"
 # An agent's report counts only from an agent that is alive: its cluster's heartbeat at most this old.
-AGENT_FRESH = timedelta(seconds=30)
+AGENT_FRESH = walltime.AGENT_FRESH
 NO_CONSUMER = "NoConsumer"  # confirmedBy when nothing could be using the devices (``nobody_to_ask``)
 PREEMPTION_CANCELLED = conditions.PREEMPTION_CANCELLED
 # Just before a victim's devices move, the scheduler (above this app) checks that its preemptor still needs
@@ -181,10 +181,7 @@ def nobody_to_ask(claims: list[ResourceClaim], now) -> list[ResourceClaim]:
     """Of ``claims`` (victims), those that nothing can be using, which are confirmed at ``stopBy``: no consumer
     reserves them in the service, and no agent (a heartbeat in the last ``AGENT_FRESH``) serves their cluster to
     say whether pods do."""
-    reserved = set(Reservation.objects.filter(claim_id__in=[c.id for c in claims]).values_list("claim_id", flat=True))
-    served = set(Cluster.objects.filter(name__in={c.cluster for c in claims},
-                                        last_heartbeat_at__gte=now - AGENT_FRESH).values_list("name", flat=True))
-    return [c for c in claims if c.id not in reserved and c.cluster not in served]
+    return walltime.unwatched(claims, now)
 
 
 def agent_alive(cluster: str, now=None) -> bool:

@@ -1,13 +1,13 @@
 """The plan: each queue's first ``planDepth`` pending claims, and when and where each would start.
 
-A pass (``refresh``) reads each queue's first ``spec.planDepth`` pending claims (default 10) in its order
-(priority capped by ``maxPriority``, then age: one windowed query per queue, however long the queue), puts
-them in the scheduler's order across queues (``queues.services.order``), and lets the engine place each in
-turn on what the running claims' walltime ends free (``dra.engine.timeline``: Slurm's conservative backfill
-plan; a running claim with no walltime never ends for the plan). A walltime end counts from the lease's expiry
-plus the expiry sweep's period and a round's latency (``PLAN_ROUND_LATENCY_SECONDS``): the devices are free
-for a round only then, so a planned start is a time the claim can in fact start by. The whole plan is
-rewritten set-based (one delete, one bulk insert), one row per claim (``scheduler.models.PlannedStart``).
+A pass (``refresh``) reads each queue's first ``spec.planDepth`` pending claims (default 10) in its order (priority
+capped by ``maxPriority``, then age: one windowed query per queue, however long the queue), puts them in the
+scheduler's order across queues (``queues.services.order``; the heads holding nodes first), and lets the engine
+place each in turn on what the running claims' walltime ends free (``dra.engine.timeline``: Slurm's conservative
+backfill plan; a running claim with no walltime never ends for the plan). A walltime end counts from the lease's
+expiry plus the expiry sweep's period and a round's latency (``PLAN_ROUND_LATENCY_SECONDS``): the devices are free
+for a round only then, so a planned start is a time the claim can in fact start by. The whole plan is rewritten
+set-based (one delete, one bulk insert), one row per claim (``scheduler.models.PlannedStart``).
 
 When: at most every ``PLAN_INTERVAL`` seconds, or sooner when the queues' first ``planDepth`` claims are no
 longer those planned (an arrival ahead of them, a start, a release); the check costs the per-queue queries.
@@ -27,7 +27,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from claims import schedule as claims_schedule
-from claims.models import DeviceAllocation, Phase, ResourceClaim
+from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim
 from claims.placement import claim_group
 from claims.services import fleet, wake
 from claims.services.engines import session as engine_session
@@ -126,6 +126,11 @@ def _compute(tree: Tree, first: dict[str, list[ResourceClaim]], now: datetime) -
     groups = [Group(claims=[c]) for rows in first.values() for c in rows]
     if len(groups) > 1:
         groups = queue_order.order(groups)
+        # The heads holding nodes first: the round keeps their nodes from the claims behind them unless those
+        # end before the heads' planned starts (backfill), which is what planning them after the heads gives.
+        holding = set(PendingWake.objects.exclude(hold_node="").filter(claim_id__in=list(position))
+                      .values_list("claim_id", flat=True))
+        groups.sort(key=lambda g: g.claims[0].id not in holding)
     if not groups:
         return []
     pad = margin()

@@ -434,6 +434,14 @@ def notice_times(queue: Queue | None, now) -> tuple:
     return now + timedelta(seconds=grace), now + timedelta(seconds=force)
 
 
+def force_after(claims: list[ResourceClaim]) -> dict[int, float]:
+    """claim id -> its queue's ``forceAfterSeconds`` (as ``notice_times`` counts it): how long a claim whose
+    walltime ended keeps its devices, unconfirmed (``claims.services.walltime``)."""
+    tree, now = Tree.load(), timezone.now()
+    return {c.id: (notice_times(tree.queues.get(queue_of(c, c.namespace.name, tree)), now)[1] - now).total_seconds()
+            for c in claims}
+
+
 def sweep(limit: int = 500) -> int:
     """Finish the notices that are over: a victim confirmed (requeued already) or released meanwhile; one that
     nothing can be using, at ``stopBy`` (confirmed now, ``NoConsumer``); the rest at ``forceAt`` (forced).

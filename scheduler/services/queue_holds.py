@@ -77,7 +77,7 @@ class RoundReservations(Screen):
                 if self.held.get(where) == queue:
                     del self.held[where]
                 self.heads.discard(queue)
-        return frozenset(self.held)
+        return frozenset(self.held) | self.backfill.planned_nodes(group)
 
     def __call__(self, group, outcome):
         if self.tree is None:
@@ -92,7 +92,15 @@ class RoundReservations(Screen):
         where = (outcome.cluster or "", outcome.node or "")
         holder = self.held.get(where)
         if holder is None or not outcome.node or self._yields(holder, queue, group):
-            return outcome
+            kept = self.backfill.keeps(group, outcome)  # the plan's devices elsewhere (backfill.py)
+            if kept is not None:
+                return kept
+            self.engine.release(outcome.devices)
+            return dataclasses.replace(
+                outcome, allocated=False, claims=[], devices=[], reason=HELD_FOR_QUEUE_HEAD,
+                message=f"its devices on node {where[0]}/{where[1]} are planned for a claim that starts before "
+                        "this one's walltime would end; waiting for room elsewhere",
+                diagnostics={"heldFor": "plan", "node": where[1], "cluster": where[0]})
         backfilled = self.backfill.allows(group, outcome, holder)
         if backfilled is not None:
             return backfilled
