@@ -128,10 +128,8 @@ def mark(claims, version, keys, head_of: str = "", hold: tuple[str, str] | None 
     The hold lasts only for rounds that decide the head, so the head is woken by any release where it could
     go, however many devices it lacks -- the oldest such head of a queue only: a round that did not take the
     older head made a younger claim its head, which waits by its count again."""
-    freed = getattr(version, "freed", None)
     for claim in claims:
         claim._wake_keys = () if version is None else tuple(keys if keys is not None else ANY_RELEASE)
-        claim._wake_freed = freed
         claim._wake_head = head_of
         claim._wake_hold = hold if head_of else None
 
@@ -154,7 +152,9 @@ def store(claims) -> None:
     rows: list[PendingWake] = []
     for c in waiting:
         wanted = c._wake_keys
-        then = getattr(c, "_wake_freed", None)  # None: not read with the claim, so any release may be unseen
+        # The counters read with the version the claim was decided at (a ``Version``, as ``take`` returns it);
+        # a bare number read without them: any release since may be unseen.
+        then = getattr(c.attempted_version, "freed", None)
         if then is None or any(now.get(k, 0) > then.get(k, 0) for k, _ in wanted):
             c.attempted_version = None  # released after this claim was read: maybe not seen, decide again
             continue

@@ -339,3 +339,40 @@ def test_a_round_stamps_claims_with_the_counters_read_after_the_take_and_a_wake_
     with transaction.atomic():
         allocation.bump_fleet_version()
     assert allocation.claims_version() == int(taken_at) + 1 and allocation.fleet_version() == before + 1
+
+
+def test_on_sqlite_a_release_counts_on_the_counters_and_wakes_the_claim_it_completes(tmp_path):
+    """SQLite (the embedded default, one writer at a time): a release updates the counters themselves (no
+    FreedCount rows to fold); the queue's head waiting for two devices is decided again at each release (a
+    head holds its node) and placed at the second."""
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    script = (
+        "import django; django.setup()\n"
+        "from django.core.management import call_command; call_command('migrate', verbosity=0)\n"
+        "from claims.models import FreedCount, Phase, ResourceClaim\n"
+        "from claims.services import claims as cs, taking, wake\n"
+        "from scheduler.services import allocation\n"
+        "from tests.claims import fleet as fh\n"
+        "def rounds():\n"
+        "    while allocation.allocate_round().taken: pass\n"
+        "def phase(name): return ResourceClaim.objects.get(name=name).phase\n"
+        "fh.load_fleet({'c1': [('h100', 1)]})\n"
+        "cs.create_claims('team-a', [fh.gpu_claim(f'f-{i}') for i in range(8)] + [fh.gpu_claim('late', 2)])\n"
+        "rounds(); assert phase('late') == Phase.PENDING\n"
+        "version, tried = taking.fleet_version(), ResourceClaim.objects.get(name='late').attempts\n"
+        "cs.release_claim(ResourceClaim.objects.get(name='f-0').id); rounds()\n"
+        "assert taking.fleet_version() == version + 1 and not FreedCount.objects.exists()\n"
+        "assert phase('late') == Phase.PENDING and ResourceClaim.objects.get(name='late').attempts == tried + 1\n"
+        "cs.release_claim(ResourceClaim.objects.get(name='f-1').id); rounds()\n"
+        "assert phase('late') == Phase.ALLOCATED, phase('late')\n"
+        "assert wake.counters() == {'*': 2, 'cluster:c1': 2}, wake.counters()\n"
+        "print('ok')\n")
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "PATH": "/usr/bin:/bin",
+           "DJANGO_SETTINGS_MODULE": "draservice.settings", "LOG_LEVEL": "WARNING"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(settings.BASE_DIR), capture_output=True,
+                         text=True, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]
