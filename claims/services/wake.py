@@ -29,9 +29,11 @@ order that the device can serve (``wake_claims``), so a release costs O(1) decis
 Nothing a release writes is a row another release writes: it counts what it freed in insert-only
 ``FreedCount`` rows (``released_sql``), and a counter is its ``WakeKey.freed`` plus those rows; the worker
 folds them into ``freed`` now and then (``roll_up``), which leaves every counter as it was. ``FleetState``
-is moved only by the changes that wake every pending claim (``bump_version``), never by a release.
+is moved only by the changes that wake every pending claim (``bump_version``), never by a release. (On SQLite,
+one writer at a time, a release adds to ``WakeKey.freed`` itself: ``released``.)
 
-Race: a round reads the counters (``Version.freed``) after taking its claims and before reading the devices
+Race: a round reads ``FleetState.version`` with its claims (a wake-all committed after that moves
+``wake_all_version`` past it), and the counters (``Version.freed``) after taking them and before reading the devices
 in use, so whatever those counters include, the engine saw. A claim's marks count from the counters read
 again in the committing transaction: where one has grown since the take, a release committed that the
 engine may not have seen, and the claim is retried at once instead; a release committed after that read
@@ -65,6 +67,8 @@ class Version(int):
         out = super().__new__(cls, value)
         out.freed = freed
         return out
+
+
 # Drop-out stages that can change without a release in the claim's clusters (see the module docstring).
 VOLATILE = ("cluster_stale", "pool_incomplete", "pool_invalid", "taint", "counters", "capacity",
             "binding_conditions_unsupported", "counters_unsupported")
