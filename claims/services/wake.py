@@ -42,6 +42,7 @@ keys by at least one device: growth is exactly "a release committed since".)
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -55,6 +56,10 @@ from dra.engine.diagnostics import BEST_NODES_LISTED
 ANY = "*"
 ANY_RELEASE = ((ANY, 1),)
 ROLL_UP_ROWS = 10_000  # FreedCount rows one roll_up folds (a round's statement stays bounded after a burst)
+# A process folds the releases' counts at most this often from its rounds (``roll_up_soon``): the rows left
+# meanwhile are a few per release, and reading a counter sums them.
+ROLL_UP_SECONDS = 1.0
+_rolled_up_at = [float("-inf")]  # when this process last folded (monotonic)
 
 
 class Version(int):
@@ -211,6 +216,15 @@ def clock_sql() -> str:
     every = _counters_sql(f"key = '{ANY}'")  # a constant: no parameter, so the expression can go anywhere
     return (f"(COALESCE((SELECT version FROM {fleet} WHERE id = 1), 1) "
             f"+ COALESCE((SELECT sum(every.freed) FROM ({every}) every), 0))")
+
+
+def roll_up_soon() -> int:
+    """``roll_up``, unless this process did so less than ``ROLL_UP_SECONDS`` ago (then 0)."""
+    now = time.monotonic()
+    if now - _rolled_up_at[0] < ROLL_UP_SECONDS:
+        return 0
+    _rolled_up_at[0] = now
+    return roll_up()
 
 
 def roll_up(limit: int = ROLL_UP_ROWS) -> int:

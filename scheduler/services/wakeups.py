@@ -59,7 +59,7 @@ def wake_for_released() -> int:
     Batches of offers nobody wants are dropped and the next batch read, up to ``OFFER_BATCHES``: a round that
     wakes and takes nothing ends the allocation task, which would leave the offers behind them until the next
     release or the beat's retry. After offers (devices were released since), the releases' counts are folded
-    into their counters (``wake.roll_up``), so reading a counter stays cheap."""
+    into their counters now and then (``wake.roll_up_soon``), so reading a counter stays cheap."""
     woken, after, offered = 0, 0, False
     for _ in range(OFFER_BATCHES):
         n, last, read = _offer_batch(after)
@@ -68,7 +68,7 @@ def wake_for_released() -> int:
             break
         after = last
     if offered:
-        wake.roll_up()
+        wake.roll_up_soon()
     return woken
 
 
