@@ -16,6 +16,16 @@ def notices_for(namespace: str, name: str) -> int:
     return Preemption.objects.filter(preemptor__namespace__name=namespace, preemptor__name=name).count()
 
 
+def print_notices(namespace: str, name: str) -> None:
+    """What a missed notice count consisted of: each notice's victim, state and times."""
+    from queues.models import Preemption
+
+    for p in Preemption.objects.filter(preemptor__namespace__name=namespace, preemptor__name=name) \
+            .select_related("victim"):
+        print(f"    notice {p.id}: victim {p.victim.name} {p.state} created {p.created_at:%H:%M:%S.%f} "
+              f"finished {p.finished_at and f'{p.finished_at:%H:%M:%S.%f}'}", flush=True)
+
+
 def victims_given_back(namespace: str, name: str) -> int:
     """Victims of the preemptor that got devices again (what was taken from them went back to them)."""
     from claims.models import ResourceClaim
@@ -88,6 +98,8 @@ def reclaim_gang_victims(w: World) -> None:
     w.equal(s, "notices", notices_for("a", s), 2)
     w.equal(s, "preemptor allocated", placed is not None, True)
     w.equal(s, "gang members still allocated", w.allocated("ci"), 2)
+    if notices_for("a", s) != 2:
+        print_notices("a", s)
 
 
 def sample_max(namespace: str, seconds: float, peak: int = 0) -> int:
@@ -127,3 +139,44 @@ def tree(w: World, lending: int | None, grace: int = 1) -> None:
         w.equal(s, "c1 at the end", w.allocated("c1"), 4)
         w.equal(s, "notices", Preemption.objects.filter(victim__namespace__name="c1").count(), 4)
     w.at_most(s, "seconds until c2's 4 claims run", served, grace + 2)
+
+
+def fair_share(w: World, weights: tuple[int, int]) -> None:
+    """``fa`` and ``fb`` on 16 GPUs, nominal 0 each (everything they use is borrowed), fair-share preemption with
+    both strategies and weights ``weights``. fa fills the fleet with 16 one-GPU claims, then fb submits 16.
+    Expected: fb's part of the fleet converges to weight_b / (weight_a + weight_b) within 5 pp, and stays there
+    for the rest of the window (``w.small``: 30 s, else 10 minutes) with no claim preempted twice."""
+    s = f"fair-{weights[0]}to{weights[1]}"
+    w.reset([("h100", 2)])
+    strategies = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    pre = {"preemption": {"graceSeconds": 1, "minRuntimeSeconds": 0}}
+    w.queue(queue_body("fa", namespaces=["fa"], gpus=0, weight=weights[0], fairSharing=strategies, **pre),
+            queue_body("fb", namespaces=["fb"], gpus=0, weight=weights[1], fairSharing=strategies, **pre))
+    from benchmarks._queue_world import gpu_claim
+
+    w.batch("fa", [gpu_claim(f"{s}-a{i}") for i in range(16)], track=True)
+    assert w.wait(lambda: w.allocated("fa") == 16, 30) is not None, "fa did not fill the fleet"
+    w.batch("fb", [gpu_claim(f"{s}-b{i}") for i in range(16)], track=True)
+    target = 100 * weights[1] / sum(weights)
+    window = 30 if w.small else 600
+    started = time.monotonic()
+    converged = None
+    while time.monotonic() - started < window:
+        a, b = w.allocated("fa"), w.allocated("fb")
+        if converged is None and a + b == 16 and abs(100 * b / 16 - target) <= 5:
+            converged = time.monotonic() - started
+        time.sleep(0.5)
+    from queues.models import Preemption
+
+    noticed = list(Preemption.objects.filter(victim__namespace__name__in=["fa", "fb"])
+                   .values_list("victim_id", flat=True))
+    b = w.allocated("fb")
+    w.record(s, "fb's part of the 16 GPUs at the end (%)", round(100 * b / 16, 1),
+             f"{target:.0f} +- 5", abs(100 * b / 16 - target) <= 5)
+    w.equal(s, "GPUs in use", w.allocated("fa") + b, 16)
+    if not w.equal(s, "claims preempted twice in the window", len(noticed) - len(set(noticed)), 0):
+        for p in Preemption.objects.filter(victim__namespace__name__in=["fa", "fb"]).select_related(
+                "victim", "preemptor"):
+            print(f"    notice {p.id}: {p.victim.name} for {p.preemptor.name if p.preemptor else None} {p.state} "
+                  f"at {p.created_at:%H:%M:%S.%f}", flush=True)
+    w.at_most(s, "seconds until converged", converged, 3 * PASS_SECONDS + 5)

@@ -134,7 +134,7 @@ class World:
                 node_list.append({"name": node, "labels": {"kubernetes.io/hostname": node}})
         self.call("PUT", f"/api/v1/clusters/{name}/inventory", {"resourceSlices": slices, "nodes": node_list})
         self.default_preemption(graceSeconds=default_grace, minRuntimeSeconds=0, withinQueue="LowerPriority",
-                                reclaimBorrowed="Always")
+                                reclaimWithinCohort="Any")
         return name
 
     def ensure_classes(self) -> None:

@@ -60,10 +60,11 @@ def _timed(label, fn, figures):
 def run(nodes: int):
     from django.test import Client
 
+    from draservice.models import APIToken
+    from draservice.tokens import issue_token
     from inventory import demo
-    from inventory.models import APIToken, Device
+    from inventory.models import Device
     from inventory.services.clusters import create_cluster
-    from inventory.services.tokens import issue_token
     from inventory.signals import inventory_changed
 
     # Measure the inventory alone: what other apps do on inventory_changed is not part of the push.

@@ -151,8 +151,9 @@ def main() -> None:
 
     from claims.models import ResourceClaim
     from claims.services.claims import _release_locked
-    from inventory.models import APIToken, Cluster
-    from inventory.services.tokens import issue_token
+    from draservice.models import APIToken
+    from draservice.tokens import issue_token
+    from inventory.models import Cluster
     from scheduler.services import allocation
 
     with transaction.atomic():  # every device free (the benchmark's database: nobody else's claims)

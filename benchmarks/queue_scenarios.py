@@ -41,7 +41,7 @@ def gang_head(w: World) -> None:
     s = "gang-head"
     w.reset([("h100", 2)])
     w.queue(queue_body("team-g", namespaces=["g"], gpus=16,
-                       preemption={"reclaimBorrowed": "Never", "withinQueue": "Never"}))
+                       preemption={"reclaimWithinCohort": "Never", "withinQueue": "Never"}))
     for i in range(16):
         w.claim("ci", f"{s}-ci{i}")
     assert w.wait(lambda: w.allocated("ci") == 16, 30) is not None, "the borrower did not fill the fleet"
@@ -144,6 +144,7 @@ def run_scenarios(w: World, only: set[str] | None = None) -> list:
             ("tree-lending0", lambda: cases.tree(w, 0)),
             ("tree-reclaim", lambda: cases.tree(w, None)),
             ("gang-head", lambda: gang_head(w)),
+            ("fair", lambda: [cases.fair_share(w, ws) for ws in ((1, 1), (1, 3))]),
             ("simulate", lambda: simulate_agrees(w)),
             ("flood", lambda: flood(w, 200 if w.small else 2000))]
     w.ensure_classes()
@@ -177,8 +178,8 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from inventory.models import APIToken
-    from inventory.services.tokens import issue_token
+    from draservice.models import APIToken
+    from draservice.tokens import issue_token
 
     call_command("migrate", verbosity=0)
     _, token = issue_token(kind=APIToken.ADMIN, name="queue scenarios")

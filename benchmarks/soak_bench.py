@@ -75,10 +75,11 @@ def setup_fleet() -> tuple[str, dict[str, int], dict[str, int]]:
     django.setup()
     from django.core.management import call_command
 
+    from draservice.models import APIToken
+    from draservice.tokens import issue_token
     from inventory import demo
-    from inventory.models import APIToken, DeviceClass
+    from inventory.models import DeviceClass
     from inventory.services import clusters, fleet, sync
-    from inventory.services.tokens import issue_token
 
     call_command("migrate", verbosity=0)
     for obj in demo.standard_device_classes():

@@ -1,4 +1,4 @@
-"""The claims API's side of ``dra.k8s``: its errors as ``FieldError``, and what only the API needs.
+"""The claims API's side of ``dra.k8s``: its errors as ``Invalid``, and what only the API needs.
 
 Conversion, defaulting and validation of claims are ``dra.k8s.claims`` (owned by the engine, so that the
 simulate endpoint, the worker and this API agree), in the vocabulary of ``dra.k8s.fields``. Here: object
@@ -12,7 +12,7 @@ from typing import Any
 
 from dra.k8s import claims as k8s_claims
 from dra.k8s.fields import DNS_LABEL, DNS_SUBDOMAIN, V1, Errors, is_label_name_part, is_label_value, name_reason
-from draservice.problems import FieldError
+from draservice.errors import Invalid
 
 __all__ = ["API_VERSIONS", "V1", "check_dns_label", "check_dns_subdomain", "check_kind", "check_listed_name",
            "check_string_map", "claim_spec_to_v1", "device_class_names", "parse_metadata", "random_suffix",
@@ -88,7 +88,7 @@ def parse_metadata(obj: dict, path: str = "metadata", *, namespace: str,
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
-        raise FieldError([(path, "must be an object")])
+        raise Invalid([(path, "must be an object")])
     errors: Errors = []
     name = meta.get("name")
     generate = meta.get("generateName")
@@ -108,7 +108,7 @@ def parse_metadata(obj: dict, path: str = "metadata", *, namespace: str,
     errors += check_string_map(meta.get("labels"), f"{path}.labels", labels=True)
     errors += check_string_map(meta.get("annotations"), f"{path}.annotations", labels=False)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return {"name": name, "labels": dict(meta.get("labels") or {}),
             "annotations": dict(meta.get("annotations") or {})}
 
@@ -117,7 +117,7 @@ def check_kind(obj: Any, kind: str, path: str = "") -> str:
     """The object's apiVersion (one of ours); ``kind`` must match when given."""
     prefix = f"{path}." if path else ""
     if not isinstance(obj, dict):
-        raise FieldError([(path, f"must be a {kind} object")])
+        raise Invalid([(path, f"must be a {kind} object")])
     api_version = obj.get("apiVersion") or V1
     errors = []
     if api_version not in API_VERSIONS:
@@ -125,23 +125,23 @@ def check_kind(obj: Any, kind: str, path: str = "") -> str:
     if obj.get("kind") not in (None, "", kind):
         errors.append((f"{prefix}kind", f"must be {kind}"))
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return api_version
 
 
 def claim_spec_to_v1(spec: Any, api_version: str, path: str) -> dict:
     """Convert, default and validate a ResourceClaimSpec with ``dra.k8s.claims``; the normalized v1 spec.
 
-    Raises FieldError whose paths are relative to the request body (``path`` is where the spec sits in it).
+    Raises Invalid whose paths are relative to the request body (``path`` is where the spec sits in it).
     """
     if spec is None:
         spec = {}
     if not isinstance(spec, dict):
-        raise FieldError([(path, "must be an object")])
+        raise Invalid([(path, "must be an object")])
     claim = {"apiVersion": api_version, "kind": "ResourceClaim", "metadata": {"name": "x"}, "spec": spec}
     v1, errors = k8s_claims.normalize_claim(claim)
     if errors:
-        raise FieldError([_rebase(field, reason, path) for field, reason in errors])
+        raise Invalid([_rebase(field, reason, path) for field, reason in errors])
     return v1.get("spec") or {}
 
 
@@ -157,14 +157,14 @@ def _rebase(field: str, reason: str, path: str) -> tuple[str, str]:
 def template_spec_to_v1(spec: Any, api_version: str, path: str) -> dict:
     """A ResourceClaimTemplateSpec: ``{metadata: {labels, annotations}, spec: <claim spec>}``."""
     if not isinstance(spec, dict):
-        raise FieldError([(path, "must be an object")])
+        raise Invalid([(path, "must be an object")])
     meta = spec.get("metadata") or {}
     if not isinstance(meta, dict):
-        raise FieldError([(f"{path}.metadata", "must be an object")])
+        raise Invalid([(f"{path}.metadata", "must be an object")])
     errors = check_string_map(meta.get("labels"), f"{path}.metadata.labels", labels=True)
     errors += check_string_map(meta.get("annotations"), f"{path}.metadata.annotations", labels=False)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     claim_spec = claim_spec_to_v1(spec.get("spec"), api_version, f"{path}.spec")
     out_meta = {k: dict(meta[k]) for k in ("labels", "annotations") if meta.get(k)}
     return {"metadata": out_meta, "spec": claim_spec}

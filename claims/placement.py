@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from dra.engine import ClaimGroup
 from dra.k8s.fields import V1
-from draservice.problems import FieldError
+from draservice.errors import Invalid
 
 ALLOWED_CLUSTERS = "draservice.io/allowed-clusters"
 PREFERRED_CLUSTER = "draservice.io/preferred-cluster"
@@ -44,11 +44,11 @@ _UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d
 def parse_duration(text: str, path: str) -> timedelta:
     match = _DURATION.match(str(text).strip())
     if not match:
-        raise FieldError([(path, f"invalid duration {text!r}: use a number followed by s, m, h or d (e.g. 15m)")])
+        raise Invalid([(path, f"invalid duration {text!r}: use a number followed by s, m, h or d (e.g. 15m)")])
     try:
         return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
     except OverflowError:  # past timedelta's ~2.7 million years (was a 500): out of any range we accept
-        raise FieldError([(path, f"Invalid value: {text!r}: must be between {int(MIN_LEASE.total_seconds())}s "
+        raise Invalid([(path, f"Invalid value: {text!r}: must be between {int(MIN_LEASE.total_seconds())}s "
                                  "and 7d")]) from None
 
 
@@ -67,12 +67,12 @@ def parse_selector(text: str, path: str) -> dict:
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip().lstrip("=")  # accept k==v like kubectl
         if not sep or not key:
-            raise FieldError([(path, f"{part!r}: expected label=value (equality selectors only)")])
+            raise Invalid([(path, f"{part!r}: expected label=value (equality selectors only)")])
         if key in selector and selector[key] != value:
-            raise FieldError([(path, f"label {key!r} given twice with different values")])
+            raise Invalid([(path, f"label {key!r} given twice with different values")])
         selector[key] = value
     if not selector:
-        raise FieldError([(path, "must not be empty")])
+        raise Invalid([(path, "must not be empty")])
     return selector
 
 
@@ -85,7 +85,7 @@ def parse_annotations(annotations: dict, path: str = "metadata.annotations") -> 
         lpath = f"{path}[{LEASE_TTL}]"
         lease = parse_duration(annotations[LEASE_TTL], lpath)
         if not MIN_LEASE <= lease <= MAX_LEASE:
-            raise FieldError([(lpath, f"must be between {int(MIN_LEASE.total_seconds())}s and 7d")])
+            raise Invalid([(lpath, f"must be between {int(MIN_LEASE.total_seconds())}s and 7d")])
     return Placement(selector, str(annotations.get(PREFERRED_CLUSTER) or ""), lease,
                      _node_pin(annotations, selector, path), _pending_timeout(annotations, path))
 
@@ -96,7 +96,7 @@ def _pending_timeout(annotations: dict, path: str) -> timedelta | None:
     tpath = f"{path}[{PENDING_TIMEOUT}]"
     timeout = parse_duration(annotations[PENDING_TIMEOUT], tpath)
     if not MIN_LEASE <= timeout <= MAX_PENDING_TIMEOUT:
-        raise FieldError([(tpath, f"must be between {int(MIN_LEASE.total_seconds())}s and 30d")])
+        raise Invalid([(tpath, f"must be between {int(MIN_LEASE.total_seconds())}s and 30d")])
     return timeout
 
 
@@ -106,9 +106,9 @@ def _node_pin(annotations: dict, selector: dict | None, path: str) -> str:
         return ""
     npath = f"{path}[{NODE_PIN}]"
     if not isinstance(node, str) or not _NODE_NAME.match(node):
-        raise FieldError([(npath, f"Invalid value: {node!r}: must be a node name (a lowercase DNS subdomain)")])
+        raise Invalid([(npath, f"Invalid value: {node!r}: must be a node name (a lowercase DNS subdomain)")])
     if not selector or set(selector) != {"name"}:
-        raise FieldError([(npath, f"needs {ALLOWED_CLUSTERS}: name=<cluster> (node names are unique only "
+        raise Invalid([(npath, f"needs {ALLOWED_CLUSTERS}: name=<cluster> (node names are unique only "
                                   "within a cluster)")])
     return node
 
@@ -137,7 +137,7 @@ def body_pin(obj) -> str | None:
         if not annotations.get(ALLOWED_CLUSTERS):
             return None
         selector = parse_selector(annotations[ALLOWED_CLUSTERS], "")
-    except (FieldError, AttributeError, TypeError):
+    except (Invalid, AttributeError, TypeError):
         return None
     return selector["name"] if selector and set(selector) == {"name"} else None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 
-from draservice.problems import Conflict, PreconditionFailed
+from draservice.errors import Conflict, PreconditionFailed
 
 IF_MATCH_PARAMETER = OpenApiParameter(
     "If-Match", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,

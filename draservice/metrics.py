@@ -34,8 +34,8 @@ from prometheus_client.registry import Collector
 from rest_framework import exceptions
 from rest_framework.authentication import get_authorization_header
 
+from draservice.auth import BearerTokenAuthentication
 from draservice.problems import PROBLEM_CONTENT_TYPE, problem
-from inventory.auth import BearerTokenAuthentication
 
 REQUESTS = Counter("draservice_http_requests_total", "HTTP requests by method, URL pattern and status",
                    ["method", "route", "status"])

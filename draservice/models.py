@@ -4,10 +4,14 @@ Written by database triggers (installed by each watched app's migrations; see ``
 write path can forget it: the claims round, gangs, queues and the API all change claim rows, and every
 such change lands here in the same transaction. Read by the Kubernetes front door's ``watch`` and list
 ``resourceVersion``; kept for ``CHANGES_RETENTION`` (older watches get 410 Gone).
+
+Also the platform's API tokens (``APIToken``, issued by ``draservice.tokens``, verified by ``draservice.auth``).
 """
+import hashlib
 import uuid
 
 from django.db import models
+from django.utils import timezone
 
 
 class Change(models.Model):
@@ -119,3 +123,52 @@ class Versioned(models.Model):
     @property
     def etag(self) -> str:
         return f'"{self.uid.hex}-{self.resource_version}"'
+
+
+class APIToken(models.Model):
+    """A bearer token. Only a prefix (for lookup) and the SHA-256 of the whole secret are stored.
+
+    The secret is ``dra_<prefix>_<random>``; it is shown once, when issued (``draservice.tokens``). A cluster
+    token names the cluster whose inventory it may push (a reference by name of model, so the platform imports
+    no domain app). The table keeps its first name, ``inventory_apitoken``: tokens issued before the model moved
+    here keep working.
+    """
+
+    ADMIN, CLUSTER, NAMESPACE = "admin", "cluster", "namespace"
+    KINDS = [(ADMIN, "admin"), (CLUSTER, "cluster"), (NAMESPACE, "namespace")]
+
+    name = models.CharField(max_length=128)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=KINDS)
+    cluster = models.ForeignKey("inventory.Cluster", on_delete=models.CASCADE, null=True, blank=True,
+                                related_name="tokens")
+    namespaces = models.JSONField(default=list, blank=True)
+    read_only = models.BooleanField(default=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "inventory_apitoken"
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(kind="cluster", cluster__isnull=False) | ~models.Q(kind="cluster")),
+                name="inventory_token_cluster_has_cluster",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+    @staticmethod
+    def hash_secret(secret: str) -> str:
+        return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+    def is_expired(self, now=None) -> bool:
+        return self.expires_at is not None and (now or timezone.now()) >= self.expires_at
+
+    @property
+    def is_admin(self) -> bool:
+        return self.kind == self.ADMIN

@@ -15,6 +15,19 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from draservice.errors import (
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    PreconditionFailed,
+    QuotaExceeded,
+    ServiceError,
+    Throttled,
+)
+
 log = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -25,7 +38,8 @@ class ProblemJSONRenderer(JSONRenderer):
 
 
 class FieldError(exceptions.APIException):
-    """A 4xx with a list of (field path, reason). Raise it from services and views."""
+    """A 4xx with a list of (field path, reason), for the doors (views, parsers, pagination): a service raises a
+    domain exception (``draservice.errors``) instead, and the doors choose the code."""
 
     status_code: int = status.HTTP_422_UNPROCESSABLE_ENTITY
     default_detail = "The object is invalid."
@@ -44,16 +58,27 @@ class FieldError(exceptions.APIException):
         self.title = title
 
 
-class Conflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The object was changed by someone else."
-    default_code = "conflict"
+# The status code of each domain exception (draservice.errors), at both doors: the only place they are chosen.
+STATUS: dict[type[ServiceError], int] = {
+    BadRequest: status.HTTP_400_BAD_REQUEST, QuotaExceeded: status.HTTP_403_FORBIDDEN,
+    Forbidden: status.HTTP_403_FORBIDDEN,
+    NotFound: status.HTTP_404_NOT_FOUND, AlreadyExists: status.HTTP_409_CONFLICT, Conflict: status.HTTP_409_CONFLICT,
+    PreconditionFailed: status.HTTP_412_PRECONDITION_FAILED, Invalid: status.HTTP_422_UNPROCESSABLE_ENTITY,
+    Throttled: status.HTTP_429_TOO_MANY_REQUESTS,
+}
 
 
-class PreconditionFailed(exceptions.APIException):
-    status_code = status.HTTP_412_PRECONDITION_FAILED
-    default_detail = "If-Match does not match the current ETag."
-    default_code = "precondition_failed"
+def api_exception(exc: ServiceError) -> exceptions.APIException:
+    """A domain exception as the HTTP error both doors render: field errors keep their fields (title "Invalid
+    object" unless the service named one), a message is the detail under the status's own title."""
+    code = next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
+    if isinstance(exc, Throttled):
+        return exceptions.Throttled(wait=exc.wait, detail=exc.detail)
+    if exc.errors:
+        return FieldError(exc.errors, exc.detail, status_code=code, title=exc.title, extra=exc.extra)
+    error = exceptions.APIException(exc.detail)
+    error.status_code = code
+    return error
 
 
 def flatten_errors(data: Any, prefix: str = "") -> list[dict]:
@@ -91,7 +116,9 @@ def _join_reasons(errors: list[dict]) -> str:
 
 
 def exception_handler(exc, context):
-    if isinstance(exc, Http404):
+    if isinstance(exc, ServiceError):
+        exc = api_exception(exc)
+    elif isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)

@@ -7,6 +7,7 @@ import secrets
 
 from django.db.models import Q
 
+from draservice.errors import ServiceError
 from inventory.models import Cluster, Device, DeviceTaintRule
 
 TAINT_EFFECTS = ("NoSchedule", "NoExecute")
@@ -34,7 +35,6 @@ def taint_device(cluster: Cluster, driver: str, pool: str, device: str, *, effec
     DeviceTaintRule selects by driver/pool/device only (no cluster), so the rule reaches the same
     (driver, pool, device) in every cluster; ``taint_scope`` lets the page say so before anyone clicks.
     """
-    from draservice.problems import Conflict, FieldError
     from inventory.services.fleet import create_fleet_object
 
     if effect not in TAINT_EFFECTS:
@@ -51,7 +51,7 @@ def taint_device(cluster: Cluster, driver: str, pool: str, device: str, *, effec
     }
     try:
         return create_fleet_object(DeviceTaintRule, body)
-    except (FieldError, Conflict) as exc:
+    except ServiceError as exc:
         raise ActionError(f"the taint rule was refused: {exc}") from exc
 
 

@@ -1,9 +1,9 @@
 """Prometheus gauges of fleet capacity, read from the database at scrape time (see ``claims.metrics``).
 
-The counts are the dashboard's, not a second definition: accelerators as ``frontend.accelerators`` defines
-them (one partitioned GPU with all its partitions, or a device of a DeviceClass marked as an accelerator;
-helper devices are not counted) in the exclusive states of
-``frontend.queries.fleet.Tally`` (allocated includes shared; tainted, stale, invalid and free are units no
+The counts are the dashboard's, not a second definition: accelerators as
+``claims.services.figures.accelerators`` defines them (one partitioned GPU with all its partitions, or a device
+of a DeviceClass marked as an accelerator; helper devices are not counted) in the exclusive states of
+``claims.services.figures.fleet.Tally`` (allocated includes shared; tainted, stale, invalid and free are units no
 claim holds; everything on a stale cluster that no claim holds and no taint blocks counts as stale). So
 ``allocated + tainted + stale + invalid + free == total`` for every (cluster, driver, product).
 
@@ -21,7 +21,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from frontend.queries.fleet import Tally, fleet_state_key, overview_rows
+from claims.services.figures.fleet import Tally, fleet_state_key, overview_rows
 from inventory.models import Cluster
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,8 @@ STATES = (
     ("_stale", "Units no claim holds on a stale cluster (not offered)", "stale"),
     ("_invalid", "Units no claim holds in an invalid pool (not offered)", "invalid"),
     ("_free", "Units offered for new claims: total - allocated - tainted - stale - invalid", "free"),
-    # The four exclusive states of frontend.accelerators: free + partial + allocated_full + unavailable == total.
+    # The four exclusive states (claims.services.figures.accelerators):
+    # free + partial + allocated_full + unavailable == total.
     ("_partial", "Partitioned GPUs some of whose partitions are in use (part of allocated)", "partial"),
     ("_allocated_full", "Accelerators held by claims, not counting partially used ones", "allocated_full"),
     ("_unavailable", "Accelerators no claim holds that are tainted, in an invalid pool or on a stale cluster",

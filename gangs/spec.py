@@ -30,7 +30,7 @@ from typing import Any
 from claims import k8s
 from dra.gang import Topology
 from dra.k8s.fields import is_dns_label
-from draservice.problems import FieldError
+from draservice.errors import Invalid
 
 KIND = "Gang"
 API_VERSION = "draservice.io/v1alpha1"
@@ -40,9 +40,9 @@ _SPEC_FIELDS = {"minMember", "scheduleTimeoutSeconds", "topology", "placement", 
 
 
 def parse_gang(obj: Any, namespace: str) -> tuple[dict, dict]:
-    """(metadata, normalized spec) from a request body; raises ``FieldError`` listing every problem."""
+    """(metadata, normalized spec) from a request body; raises ``Invalid`` listing every problem."""
     if not isinstance(obj, dict):
-        raise FieldError([("", f"must be a {KIND} object")])
+        raise Invalid([("", f"must be a {KIND} object")])
     errors: list[tuple[str, str]] = []
     if obj.get("kind") not in (None, "", KIND) or obj.get("apiVersion") not in (None, "", API_VERSION):
         errors.append(("kind", f"must be {KIND} ({API_VERSION})"))
@@ -50,7 +50,7 @@ def parse_gang(obj: Any, namespace: str) -> tuple[dict, dict]:
     errors += k8s.check_dns_label(meta["name"], "metadata.name")  # member consumers are named <gang>-<member>
     spec = obj.get("spec")
     if not isinstance(spec, dict):
-        raise FieldError(errors + [("spec", "Required value: must be an object")])
+        raise Invalid(errors + [("spec", "Required value: must be an object")])
     errors += [(f"spec.{k}", "Forbidden: unknown field") for k in sorted(set(spec) - _SPEC_FIELDS)]
     members = _members(spec, errors)
     n = len(members)
@@ -65,7 +65,7 @@ def parse_gang(obj: Any, namespace: str) -> tuple[dict, dict]:
     topology = _topology(spec.get("topology"), errors)
     placement = _placement(spec.get("placement"), errors)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     out = {"minMember": min_member, "topology": topology.to_dict(), "members": members}
     if timeout is not None:
         out["scheduleTimeoutSeconds"] = timeout

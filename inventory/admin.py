@@ -1,7 +1,7 @@
 """Django admin: a read-mostly window on the inventory (agents and the API write it)."""
 from django.contrib import admin
 
-from inventory.models import APIToken, Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, ResourceSlice
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, ResourceSlice
 
 
 @admin.register(Cluster)
@@ -10,17 +10,6 @@ class ClusterAdmin(admin.ModelAdmin):
     search_fields = ["name"]
     readonly_fields = ["last_sync_at", "last_heartbeat_at", "stale_since", "inventory_version", "resource_version",
                        "agent_version", "agent_status"]
-
-
-@admin.register(APIToken)
-class APITokenAdmin(admin.ModelAdmin):
-    # Tokens are issued with `manage.py create_token` or by registering a cluster: the secret is never here.
-    list_display = ["name", "kind", "cluster", "namespaces", "read_only", "expires_at", "last_used_at"]
-    list_filter = ["kind", "read_only"]
-    readonly_fields = ["prefix", "secret_hash", "kind", "cluster", "created_at", "last_used_at"]
-
-    def has_add_permission(self, request):
-        return False
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

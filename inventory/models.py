@@ -7,7 +7,6 @@ are projections of that JSON for filtering and indexing; they are rewritten toge
 """
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -18,7 +17,7 @@ from django.utils import timezone
 class Cluster(models.Model):
     """A Kubernetes cluster whose agent pushes its DRA inventory."""
 
-    # Set on the rows the dashboard lists (frontend.queries.fleet): not columns, declared for mypy.
+    # Set on the rows the dashboard lists (claims.services.figures.fleet): not columns, declared for mypy.
     stale_now: bool
     last_seen: datetime | None
     node_count: int
@@ -265,47 +264,3 @@ class DeviceTaintRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-
-class APIToken(models.Model):
-    """A bearer token. Only a prefix (for lookup) and the SHA-256 of the whole secret are stored.
-
-    The secret is ``dra_<prefix>_<random>``; it is shown once, when issued (inventory.services.tokens).
-    """
-
-    ADMIN, CLUSTER, NAMESPACE = "admin", "cluster", "namespace"
-    KINDS = [(ADMIN, "admin"), (CLUSTER, "cluster"), (NAMESPACE, "namespace")]
-
-    name = models.CharField(max_length=128)
-    prefix = models.CharField(max_length=16, unique=True)
-    secret_hash = models.CharField(max_length=64)
-    kind = models.CharField(max_length=16, choices=KINDS)
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, null=True, blank=True, related_name="tokens")
-    namespaces = models.JSONField(default=list, blank=True)
-    read_only = models.BooleanField(default=False)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["id"]
-        constraints = [
-            models.CheckConstraint(
-                condition=(models.Q(kind="cluster", cluster__isnull=False) | ~models.Q(kind="cluster")),
-                name="inventory_token_cluster_has_cluster",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.kind})"
-
-    @staticmethod
-    def hash_secret(secret: str) -> str:
-        return hashlib.sha256(secret.encode("utf-8")).hexdigest()
-
-    def is_expired(self, now=None) -> bool:
-        return self.expires_at is not None and (now or timezone.now()) >= self.expires_at
-
-    @property
-    def is_admin(self) -> bool:
-        return self.kind == self.ADMIN

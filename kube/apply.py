@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from draservice import dryrun
+from draservice.errors import ServiceError
 from draservice.problems import FieldError
 from kube import fieldsets, managed, schemas
 from kube.models import ManagedFields
@@ -182,5 +183,5 @@ def _same(store, live: dict, merged: dict, version: str) -> bool:
         return True
     try:
         return bool(store.canonical(before, version) == store.canonical(merged, version))
-    except FieldError:
+    except (FieldError, ServiceError):
         return False

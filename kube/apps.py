@@ -9,8 +9,10 @@ class KubeConfig(AppConfig):
 
     def ready(self):
         # Here rather than in kube.stores: the workload stores build on kube.stores.Store (no import cycle).
+        from claims.services import caps
         from draservice import dryrun
         from inventory.services.doctor import forget_vocabulary
+        from kube.poolstatus import count_of_namespace
         from kube.stores import STORES
         from kube.taint_rules import DeviceTaintRuleStore
         from kube.verdict import claim_verdict
@@ -22,3 +24,4 @@ class KubeConfig(AppConfig):
         STORES["deviceclasses"].watch_class = DiffWatch  # type: ignore[attr-defined]  # kube.taint_rules says why
         dryrun.register_verdict("ResourceClaim", claim_verdict)  # at both doors: /api/v1 and /k8s
         dryrun.register_reset(forget_vocabulary)  # the doctor may have read a class the dry run never kept
+        caps.register_use_count(caps.POOL_STATUS_REQUESTS, count_of_namespace)  # the ObjectQuota's "used"

@@ -1,6 +1,6 @@
 """``SelfSubjectAccessReview`` and ``SelfSubjectRulesReview`` (authorization.k8s.io/v1): what ``kubectl auth
 can-i`` asks. The answers come from the rules the door itself enforces (``kube.views.ResourceView``'s
-permission classes over ``inventory.permissions.Access``), stated once here for a (verb, resource, namespace):
+permission classes over ``draservice.permissions.Access``), stated once here for a (verb, resource, namespace):
 
 * admin token (or staff user): everything the door serves; read-only: the reads;
 * namespace token: reads and (unless read-only) writes its namespaces' objects; reads the fleet-wide kinds;
@@ -13,8 +13,8 @@ from __future__ import annotations
 from django.http import JsonResponse
 from rest_framework.views import APIView
 
-from inventory.models import APIToken
-from inventory.permissions import NO_ACCESS, Access, access_for
+from draservice.models import APIToken
+from draservice.permissions import NO_ACCESS, Access, access_for
 from kube import protobuf
 from kube.registry import RESOURCES, Resource
 from kube.status import KubeError, status_response

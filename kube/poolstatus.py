@@ -115,7 +115,8 @@ def create(obj: dict, owner: str = "") -> ResourcePoolStatusRequest:
     if not isinstance(name, str) or not _DRIVER.match(name or "") or len(name) > 253:
         raise FieldError([("metadata.name", "Required value: a lowercase RFC 1123 subdomain")])
     spec = check_spec(obj.get("spec"))
-    caps.check_pool_status_requests(owner)  # before the fleet-wide queries the answer costs
+    # Before the fleet-wide queries the answer costs.
+    caps.check_pool_status_requests(owner, ResourcePoolStatusRequest.objects.filter(owner=owner))
     status = compute_status(spec)
     with transaction.atomic():
         if ResourcePoolStatusRequest.objects.filter(name=name).exists():
@@ -123,6 +124,11 @@ def create(obj: dict, owner: str = "") -> ResourcePoolStatusRequest:
                              status_code=409)
         return ResourcePoolStatusRequest.objects.create(name=name, spec=spec, status=status,
                                                         labels=meta.get("labels") or {}, owner=owner)
+
+
+def count_of_namespace(namespace: str) -> int:
+    """The requests that count against a namespace's ``resourcepoolstatusrequests`` cap (its tokens')."""
+    return ResourcePoolStatusRequest.objects.filter(owner=f"ns:{namespace}").count()
 
 
 def purge(now=None) -> int:

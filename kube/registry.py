@@ -64,6 +64,7 @@ RESOURCES: tuple[Resource, ...] = (
              doctor_only=DOCTOR_ONLY_VERSIONS),
     Resource(OUR_GROUP, ("v1alpha1",), "gangs", "Gang", True, ("create", "delete", "get", "list")),
     Resource(OUR_GROUP, ("v1alpha1",), "queues", "Queue", False, WRITE_VERBS),
+    Resource(OUR_GROUP, ("v1alpha1",), "reservations", "Reservation", False, WRITE_VERBS),
     Resource(RESOURCE_GROUP, ("v1alpha3",), "resourcepoolstatusrequests", "ResourcePoolStatusRequest", False,
              ("create", "delete", "get", "list")),
     # Workloads as users write them (kube.workload_stores): their pods become consumers, a PodGroup a gang.

@@ -271,8 +271,20 @@ QUOTA = obj("A quota of one DeviceClass.", required=("deviceClassName",),
             devices=LIMITS, counters=map_of(LIMITS, "By counter name."),
             capacity=map_of(LIMITS, "By capacity name."))
 PREEMPTION = obj("When the queue's pending claims preempt running ones.",
-                 withinQueue=string("Never or LowerPriority.", enum=("Never", "LowerPriority")),
-                 reclaimBorrowed=string("Never or Always.", enum=("Never", "Always")),
+                 withinQueue=string("Own queue's claims it may preempt: Never, LowerPriority (default) or "
+                                    "LowerOrNewerEqualPriority.",
+                                    enum=("Never", "LowerPriority", "LowerOrNewerEqualPriority")),
+                 reclaimWithinCohort=string("Within its nominal, claims of borrowing queues it may preempt: Never, "
+                                            "LowerPriority or Any (default). Replaces reclaimBorrowed "
+                                            "(Always: Any), still accepted on input.",
+                                            enum=("Never", "LowerPriority", "Any")),
+                 reclaimBorrowed=string("Deprecated, replaced by reclaimWithinCohort (Always: Any, Never: Never); "
+                                        "accepted on input, never returned.", enum=("Never", "Always")),
+                 borrowWithinCohort=obj("When it must borrow: whether it may preempt lower-priority claims of "
+                                        "borrowing queues (not with fairSharing.preemptionStrategies).",
+                                        policy=string("Never (default) or LowerPriority.",
+                                                      enum=("Never", "LowerPriority")),
+                                        maxPriorityThreshold=integer("Only claims of at most this priority.")),
                  minRuntimeSeconds=integer("A claim runs at least this long before it can be preempted."),
                  graceSeconds=integer("Time between the preemption notice and its stopBy."),
                  forceAfterSeconds=integer("Time between the preemption notice and the release of a victim that "
@@ -280,9 +292,13 @@ PREEMPTION = obj("When the queue's pending claims preempt running ones.",
                  webhook=obj("Told before a claim is preempted.", url=string("HTTPS URL."),
                              secret=string("HMAC secret (write-only; generated when absent)."),
                              secretSet=boolean("Whether a secret is set (read-only).")))
-FAIR_SHARING = obj("How the queue's past use counts in the fair-share order.",
+FAIR_SHARING = obj("How the queue's past use counts in the fair-share order, and fair-share preemption.",
                    halfLifeSeconds=integer("Half-life of past use in seconds (0, the default: only what it borrows "
-                                           "now counts; at most 31536000)."))
+                                           "now counts; at most 31536000)."),
+                   weight=number("spec.weight, in Kueue's place (either may be given; both, equal)."),
+                   preemptionStrategies=array(string("LessThanOrEqualToFinalShare or LessThanInitialShare."),
+                                              "Fair-share preemption when a claim must borrow, strategies tried "
+                                              "in order (absent: off).", ATOMIC))
 QUEUE_STATUS = obj("Usage and backlog of the queue.",
                    usage=array(free("Used amount of one class and unit."), "What the queue uses.", ATOMIC),
                    pendingClaims=integer("Claims pending in the queue."),
@@ -304,6 +320,46 @@ def queue(version: str) -> Node:
                                  "most 100; 0: none)."))
     return _top("Queue", f"draservice.io/{version}", "A fleet-wide queue of claims (admins write them).", spec,
                 QUEUE_STATUS)
+
+
+LABELS_SELECTOR = obj("Labels that must all match.", matchLabels=string_map("Labels."))
+WINDOW = obj("When the capacity is booked, in wall-clock time of timeZone.", required=("start", "end"),
+             start=string("Start, e.g. 2026-12-01T02:00:00 (no offset: wall-clock time in timeZone)."),
+             end=string("End, after start (a recurring window lasts at most its period)."),
+             timeZone=string("An IANA time zone, e.g. Europe/Berlin (default UTC)."),
+             recurrence=obj("Repeat the window.", required=("frequency",),
+                            frequency=string("Daily or Weekly.", enum=("Daily", "Weekly")),
+                            daysOfWeek=array(string("", enum=("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")),
+                                             "Weekdays it runs on (Weekly: default the start's).", "set"),
+                            until=string("The last date it runs on (inclusive), e.g. 2027-03-01.")))
+RESERVED = obj("Capacity of one DeviceClass.", required=("deviceClassName",),
+               deviceClassName=string("The DeviceClass."), devices=integer("How many devices."),
+               counters=map_of(quantity("An amount."), "By counter name (booked, not held)."),
+               capacity=map_of(quantity("An amount."), "By capacity name (booked, not held)."),
+               clusterSelector=LABELS_SELECTOR, nodeSelector=LABELS_SELECTOR,
+               topologyKey=string("A node label: all devices on nodes with one value of it."))
+RESERVATION_STATUS = obj("Whether the booking holds, what is held now, the next window and its use.",
+                         conditions=array(free("Ready, Degraded."), "Conditions.", "map", ("type",)),
+                         held=free("Devices booked; while held, the occurrence and its nodes."),
+                         nextWindow=obj("The occurrence running now, or the next.", start=time("Start."),
+                                        end=time("End.")),
+                         utilisation=free("Devices its claims hold now, of those reserved."))
+
+
+def reservation(version: str) -> Node:
+    spec = obj("A window of capacity for some namespaces and queues.", required=("window", "resources", "users"),
+               window=WINDOW, resources=array(RESERVED, "What is booked (at most 16).", ATOMIC),
+               users=obj("Who may run in it (label draservice.io/reservation: <name>).",
+                         namespaces=array(string(""), "Namespaces.", "set"),
+                         queues=array(string(""), "Queues.", "set")),
+               leadTimeSeconds=integer("From start minus this, nothing new that would still run at start lands on "
+                                       "the held capacity."),
+               reclaimBorrowed=boolean("At start minus the lead time, borrowed capacity on it is reclaimed with "
+                                       "notice."),
+               lendIdle=boolean("Inside the window, idle held capacity takes claims that end before the end."))
+    return _top("Reservation", f"draservice.io/{version}",
+                "Fleet capacity booked for a future window, once or recurring (admins write them).", spec,
+                RESERVATION_STATUS)
 
 
 def consumer(version: str) -> Node:
@@ -355,7 +411,7 @@ DEFINITIONS: dict[str, Callable[[str], Node]] = {
     "ResourceClaim": resource_claim, "ResourceClaimTemplate": resource_claim_template,
     "DeviceClass": device_class, "ResourceSlice": resource_slice,
     "ResourcePoolStatusRequest": pool_status_request, "DeviceTaintRule": device_taint_rule,
-    "Queue": queue, "Consumer": consumer, "Gang": gang,
+    "Queue": queue, "Reservation": reservation, "Consumer": consumer, "Gang": gang,
     "Namespace": lambda v: _loose("Namespace", v, "A namespace: a tenant's claims and consumers.", spec=False),
     "Event": lambda v: _top("Event", v, "What happened to an object (from claims' events).", None,
                             **{k: free(k) for k in ("involvedObject", "source")},
@@ -369,7 +425,7 @@ DEFINITIONS: dict[str, Callable[[str], Node]] = {
 # Kinds whose bodies are checked against their definition (``fieldValidation``); the others are read-only,
 # doctor-only or workloads passed through.
 VALIDATED = frozenset({"ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourcePoolStatusRequest",
-                       "DeviceTaintRule", "Queue", "Consumer", "Gang"})
+                       "DeviceTaintRule", "Queue", "Reservation", "Consumer", "Gang"})
 
 
 def definition(kind: str, group: str, version: str) -> Node:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 
-from draservice.problems import FieldError
+from draservice.errors import ServiceError
+from draservice.problems import FieldError, api_exception
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
            406: "NotAcceptable", 409: "Conflict", 410: "Expired", 412: "Conflict", 413: "RequestEntityTooLarge",
@@ -54,6 +55,8 @@ def translate(exc: Exception, qualified: str = "", kind: str = "", name: str = "
     """The service's exceptions as Kubernetes would say them; None for what is not ours to translate."""
     if isinstance(exc, KubeError):
         return exc
+    if isinstance(exc, ServiceError):
+        exc = api_exception(exc)  # the codes both doors answer; the words below are the API server's
     details = {k: v for k, v in (("name", name), ("group", qualified.partition(".")[2]), ("kind", kind)) if v}
     if isinstance(exc, Http404 | exceptions.NotFound):
         return not_found(qualified or "object", name, kind) if name else KubeError(404, "the server could not "

@@ -14,21 +14,21 @@ from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from claims.services import events as ev
 from claims.services import preemption as claim_preemption
-from draservice.permissions import readable_namespaces
+from draservice.permissions import access_for, readable_namespaces
 from draservice.problems import FieldError
 from gangs.api.serializers import render_gang
 from gangs.models import Gang
 from gangs.services import gangs as gang_services
 from inventory.models import DeviceClass, ResourceSlice
-from inventory.permissions import access_for
 from inventory.services import fleet as fleet_objects
 from kube import poolstatus, versions
 from kube.models import ResourcePoolStatusRequest
 from kube.registry import CLUSTER_LABEL, Resource, by_plural
 from kube.selectors import filter_labels, matches_no_labels, parse_fields, stored_labels
 from kube.status import KubeError, conflict, not_found
-from queues.models import Queue
+from queues.models import Queue, Reservation
 from queues.services import queues as queue_services
+from queues.services import reservations as reservation_services
 from queues.services import status as queue_status
 
 RELEASE = "draservice.io/release"
@@ -522,6 +522,42 @@ class QueueStore(Store):
         queue_services.delete_queue(obj.name, None)
 
 
+class ReservationStore(Store):
+    """draservice.io/v1alpha1 Reservation: fleet-wide, the admins' to write; a namespace token reads those it
+    may use (the queues app's reservation services)."""
+
+    resource = by_plural("reservations")
+    model = Reservation
+
+    def queryset(self):
+        return Reservation.objects.order_by("id")
+
+    def scoped(self, request, namespace, params):
+        qs = super().scoped(request, namespace, params)
+        names = [r.name for r in reservation_services.visible(access_for(request), list(qs))]
+        return qs.filter(name__in=names)
+
+    def may_get(self, request, name: str) -> bool:
+        found = list(Reservation.objects.filter(name=name))
+        return not found or bool(reservation_services.visible(access_for(request), found))
+
+    def render_many(self, objs: list, version: str) -> list[dict]:
+        return reservation_services.rendered_many(objs)
+
+    def render(self, obj, version: str) -> dict:
+        return self.render_many([obj], version)[0]
+
+    def create(self, view, namespace, body):
+        return reservation_services.create(body)
+
+    def replace(self, view, obj, body):
+        check_version(self.resource, body, obj.resource_version, obj.name)
+        return reservation_services.replace(obj.name, _strip_version(body), None)[0]
+
+    def delete(self, view, obj) -> None:
+        reservation_services.delete(obj.name, None)
+
+
 STORES: dict[str, Store] = {s.resource.plural: s for s in (
     NamespaceStore(), ClaimStore(), TemplateStore(), ConsumerStore(), DeviceClassStore(), SliceStore(),
-    EventStore(), ResourceClassStore(), PoolStatusRequestStore(), GangStore(), QueueStore())}
+    EventStore(), ResourceClassStore(), PoolStatusRequestStore(), GangStore(), QueueStore(), ReservationStore())}

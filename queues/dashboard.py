@@ -8,20 +8,22 @@ one) is summed up in one line instead of a row per counter.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from django.db.models import Count, Min
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
+from dra import windows
 from draservice import audit
 from draservice.models import AuditEvent
+from queues import reservation_spec
 from queues import spec as queue_spec
-from queues.models import Preemption, Queue
+from queues.models import Preemption, Queue, Reservation
 from queues.quantities import quantity
 from queues.services import order as queue_order
-from queues.services import status, usage
+from queues.services import reservations, status, usage
 from queues.services.order import Shares
 from queues.services.resolve import Tree, claims_of_queue_q
 
@@ -174,3 +176,24 @@ def queue_fields(claims: list[ResourceClaim]) -> dict[int, dict]:
                          "eta": max(0.0, (when - now).total_seconds()) if when else None,
                          "message": estimate.get("message", ""), "reason": estimate.get("reason", "")}
     return out
+
+
+def reservation_timeline(days: int) -> dict:
+    """Each reservation's occurrences from now to ``days`` ahead as bars (left and width in % of the span),
+    with its held nodes and utilisation; the hour ticks of the axis."""
+    now = timezone.now().replace(second=0, microsecond=0)
+    until = now + timedelta(days=days)
+    span = (until - now).total_seconds()
+    items = list(Reservation.objects.order_by("name"))
+    used = reservations.in_use([r.name for r in items])
+    rows = []
+    for r in items:
+        bars = []
+        for occ in windows.occurrences(reservation_spec.parsed_window(r.spec), now, until):
+            left = max(0.0, (occ.start - now).total_seconds() / span * 100)
+            right = min(100.0, (occ.end - now).total_seconds() / span * 100)
+            bars.append({"left": round(left, 3), "width": round(max(0.2, right - left), 3),
+                         "start": occ.start, "end": occ.end, "now": occ.start <= now < occ.end})
+        rows.append({"r": r, "bars": bars, "status": reservations.status(r, now, used)})
+    ticks = [{"left": round(d * 100 / days, 3), "at": now + timedelta(days=d)} for d in range(days)]
+    return {"rows": rows, "days": days, "ticks": ticks, "since": now, "until": until}

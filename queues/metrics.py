@@ -28,6 +28,26 @@ def oldest_pending_seconds(queue, now) -> float:
     return (now - first).total_seconds() if first else 0.0
 
 
+def reservation_families(now):
+    """Per reservation: the fraction of its reserved devices its claims hold (0 outside its windows), and how
+    late its last occurrences' first claim started (``Reservation.started``; the last one's)."""
+    from queues.models import Reservation
+    from queues.services import reservations
+
+    utilisation = GaugeMetricFamily("draservice_reservation_utilisation", "Fraction of a reservation's reserved "
+                                    "devices its claims hold (0 outside its windows)", labels=["reservation"])
+    late = GaugeMetricFamily("draservice_reservation_late_start_seconds", "Seconds from the start of the "
+                             "reservation's last started occurrence to its first claim's start",
+                             labels=["reservation"])
+    items = list(Reservation.objects.order_by("id"))
+    used = reservations.in_use([r.name for r in items])
+    for r in items:
+        utilisation.add_metric([r.name], reservations.status(r, now, used)["utilisation"]["fraction"])
+        if r.started:
+            late.add_metric([r.name], float(r.started[max(r.started)]))
+    return [utilisation, late]
+
+
 class QueuesCollector(Collector):
     def collect(self):
         from django.db.models import Count
@@ -85,6 +105,10 @@ class QueuesCollector(Collector):
             log.warning("queue metrics unavailable: %s", exc)
             return
         yield from (nominal, used, borrowed, pending, oldest, share, preempted)
+        try:
+            yield from reservation_families(now)
+        except Exception as exc:  # as above
+            log.warning("reservation metrics unavailable: %s", exc)
         try:
             yield from release_metrics.releasing_families(now)
         except Exception as exc:  # as above

@@ -94,6 +94,8 @@ class Preemption(models.Model):
     preemptor = models.ForeignKey("claims.ResourceClaim", on_delete=models.SET_NULL, null=True, blank=True,
                                   related_name="+")
     queue = models.CharField(max_length=63)  # the victim's queue (its policy set the grace period)
+    # A reservation's reclaim at its start minus its lead time (no preemptor claim): kept by the re-check.
+    reservation = models.CharField(max_length=63, blank=True, default="")
     state = models.CharField(max_length=32, choices=PreemptionState.choices, default=PreemptionState.PENDING)
     deadline = models.DateTimeField()  # forceAt: the devices move then at the latest
     stop_by = models.DateTimeField(null=True, blank=True)  # the notice's stopBy (notice time + graceSeconds)
@@ -107,3 +109,28 @@ class Preemption(models.Model):
         ordering = ["id"]
         indexes = [models.Index(fields=["deadline"], condition=models.Q(state="PreemptionPending"),
                                 name="queues_preemption_due")]
+
+
+class Reservation(models.Model):
+    """Capacity booked for a future window (``queues.reservation_spec``), fleet-wide like a queue. ``held`` is
+    the occurrence the scheduler holds capacity for now (from its start minus the lead time to its end): its
+    times and the (cluster, node) pairs held, written by ``scheduler.services.reservations``; ``degraded``
+    says what it could not hold (empty: everything)."""
+
+    name = models.CharField(max_length=63, unique=True)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    resource_version = models.BigIntegerField(default=1)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    spec = models.JSONField(default=dict)  # normalized spec (queues.reservation_spec.normalize)
+    held = models.JSONField(default=dict, blank=True)
+    degraded = models.TextField(blank=True, default="")
+    started = models.JSONField(default=dict, blank=True)  # occurrence start -> seconds late its first claim ran
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -5,6 +5,7 @@ Pure checks of the object itself live here (field paths in Kubernetes style); ch
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from dra.engine.quantity import QuantityError, parse_quantity
@@ -14,17 +15,21 @@ from queues.models import API_VERSION, KIND
 
 UNITS = ("devices", "counters", "capacity")
 LIMITS = ("nominal", "borrowingLimit", "lendingLimit")
-WITHIN_QUEUE = ("Never", "LowerPriority")
-RECLAIM_BORROWED = ("Never", "Always")
+WITHIN_QUEUE = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+RECLAIM_WITHIN_COHORT = ("Never", "LowerPriority", "Any")
+# The field reclaimWithinCohort replaced, still accepted on input (never returned): its values in the new terms.
+RECLAIM_BORROWED = {"Never": "Never", "Always": "Any"}
+BORROW_WITHIN_COHORT = ("Never", "LowerPriority")
+PREEMPTION_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
 DEFAULT_PLAN_DEPTH = 10
 MAX_PLAN_DEPTH = 100
 SPEC_FIELDS = ("parent", "namespaces", "quotas", "weight", "priority", "maxPriority", "preemption", "fairSharing",
                "planDepth")
 MAX_HALF_LIFE = 365 * 86400  # a year: longer remembers use nobody can still account for
-PREEMPTION_DEFAULTS = {"withinQueue": "LowerPriority", "reclaimBorrowed": "Always", "minRuntimeSeconds": 0,
-                       "graceSeconds": 30}
+PREEMPTION_DEFAULTS = {"withinQueue": "LowerPriority", "reclaimWithinCohort": "Any",
+                       "borrowWithinCohort": {"policy": "Never"}, "minRuntimeSeconds": 0, "graceSeconds": 30}
 # forceAfterSeconds has no fixed default (graceSeconds'); webhook none at all.
-PREEMPTION_FIELDS = (*PREEMPTION_DEFAULTS, "forceAfterSeconds", "webhook")
+PREEMPTION_FIELDS = (*PREEMPTION_DEFAULTS, "forceAfterSeconds", "webhook", "reclaimBorrowed")
 MAX_QUOTAS = 64
 MAX_NAMESPACES = 1024
 
@@ -108,6 +113,7 @@ def _spec(raw: dict) -> tuple[dict, list[tuple[str, str]]]:
     spec["preemption"] = _preemption(raw.get("preemption"), errors)
     if raw.get("fairSharing") is not None:
         spec["fairSharing"] = _fair_sharing(raw["fairSharing"], errors)
+        _fair_weight(raw, spec, errors)
     # How many of its first pending claims the plan gives a start (scheduler.services.plan); 0: none.
     spec["planDepth"] = _integer(raw, "planDepth", DEFAULT_PLAN_DEPTH, errors, minimum=0)
     if spec["planDepth"] > MAX_PLAN_DEPTH:
@@ -121,19 +127,52 @@ def half_life(spec: dict) -> int:
     return int((spec.get("fairSharing") or {}).get("halfLifeSeconds") or 0)
 
 
+def preemption_strategies(spec: dict) -> list[str]:
+    """``spec.fairSharing.preemptionStrategies``, in the order they are tried ([]: no fair-share preemption)."""
+    return list((spec.get("fairSharing") or {}).get("preemptionStrategies") or [])
+
+
+def _fair_weight(raw: dict, spec: dict, errors: list) -> None:
+    """``fairSharing.weight`` (Kueue's place for it) is ``spec.weight``: either may be given; both, equal."""
+    fair = raw["fairSharing"] if isinstance(raw["fairSharing"], dict) else {}
+    if "weight" not in fair:
+        return
+    weight = _number(fair, "weight", 1, errors, positive=True, path="spec.fairSharing")
+    if "weight" in raw and raw["weight"] != fair["weight"]:
+        errors.append(f.invalid("spec.fairSharing.weight", fair["weight"],
+                                f"must equal spec.weight ({raw['weight']}) when both are given"))
+    spec["weight"] = spec["fairSharing"]["weight"] = weight
+
+
 def _fair_sharing(raw: Any, errors: list) -> dict:
     if not isinstance(raw, dict):
         errors.append(f.invalid("spec.fairSharing", raw, "must be an object"))
         return {}
+    allowed = ("halfLifeSeconds", "preemptionStrategies", "weight")
     for key in raw:
-        if key != "halfLifeSeconds":
-            errors.append(f.unsupported(f"spec.fairSharing.{key}", key, ("halfLifeSeconds",)))
+        if key not in allowed:
+            errors.append(f.unsupported(f"spec.fairSharing.{key}", key, allowed))
+    out: dict = {"halfLifeSeconds": 0}
     value = raw.get("halfLifeSeconds", 0)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HALF_LIFE:
         errors.append(f.invalid("spec.fairSharing.halfLifeSeconds", value,
                                 f"must be an integer from 0 to {MAX_HALF_LIFE} (seconds)"))
-        return {"halfLifeSeconds": 0}
-    return {"halfLifeSeconds": value}
+    else:
+        out["halfLifeSeconds"] = value
+    strategies = raw.get("preemptionStrategies")
+    if strategies is not None:
+        path = "spec.fairSharing.preemptionStrategies"
+        if not isinstance(strategies, list) or len(strategies) > len(PREEMPTION_STRATEGIES):
+            errors.append(f.invalid(path, strategies, f"must be a list of at most {len(PREEMPTION_STRATEGIES)} "
+                                                      "strategies"))
+        else:
+            for i, name in enumerate(strategies):
+                if name not in PREEMPTION_STRATEGIES:
+                    errors.append(f.unsupported(f"{path}[{i}]", name, PREEMPTION_STRATEGIES))
+                elif name in strategies[:i]:
+                    errors.append(f.duplicate(f"{path}[{i}]", name))
+            out["preemptionStrategies"] = [s for s in strategies if s in PREEMPTION_STRATEGIES]
+    return out
 
 
 def _quota(q: Any, path: str) -> tuple[dict, list[tuple[str, str]]]:
@@ -227,12 +266,12 @@ def amount_of(value: Any):
     return None
 
 
-def _number(raw: dict, key: str, default, errors: list, positive: bool = False):
+def _number(raw: dict, key: str, default, errors: list, positive: bool = False, path: str = "spec"):
     value = raw.get(key, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0):
-        errors.append(f.invalid(f"spec.{key}", value, "must be a number greater than 0"))
+        errors.append(f.invalid(f"{path}.{key}", value, "must be a number greater than 0"))
         return default
     return value
 
@@ -250,21 +289,24 @@ def _integer(raw: dict, key: str, default: int, errors: list, minimum: int | Non
 
 def _preemption(raw: Any, errors: list) -> dict:
     if raw is None:
-        return dict(PREEMPTION_DEFAULTS)
+        return copy.deepcopy(PREEMPTION_DEFAULTS)
     if not isinstance(raw, dict):
         errors.append(f.invalid("spec.preemption", raw, "must be an object"))
-        return dict(PREEMPTION_DEFAULTS)
+        return copy.deepcopy(PREEMPTION_DEFAULTS)
     allowed = PREEMPTION_FIELDS
     for key in raw:
         if key not in allowed:
             errors.append(f.unsupported(f"spec.preemption.{key}", key, allowed))
-    out = dict(PREEMPTION_DEFAULTS)
-    for key, choices in (("withinQueue", WITHIN_QUEUE), ("reclaimBorrowed", RECLAIM_BORROWED)):
+    out = copy.deepcopy(PREEMPTION_DEFAULTS)
+    _reclaim_borrowed(raw, out, errors)
+    for key, choices in (("withinQueue", WITHIN_QUEUE), ("reclaimWithinCohort", RECLAIM_WITHIN_COHORT)):
         if key in raw:
             if raw[key] not in choices:
                 errors.append(f.unsupported(f"spec.preemption.{key}", raw[key], choices))
             else:
                 out[key] = raw[key]
+    if raw.get("borrowWithinCohort") is not None:
+        out["borrowWithinCohort"] = _borrow_within_cohort(raw["borrowWithinCohort"], errors)
     for key in ("minRuntimeSeconds", "graceSeconds"):
         value = raw.get(key, out[key])
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -283,6 +325,50 @@ def _preemption(raw: Any, errors: list) -> dict:
             out["forceAfterSeconds"] = force
     if raw.get("webhook") is not None:
         out["webhook"] = _webhook(raw["webhook"], errors)
+    return out
+
+
+def _reclaim_borrowed(raw: dict, out: dict, errors: list) -> None:
+    """The old ``reclaimBorrowed`` (Never | Always), read as ``reclaimWithinCohort`` (Never | Any); given with
+    the new field, the two must agree."""
+    if "reclaimBorrowed" not in raw:
+        return
+    old = raw["reclaimBorrowed"]
+    if old not in RECLAIM_BORROWED:
+        errors.append(f.unsupported("spec.preemption.reclaimBorrowed", old, tuple(RECLAIM_BORROWED)))
+    elif "reclaimWithinCohort" in raw and raw["reclaimWithinCohort"] != RECLAIM_BORROWED[old]:
+        errors.append(f.invalid("spec.preemption.reclaimBorrowed", old,
+                                f"is replaced by reclaimWithinCohort and disagrees with it: {old} means "
+                                f"reclaimWithinCohort: {RECLAIM_BORROWED[old]}; give reclaimWithinCohort only"))
+    else:
+        out["reclaimWithinCohort"] = RECLAIM_BORROWED[old]
+
+
+def _borrow_within_cohort(raw: Any, errors: list) -> dict:
+    """``{policy: Never | LowerPriority, maxPriorityThreshold}`` (Kueue's): whether a claim that must borrow may
+    preempt lower-priority claims of other queues that borrow, up to that priority."""
+    path = "spec.preemption.borrowWithinCohort"
+    if not isinstance(raw, dict):
+        errors.append(f.invalid(path, raw, "must be an object"))
+        return {"policy": "Never"}
+    for key in raw:
+        if key not in ("policy", "maxPriorityThreshold"):
+            errors.append(f.unsupported(f"{path}.{key}", key, ("policy", "maxPriorityThreshold")))
+    out: dict = {"policy": "Never"}
+    policy = raw.get("policy", "Never")
+    if policy not in BORROW_WITHIN_COHORT:
+        errors.append(f.unsupported(f"{path}.policy", policy, BORROW_WITHIN_COHORT))
+    else:
+        out["policy"] = policy
+    threshold = raw.get("maxPriorityThreshold")
+    if threshold is not None:
+        if isinstance(threshold, bool) or not isinstance(threshold, int):
+            errors.append(f.invalid(f"{path}.maxPriorityThreshold", threshold, "must be an integer"))
+        elif out["policy"] == "Never":
+            errors.append(f.invalid(f"{path}.maxPriorityThreshold", threshold, "applies only with policy "
+                                                                                "LowerPriority"))
+        else:
+            out["maxPriorityThreshold"] = threshold
     return out
 
 

@@ -24,3 +24,15 @@ def queue_detail(request, name: str):
         raise Http404("no such queue")
     return page(request, "queues/detail.html", "queues",
                 {"title": f"Queue {name}", "name": name, "staff": request.user.is_staff, **found})
+
+
+@login_required
+@require_GET
+def reservation_timeline(request):
+    """The reservations' windows over the next days (``?days=``, 1 to 31, default 7) and their use now."""
+    try:
+        days = min(31, max(1, int(request.GET.get("days") or 7)))
+    except ValueError:
+        days = 7
+    return page(request, "queues/reservations.html", "queues",
+                {"title": "Reservations", **dashboard.reservation_timeline(days)})

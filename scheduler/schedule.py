@@ -20,5 +20,7 @@ SCHEDULE = {
     "gangs-retry-pending": {"task": "gangs.tasks.place_gangs", "schedule": timedelta(seconds=5)},
     "queues-preempt": {"task": "queues.tasks.preempt", "schedule": timedelta(seconds=5)},
     # The plan (scheduler.services.plan): a pass costs the per-queue queries when it is not due.
+    # Reservations (scheduler.services.reservation_tick): a pass is one query when none is near its window.
+    "scheduler-reservations": {"task": "scheduler.tasks.reservations", "schedule": timedelta(seconds=2)},
     "scheduler-plan": {"task": "scheduler.tasks.plan", "schedule": timedelta(seconds=settings.PLAN_INTERVAL)},
 }

@@ -18,7 +18,7 @@ from claims import dispatch
 from draservice import dispatch as draservice_dispatch
 from draservice import notify
 from gangs import dispatch as gang_dispatch
-from scheduler.services import allocation, gang_placement, plan, reclaim, round_log, wakeups
+from scheduler.services import allocation, gang_placement, plan, reclaim, reservation_tick, round_log, wakeups
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,13 @@ def plan_pass() -> int:
     if done is not None and done.woken:
         dispatch.request_allocation()
     return done.planned if done is not None else 0
+
+
+@shared_task(name="scheduler.tasks.reservations", ignore_result=True)
+def reservations_pass() -> dict:
+    """The reservations' pass (``scheduler.services.reservation_tick``): hold capacity from start minus the lead
+    time, reclaim borrowed capacity there with notice, start the labelled claims at the start."""
+    return reservation_tick.run()
 
 
 @shared_task(name="scheduler.tasks.wake_backstop", ignore_result=True)

@@ -258,8 +258,8 @@ def client_for(secret: str | None):
 
 @pytest.fixture
 def admin_client(db):
-    from inventory.models import APIToken
-    from inventory.services.tokens import issue_token
+    from draservice.models import APIToken
+    from draservice.tokens import issue_token
 
     _, secret = issue_token(kind=APIToken.ADMIN, name="test admin")
     return client_for(secret)
@@ -268,8 +268,8 @@ def admin_client(db):
 @pytest.fixture
 def ns_client(db):
     """``ns_client("team-a", read_only=False)``: a client holding a namespace token for those namespaces."""
-    from inventory.models import APIToken
-    from inventory.services.tokens import issue_token
+    from draservice.models import APIToken
+    from draservice.tokens import issue_token
 
     def make(*namespaces: str, read_only: bool = False):
         _, secret = issue_token(kind=APIToken.NAMESPACE, namespaces=list(namespaces), read_only=read_only)

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from django.test import Client
 
-from inventory.models import APIToken
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from tests.claims import fleet as fleet_helpers
 from tests.conftest import client_for
 

@@ -64,6 +64,9 @@ def test_pool_status_requests_have_a_count_cap_and_a_rate_cap(admin_client, ns_c
     over = tenant.post(RPSR, rpsr("q-2"), format="json")
     assert over.status_code == 403 and over.json()["reason"] == "Forbidden"
     assert "exceeded quota: resourcepoolstatusrequests, limit 2" in over.json()["message"]
+    # The ObjectQuota shows the /k8s door's count (registered by the door: the caps import no door).
+    assert tenant.get(f"{API}/objectquota").json()["status"]["used"] == {"pending-claims": 0,
+                                                                       "resourcepoolstatusrequests": 2}
     # Rate: a namespace under its count cap still may not ask faster than the rate cap.
     admin_client.delete(f"{API}/objectquota")
     settings.POOL_STATUS_REQUESTS_PER_MINUTE = 3

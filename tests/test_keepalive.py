@@ -43,8 +43,8 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory):
 
 @pytest.fixture
 def token(transactional_db):
-    from inventory.models import APIToken
-    from inventory.services.tokens import issue_token
+    from draservice.models import APIToken
+    from draservice.tokens import issue_token
 
     return issue_token(kind=APIToken.ADMIN, name="keep-alive test")[1]
 

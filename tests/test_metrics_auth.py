@@ -7,9 +7,9 @@ import sys
 import pytest
 from django.test import Client
 
-from inventory.models import APIToken
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from inventory.services.clusters import create_cluster
-from inventory.services.tokens import issue_token
 from tests.conftest import client_for
 
 pytestmark = pytest.mark.django_db

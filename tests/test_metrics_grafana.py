@@ -18,8 +18,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from claims.models import AllocationRound, ClaimEvent, ResourceClaim
+from claims.services.figures.fleet import fleet_overview
 from frontend import metrics as fleet_metrics
-from frontend.queries.fleet import fleet_overview
 from inventory.models import Cluster
 from scheduler import tasks
 from scheduler.services import allocation, round_log

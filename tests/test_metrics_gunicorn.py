@@ -16,9 +16,9 @@ import pytest
 from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from inventory.models import APIToken
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from inventory.services.clusters import create_cluster
-from inventory.services.tokens import issue_token
 from tests.live import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from claims.models import Phase, ResourceClaim
-from inventory.models import APIToken, Cluster
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from draservice.tokens import issue_token
+from inventory.models import Cluster
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.conftest import client_for
 

@@ -66,8 +66,9 @@ import json, django
 django.setup()
 from claims.services import claims, consumers
 from gangs.services import gangs
-from inventory.models import APIToken, Device, Node, Pool, ResourceSlice
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from inventory.models import Device, Node, Pool, ResourceSlice
+from draservice.tokens import issue_token
 from tests.claims import fleet
 from tests.gangs.fleet import gang_body, template_body
 N = json.loads({names!r})

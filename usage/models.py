@@ -30,6 +30,7 @@ class UsageInterval(models.Model):
     claim_name = models.CharField(max_length=253)
     namespace = models.CharField(max_length=63)
     queue = models.CharField(max_length=253, blank=True, default="")
+    reservation = models.CharField(max_length=63, blank=True, default="")  # admitted through it (issue 38)
     cluster = models.CharField(max_length=63)
     node = models.CharField(max_length=253, blank=True, default="")
     driver = models.CharField(max_length=63)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from claims import k8s
-from draservice.problems import FieldError
+from draservice.errors import Invalid
 from queues.services.resolve import PRIORITY_LABEL, QUEUE_LABELS
 from workloads.models import Kind
 
@@ -55,18 +55,18 @@ class PodTemplate:
 
 
 def template_of(kind: str, spec: dict, meta: dict, path: str = "spec") -> PodTemplate:
-    """The pod template of a workload (a Pod's own spec and metadata); raises FieldError."""
+    """The pod template of a workload (a Pod's own spec and metadata); raises Invalid."""
     if kind == Kind.POD:
         tmeta, pspec, ppath = meta, spec, path
     else:
         tpl = spec.get("template")
         if not isinstance(tpl, dict) or not isinstance(tpl.get("spec"), dict):
-            raise FieldError([(f"{path}.template.spec", "Required value")])
+            raise Invalid([(f"{path}.template.spec", "Required value")])
         tmeta = _dict(tpl.get("metadata"))
         meta_errors = k8s.check_string_map(tmeta.get("labels"), f"{path}.template.metadata.labels", labels=True) \
             + k8s.check_string_map(tmeta.get("annotations"), f"{path}.template.metadata.annotations", labels=False)
         if meta_errors:
-            raise FieldError(meta_errors)
+            raise Invalid(meta_errors)
         pspec, ppath = tpl["spec"], f"{path}.template.spec"
     errors: list[tuple[str, str]] = []
     containers = pspec.get("containers")
@@ -83,7 +83,7 @@ def template_of(kind: str, spec: dict, meta: dict, path: str = "spec") -> PodTem
         errors.append((f"{ppath}.priorityClassName", f'Invalid value: "{priority}": no PriorityClass with name '
                                                      f'{priority} was found (known: {", ".join(PRIORITY_CLASSES)})'))
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return PodTemplate(dict(_dict(tmeta.get("labels"))), dict(_dict(tmeta.get("annotations"))), pspec,
                        list(entries), extended)
 
@@ -190,7 +190,7 @@ def check_counts(kind: str, spec: dict) -> None:
                                   or not 0 <= value <= MAX_REPLICAS):
             errors.append((f"spec.{key}", f"Invalid value: {value!r}: must be between 0 and {MAX_REPLICAS}"))
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
 
 
 def check_selector(kind: str, spec: dict, template: PodTemplate) -> None:
@@ -200,10 +200,10 @@ def check_selector(kind: str, spec: dict, template: PodTemplate) -> None:
         return
     selector = spec.get("selector")
     if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
-        raise FieldError([("spec.selector", "Required value")])
+        raise Invalid([("spec.selector", "Required value")])
     wanted = selector.get("matchLabels") or {}
     if any(template.labels.get(k) != v for k, v in wanted.items()):
-        raise FieldError([("spec.template.metadata.labels", "Invalid value: selector does not match template "
+        raise Invalid([("spec.template.metadata.labels", "Invalid value: selector does not match template "
                                                              "labels")])
 
 

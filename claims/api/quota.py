@@ -13,10 +13,9 @@ from rest_framework.views import APIView
 from claims import k8s
 from claims.services import caps
 from draservice.parsers import JSONParser, MergePatchParser
-from draservice.permissions import NamespaceAccess
+from draservice.permissions import IsAdminOrReadOnly, NamespaceAccess
 from draservice.problems import FieldError
 from draservice.yaml import YAMLParser
-from inventory.permissions import IsAdminOrReadOnly
 
 
 class ObjectQuotaView(APIView):

@@ -35,19 +35,20 @@ from claims.services import explain as explain_service
 from claims.services import idempotency
 from claims.services import preemption as claim_preemption
 from draservice import dryrun, idempotent, notify
+from draservice.errors import Conflict
+from draservice.models import APIToken
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser, MergePatchParser
 from draservice.permissions import (
     ClaimAccess,
     IsAuthenticatedPrincipal,
     NamespaceAccess,
+    access_for,
     readable_namespaces,
 )
-from draservice.problems import Conflict, FieldError
+from draservice.problems import FieldError
 from draservice.requests import merge_patch, parse_wait
 from draservice.yaml import YAMLParser
-from inventory.models import APIToken
-from inventory.permissions import access_for
 from inventory.services.doctor import diagnosed
 
 # Headers are read from request.META: ``request.headers`` builds a mapping of every header on first use.

@@ -1,13 +1,14 @@
 """Object-count and rate caps per namespace: what one tenant may pile up, so that it cannot cost the others.
 
-Two count caps, answered as a Kubernetes ResourceQuota answers (403 ``Forbidden``, "exceeded quota: ..."):
+Two count caps, refused as a Kubernetes ResourceQuota refuses (``QuotaExceeded``: 403 ``Forbidden`` at the doors,
+"exceeded quota: ..."):
 
 * ``pending-claims``: the namespace's claims waiting for devices (default ``NAMESPACE_MAX_PENDING_CLAIMS``,
   5,000). Every round reads the pending claims; a namespace that queues 100,000 slows every tenant's rounds.
 * ``resourcepoolstatusrequests``: ResourcePoolStatusRequests its tokens created and the service still keeps
   (kept 24 h; default ``NAMESPACE_MAX_POOL_STATUS_REQUESTS``, 100). Each one is answered with aggregate
   queries over the fleet at creation; they are also rate-capped, ``POOL_STATUS_REQUESTS_PER_MINUTE`` per
-  owner (429 with ``Retry-After``).
+  owner (``Throttled``: 429 with ``Retry-After``).
 
 An admin changes a namespace's caps at run time with ``PUT``/``PATCH /api/v1/namespaces/{ns}/objectquota``
 (``{"spec": {"hard": {"pending-claims": 20000}}}``; null or ``DELETE`` goes back to the defaults); other
@@ -23,14 +24,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
-from rest_framework import exceptions
 
 from claims.models import ObjectQuota, Phase, ResourceClaim
+from draservice.errors import Invalid, QuotaExceeded, Throttled
 
 PENDING_CLAIMS = "pending-claims"
 POOL_STATUS_REQUESTS = "resourcepoolstatusrequests"
@@ -40,10 +43,14 @@ CACHE_SECONDS = 5.0
 RATE_WINDOW = timedelta(seconds=60)
 
 _cache: dict[str, tuple[float, dict[str, int]]] = {}
+# The use of a cap whose objects another app keeps (ResourcePoolStatusRequests: the /k8s door's), by cap name:
+# that app registers its count at ready(), so the ObjectQuota shows it while this module imports no door.
+_use_counts: dict[str, Callable[[str], int]] = {}
 
 
-class QuotaExceeded(exceptions.PermissionDenied):
-    """403, as kube-apiserver's ResourceQuota admission answers an object over a namespace's quota."""
+def register_use_count(cap: str, count: Callable[[str], int]) -> None:
+    """``count(namespace)``: how many of the cap's objects count against the namespace."""
+    _use_counts[cap] = count
 
 
 def defaults() -> dict[str, int]:
@@ -82,7 +89,7 @@ def check_pending_claims(namespace: str, adding: int) -> None:
 
 
 def pool_status_owner(access) -> str:
-    """Whom a ResourcePoolStatusRequest counts against (``inventory.permissions.Access``)."""
+    """Whom a ResourcePoolStatusRequest counts against (``draservice.permissions.Access``)."""
     if access.is_admin:
         return ""
     if access.namespaces:
@@ -92,21 +99,18 @@ def pool_status_owner(access) -> str:
     return f"{access.kind}:{access.token.pk if access.token is not None else ''}"
 
 
-def check_pool_status_requests(owner: str) -> None:
-    """The count cap (403) and the rate cap (429 with Retry-After) of ResourcePoolStatusRequests."""
-    from kube.models import ResourcePoolStatusRequest
-
+def check_pool_status_requests(owner: str, mine: QuerySet) -> None:
+    """The count cap (``QuotaExceeded``) and the rate cap (``Throttled``) of ResourcePoolStatusRequests; ``mine``: the
+    requests kept for ``owner`` (rows with ``created_at``), handed over by the door that keeps them."""
     if not owner:
         return
-    mine = ResourcePoolStatusRequest.objects.filter(owner=owner)
     since = timezone.now() - RATE_WINDOW
     rate = settings.POOL_STATUS_REQUESTS_PER_MINUTE
     recent = list(mine.filter(created_at__gte=since).order_by("created_at").values_list("created_at", flat=True)
                   [:rate])
     if len(recent) >= rate:
         wait = max(1, math.ceil((recent[0] - since).total_seconds()))
-        raise exceptions.Throttled(wait=wait, detail=f"resourcepoolstatusrequests: at most {rate} a minute; "
-                                                     f"retry in {wait} s")
+        raise Throttled(f"resourcepoolstatusrequests: at most {rate} a minute; retry in {wait} s", wait=wait)
     limit = (hard(owner[3:]) if owner.startswith("ns:") else defaults())[POOL_STATUS_REQUESTS]
     used = mine.values("id")[:limit + 1].count()
     if used + 1 > limit:
@@ -117,15 +121,14 @@ def check_pool_status_requests(owner: str) -> None:
 
 def render(namespace: str) -> dict:
     """The namespace's caps and use, shaped like a v1 ResourceQuota."""
-    from kube.models import ResourcePoolStatusRequest
-
     _cache.pop(namespace, None)
     caps = hard(namespace)
     row = ObjectQuota.objects.filter(namespace=namespace).first()
     set_here = {name: getattr(row, column) for name, column in FIELDS.items()
                 if row is not None and getattr(row, column) is not None}
     used = {PENDING_CLAIMS: ResourceClaim.objects.filter(namespace__name=namespace, phase=Phase.PENDING).count(),
-            POOL_STATUS_REQUESTS: ResourcePoolStatusRequest.objects.filter(owner=f"ns:{namespace}").count()}
+            POOL_STATUS_REQUESTS: _use_counts[POOL_STATUS_REQUESTS](namespace)
+            if POOL_STATUS_REQUESTS in _use_counts else 0}
     return {"apiVersion": "draservice.io/v1alpha1", "kind": "ObjectQuota",
             "metadata": {"name": "objectquota", "namespace": namespace},
             "spec": {"hard": set_here}, "status": {"hard": caps, "used": used, "defaults": defaults()}}
@@ -133,12 +136,10 @@ def render(namespace: str) -> dict:
 
 def update(namespace: str, body, *, replace: bool) -> dict:
     """Set caps from ``{"spec": {"hard": {name: count or null}}}``; ``replace`` (PUT) resets those not named."""
-    from draservice.problems import FieldError
-
     spec = body.get("spec") if isinstance(body, dict) else None
     given = spec.get("hard") if isinstance(spec, dict) else None
     if not isinstance(given, dict):
-        raise FieldError([("spec.hard", "Required value: a map of cap name to count")])
+        raise Invalid([("spec.hard", "Required value: a map of cap name to count")])
     errors = []
     for name, value in given.items():
         path = f"spec.hard[{name}]"
@@ -150,7 +151,7 @@ def update(namespace: str, body, *, replace: bool) -> dict:
             errors.append((path, f"Invalid value: {value!r}: must be an integer between 0 and {MAX_CAP}, or "
                                  "null for the default"))
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     with transaction.atomic():
         row, _ = ObjectQuota.objects.select_for_update().get_or_create(namespace=namespace)
         for name, column in FIELDS.items():

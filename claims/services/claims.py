@@ -31,9 +31,10 @@ from claims.services import events as ev
 from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
 from draservice.bulk import mark_saved, pg_execute
+from draservice.errors import AlreadyExists, Conflict, Invalid
 from draservice.etag import check_precondition
 from draservice.prepared import Prepared
-from draservice.problems import Conflict, FieldError
+from usage import usage_sql
 from usage.services import ledger
 
 MAX_BATCH = 1000
@@ -50,7 +51,7 @@ def get_namespace_for_write(name: str) -> Namespace:
     """Namespaces come into being with their first object (a namespace token names them in advance)."""
     errors = k8s.check_dns_label(name, "metadata.namespace")
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     ns, _ = Namespace.objects.get_or_create(name=name)
     return ns
 
@@ -70,7 +71,7 @@ def _known_device_classes(wanted: set[str]) -> frozenset[str]:
 # --------------------------------------------------------------------------------------------- parsing
 
 def build_claim(ns: Namespace, obj: dict, path: str = "", now=None) -> ResourceClaim:
-    """An unsaved claim from a request object (any supported apiVersion). Raises FieldError."""
+    """An unsaved claim from a request object (any supported apiVersion). Raises Invalid."""
     prefix = f"{path}." if path else ""
     api_version = k8s.check_kind(obj, "ResourceClaim", path)
     meta = k8s.parse_metadata(obj, f"{prefix}metadata", namespace=ns.name)
@@ -102,7 +103,7 @@ def check_device_classes(items: list[tuple[str, dict]]) -> None:
     known = _known_device_classes({n for _, n in wanted})
     errors = sorted((p, f'DeviceClass "{n}" not found') for p, n in wanted if n not in known)
     if errors:
-        raise FieldError(errors, status_code=422)
+        raise Invalid(errors)
 
 
 # --------------------------------------------------------------------------------------------- create
@@ -110,7 +111,7 @@ def check_device_classes(items: list[tuple[str, dict]]) -> None:
 def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None = None) -> list[ResourceClaim]:
     """Create claims in one transaction: all or none. ``paths`` locate each object in the request body."""
     if len(objects) > MAX_BATCH:
-        raise FieldError([("items", f"must have at most {MAX_BATCH} items")])
+        raise Invalid([("items", f"must have at most {MAX_BATCH} items")])
     # 403 past the namespace's pending-claims cap; before any transaction (a refusal leaves nothing to undo).
     caps.check_pending_claims(ns_name, len(objects))
     paths = paths or [""] * len(objects)
@@ -127,7 +128,7 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
     if connection.vendor == "postgresql":
         errors = k8s.check_dns_label(ns_name, "metadata.namespace")
         if errors:
-            raise FieldError(errors)
+            raise Invalid(errors)
         # The namespace row is looked up by the INSERT itself (one statement, see _insert_pg); a stand-in
         # carries the name until then.
         ns = Namespace(name=ns_name)
@@ -139,14 +140,14 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
     for obj, path in zip(objects, paths, strict=False):
         try:
             claims.append(build_claim(ns, obj, path, now))
-        except FieldError as exc:
+        except Invalid as exc:
             problems.extend(exc.errors)
     if problems:
-        raise FieldError(problems)
+        raise Invalid(problems)
     check_device_classes([(f"{p}.spec" if p else "spec", c.spec) for c, p in zip(claims, paths, strict=False)])
     errors = queueing.check_new_claims(ns_name, [(p, c) for c, p in zip(claims, paths, strict=False)])
     if errors:  # a queue the namespace may not use, a priority over the queue's maxPriority
-        raise FieldError(errors)
+        raise Invalid(errors)
     names = [(c.name, p) for c, p in zip(claims, paths, strict=False)]
     _check_duplicates(names)
     # Insert first: the unique (namespace, name) index answers "is the name free" without a query of its
@@ -262,7 +263,7 @@ def _check_duplicates(names: list[tuple[str, str]]) -> dict[str, str]:
             errors.append((field, f'Duplicate value: "{name}" (also at {seen[name] or "the first item"})'))
         seen.setdefault(name, path)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return seen
 
 
@@ -272,7 +273,7 @@ def _check_names_free(ns: Namespace, names: list[tuple[str, str]]) -> None:
     if taken:
         errors = [(f"{seen[n]}.metadata.name" if seen[n] else "metadata.name",
                    f'resourceclaims "{n}" already exists') for n in sorted(taken)]
-        raise FieldError(errors, status_code=409, title="AlreadyExists")
+        raise AlreadyExists(errors)
 
 
 # --------------------------------------------------------------------------------------------- update
@@ -286,20 +287,20 @@ def update_claim(claim_id: int, obj: dict, *, if_match: str | None = None) -> Re
         api_version = k8s.check_kind(obj, "ResourceClaim")
         parsed = k8s.parse_metadata({"metadata": {**(meta or {}), "name": claim.name}}, namespace=claim.namespace.name)
         if (meta or {}).get("name") not in (None, claim.name):
-            raise FieldError([("metadata.name", "field is immutable")])
+            raise Invalid([("metadata.name", "field is immutable")])
         if obj.get("spec") is not None and k8s.claim_spec_to_v1(obj.get("spec"), api_version, "spec") != claim.spec:
-            raise FieldError([("spec", "field is immutable")])
+            raise Invalid([("spec", "field is immutable")])
         # Annotations of another allocator (a gang's member marker) belong to that allocator: letting a user
         # drop one would make the claims round allocate a gang member on its own, outside the gang's all-or-nothing.
         for key in sorted(external.EXTERNAL_ALLOCATOR_ANNOTATIONS):
             if (claim.annotations or {}).get(key) != parsed["annotations"].get(key):
-                raise FieldError([(f"metadata.annotations[{key}]", "field is managed by draservice and immutable")])
+                raise Invalid([(f"metadata.annotations[{key}]", "field is managed by draservice and immutable")])
         placement = parse_annotations(parsed["annotations"])
         # New labels may name another queue or priority: the same rules as at creation; and an admitted claim's
         # queue cannot change (its quota is charged there).
         errors = queueing.check_label_change(claim, parsed["labels"])
         if errors:
-            raise FieldError(errors)
+            raise Invalid(errors)
         _apply_lease_change(claim, placement.lease, timezone.now())
         _apply_pending_timeout(claim, placement.pending_timeout)
         claim.labels, claim.annotations = parsed["labels"], parsed["annotations"]
@@ -419,7 +420,7 @@ def free_devices(claim_ids: list[int], now) -> Counter:
         return freed
     table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), {ledger.close_intervals_ctes()}, "
+        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), {usage_sql.close_intervals_ctes()}, "
                        f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) "
                        "RETURNING cluster, driver, pool, device, admin_access), "
                        f"{wake.released_sql('freed')}, {wake.offer_sql('freed')} "
@@ -500,12 +501,12 @@ def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None =
         if ttl is not None:
             duration = parse_duration(ttl, "ttl")
             if not MIN_LEASE <= duration <= MAX_LEASE:
-                raise FieldError([("ttl", "must be between 5s and 7d")])
+                raise Invalid([("ttl", "must be between 5s and 7d")])
             claim.lease_seconds = int(duration.total_seconds())
             # Keep the annotation (the lease's source, see ``_apply_lease_change``) in step with the new TTL.
             claim.annotations = {**(claim.annotations or {}), LEASE_TTL: ttl.strip()}
         if not claim.lease_seconds:
-            raise FieldError([("ttl", "the claim has no lease; give a ttl to start one")])
+            raise Invalid([("ttl", "the claim has no lease; give a ttl to start one")])
         now = timezone.now()
         # A pending claim's lease starts at its allocation: a renewal sets only its length.
         claim.lease_expires_at = (now + timedelta(seconds=claim.lease_seconds)
@@ -555,8 +556,7 @@ def create_template(ns_name: str, obj: dict) -> ResourceClaimTemplate:
         check_device_classes([("spec.spec", spec["spec"])])
         parse_annotations((spec.get("metadata") or {}).get("annotations") or {}, "spec.metadata.annotations")
         if ResourceClaimTemplate.objects.filter(namespace=ns, name=meta["name"]).exists():
-            raise FieldError([("metadata.name", f'resourceclaimtemplates "{meta["name"]}" already exists')],
-                             status_code=409, title="AlreadyExists")
+            raise AlreadyExists([("metadata.name", f'resourceclaimtemplates "{meta["name"]}" already exists')])
         try:
             with transaction.atomic():
                 return ResourceClaimTemplate.objects.create(namespace=ns, name=meta["name"], labels=meta["labels"],
@@ -575,11 +575,11 @@ def update_template(template_id: int, obj: dict, *, if_match: str | None = None)
         api_version = k8s.check_kind(obj, "ResourceClaimTemplate")
         meta = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
         if meta.get("name") not in (None, template.name):
-            raise FieldError([("metadata.name", "field is immutable")])
+            raise Invalid([("metadata.name", "field is immutable")])
         parsed = k8s.parse_metadata({"metadata": {**meta, "name": template.name}}, namespace=template.namespace.name)
         if obj.get("spec") is not None and k8s.template_spec_to_v1(obj.get("spec"), api_version,
                                                                    "spec") != template.spec:
-            raise FieldError([("spec", "field is immutable")])
+            raise Invalid([("spec", "field is immutable")])
         template.labels, template.annotations = parsed["labels"], parsed["annotations"]
         template.resource_version += 1
         template.save(update_fields=["labels", "annotations", "resource_version"])

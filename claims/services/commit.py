@@ -146,10 +146,11 @@ def write(units: list[Unit], view, now, lost: set[int], verdicts: dict[int, queu
         if i in out.lost or i in out.refused:
             continue
         queue = verdicts[i].queue if i in verdicts else ""
+        reservation = verdicts[i].reservation if i in verdicts else ""
         for p in unit.placements:
             for claim, allocation in zip(p.claims, p.allocations, strict=True):
                 rows.extend(device_rows(claim, p.cluster, allocation))
-                held.append(ledger.Held(claim, p.cluster, p.node, results_of(allocation), queue))
+                held.append(ledger.Held(claim, p.cluster, p.node, results_of(allocation), queue, reservation))
                 set_allocated(claim, p, allocation, now, events)
                 if i in verdicts:
                     set_quota_condition([claim], verdicts[i], now)

@@ -19,8 +19,8 @@ from claims.models import Consumer, Namespace, Phase, Reservation, ResourceClaim
 from claims.services import caps, queueing
 from claims.services import events as ev
 from claims.services.claims import _release_locked, build_claim, get_namespace_for_write
+from draservice.errors import AlreadyExists, Conflict, Invalid
 from draservice.etag import check_precondition
-from draservice.problems import Conflict, FieldError
 
 MAX_RESERVED_FOR = 256  # upstream ResourceClaimReservedForMaxSize
 MAX_ENTRIES = 32
@@ -45,14 +45,14 @@ class Generated:
 
 def _parse_entries(spec, path: str, allow_empty: bool = False) -> list[dict]:
     if not isinstance(spec, dict):
-        raise FieldError([(path, "must be an object")])
+        raise Invalid([(path, "must be an object")])
     entries = spec.get("resourceClaims")
     if allow_empty and not entries:
         return []
     if not isinstance(entries, list) or not entries:
-        raise FieldError([(f"{path}.resourceClaims", "must be a non-empty list")])
+        raise Invalid([(f"{path}.resourceClaims", "must be a non-empty list")])
     if len(entries) > MAX_ENTRIES:
-        raise FieldError([(f"{path}.resourceClaims", f"must have at most {MAX_ENTRIES} items")])
+        raise Invalid([(f"{path}.resourceClaims", f"must have at most {MAX_ENTRIES} items")])
     errors, out = [], []
     names: set[str] = set()
     for i, entry in enumerate(entries):
@@ -71,7 +71,7 @@ def _parse_entries(spec, path: str, allow_empty: bool = False) -> list[dict]:
         out.append({"name": name, **({"resourceClaimName": claim} if claim else
                                      {"resourceClaimTemplateName": template})})
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return out
 
 
@@ -80,16 +80,15 @@ def create_consumer(ns_name: str, obj: dict, path: str = "", generated: Generate
     generated = generated or Generated()
     prefix = f"{path}." if path else ""
     if not isinstance(obj, dict):
-        raise FieldError([(path, "must be a Consumer object")])
+        raise Invalid([(path, "must be a Consumer object")])
     if obj.get("kind") not in (None, "", KIND) or obj.get("apiVersion") not in (None, "", API_VERSION):
-        raise FieldError([(f"{prefix}kind", f"must be {KIND} ({API_VERSION})")])
+        raise Invalid([(f"{prefix}kind", f"must be {KIND} ({API_VERSION})")])
     with transaction.atomic():
         ns = get_namespace_for_write(ns_name)
         meta = k8s.parse_metadata(obj, f"{prefix}metadata", namespace=ns.name)
         entries = _parse_entries(obj.get("spec"), f"{prefix}spec", allow_empty=bool(generated.inline))
         if Consumer.objects.filter(namespace=ns, name=meta["name"]).exists():
-            raise FieldError([(f"{prefix}metadata.name", f'consumers "{meta["name"]}" already exists')],
-                             status_code=409, title="AlreadyExists")
+            raise AlreadyExists([(f"{prefix}metadata.name", f'consumers "{meta["name"]}" already exists')])
         try:
             with transaction.atomic():
                 consumer = Consumer.objects.create(namespace=ns, name=meta["name"], labels=meta["labels"],
@@ -152,7 +151,7 @@ def _claims_for(ns: Namespace, consumer: Consumer, entries: list[dict], path: st
     # A consumer's claims are admitted together: one queue for all of them.
     errors += queueing.check_new_claims(ns.name, [(path, c) for _, c in out + made], unit=True)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     if made:
         caps.check_pending_claims(ns.name, len(made))
         ResourceClaim.objects.bulk_create([c for _, c in made])

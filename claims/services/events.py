@@ -6,7 +6,7 @@ import uuid
 from django.db.models import QuerySet
 
 from claims.models import ClaimEvent, ResourceClaim
-from draservice.problems import FieldError
+from draservice.errors import BadRequest
 
 CREATED = "Created"
 ATTEMPT = "AllocationAttempt"
@@ -50,7 +50,7 @@ def trail(namespace: str, name: str, uid: str | None = None) -> QuerySet | None:
         try:
             wanted = uuid.UUID(uid)
         except ValueError:
-            raise FieldError([("uid", f"Invalid value: {uid!r}: must be a UUID")], status_code=400) from None
+            raise BadRequest([("uid", f"Invalid value: {uid!r}: must be a UUID")]) from None
     else:
         wanted = (ResourceClaim.objects.filter(namespace__name=namespace, name=name).values_list("uid", flat=True)
                   .first())

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from claims.models import IdempotencyRecord
-from draservice.problems import FieldError
+from draservice.errors import BadRequest, Conflict, Invalid
 
 RETENTION = timedelta(hours=24)
 MAX_KEY_LENGTH = 255
@@ -28,8 +28,8 @@ def body_hash(body) -> str:
 
 def _replay(record: IdempotencyRecord, digest: str, refresh: Refresh | None) -> tuple[int, dict, bool]:
     if record.body_hash != digest:
-        raise FieldError([("Idempotency-Key", "this key was already used with a different request body")],
-                         status_code=422, title="Idempotency key reused")
+        raise Invalid([("Idempotency-Key", "this key was already used with a different request body")],
+                      title="Idempotency key reused")
     return record.status_code, refresh(record.response) if refresh else record.response, True
 
 
@@ -57,7 +57,7 @@ def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *
             status, response = fn()
         return status, response, False
     if len(key) > MAX_KEY_LENGTH:
-        raise FieldError([("Idempotency-Key", f"must be at most {MAX_KEY_LENGTH} characters")], status_code=400)
+        raise BadRequest([("Idempotency-Key", f"must be at most {MAX_KEY_LENGTH} characters")])
     digest = body_hash(body)
     existing = IdempotencyRecord.objects.filter(scope=scope, key=key,
                                                 created_at__gte=timezone.now() - RETENTION).first()
@@ -82,8 +82,8 @@ def run(scope: str, key: str | None, body, fn: Callable[[], tuple[int, dict]], *
         pass
     existing = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
     if existing is None or existing.status_code == 0:
-        raise FieldError([("Idempotency-Key", "a request with this key is still in progress; retry")],
-                         status_code=409, title="Idempotency key in use")
+        raise Conflict([("Idempotency-Key", "a request with this key is still in progress; retry")],
+                       title="Idempotency key in use")
     return _replay(existing, digest, refresh)
 
 

@@ -23,8 +23,9 @@ from claims.services import events as ev
 from claims.services.claims import _LOCKED_BY_NAME, _release_locked, free_devices
 from claims.services.conditions import RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
-from draservice.problems import Conflict
-from inventory.models import APIToken, Cluster
+from draservice.errors import Conflict
+from draservice.models import APIToken
+from inventory.models import Cluster
 
 PREEMPTED = conditions.PREEMPTED
 PREEMPTION_PENDING = conditions.PREEMPTION_PENDING
@@ -192,7 +193,7 @@ def agent_alive(cluster: str, now=None) -> bool:
 
 
 def confirmer(access, namespace: str) -> str:
-    """Who confirms (``access``: the caller's ``inventory.permissions.Access``), as ``confirmedBy`` names it."""
+    """Who confirms (``access``: the caller's ``draservice.permissions.Access``), as ``confirmedBy`` names it."""
     if access.kind == APIToken.CLUSTER:
         return f"agent:{access.cluster_name}"
     if access.kind == APIToken.NAMESPACE:

@@ -37,6 +37,7 @@ class Verdict:
     reason: str  # WaitingForQuota | NoQuotaForClass | QueueDoesNotExist
     message: str
     queue: str = ""
+    reservation: str = ""  # admitted through this reservation (not charged to the queue; the ledger says so)
 
 
 class Provider(Protocol):

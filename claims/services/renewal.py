@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from claims.models import Phase
-from draservice.problems import Conflict
+from draservice.errors import Conflict
 
 
 def check_backfill(claim) -> None:

@@ -10,8 +10,8 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from claims.models import ClaimEvent, DeviceAllocation, Namespace, Phase, Reservation, ResourceClaim
+from claims.services.figures.sql import is_postgres
 from dra.k8s.fields import V1
-from frontend.queries.sql import is_postgres
 from inventory.models import Cluster, DeviceClass
 from queues.dashboard import queue_fields
 

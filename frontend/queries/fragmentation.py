@@ -8,13 +8,13 @@ from collections import Counter, defaultdict
 from django.urls import reverse
 
 from claims.models import Phase, ResourceClaim
+from claims.services.figures.accelerators import accelerator_sql
+from claims.services.figures.fleet import cluster_freshness
+from claims.services.figures.sql import T_ALLOC, T_CLAIM, fetch_dicts, is_postgres
+from claims.services.figures.units import partition_expr, tainted_sql, units_sql
 from dra.cel import compile_expression
 from dra.cel.errors import CELCompileError
-from frontend.accelerators import accelerator_sql
 from frontend.queries.claims import claim_size
-from frontend.queries.fleet import cluster_freshness
-from frontend.queries.sql import T_ALLOC, T_CLAIM, fetch_dicts, is_postgres
-from frontend.queries.units import partition_expr, tainted_sql, units_sql
 from inventory.services.selectors import _evaluate_all, class_selectors, device_groups
 from scheduler.services.defrag import QUOTA_REASONS
 
@@ -69,7 +69,8 @@ def unusable_free_devices(stale_ids: set[int]) -> dict:
     if stale_ids:
         where += f" AND d.cluster_id NOT IN ({', '.join(['%s'] * len(stale_ids))})"
         params += sorted(stale_ids)
-    # GPUs only (``frontend.accelerators``): a helper device nobody asks for is not capacity going to waste.
+    # GPUs only (``claims.services.figures.accelerators``):
+    # a helper device nobody asks for is not capacity going to waste.
     predicate, predicate_params = accelerator_sql(where, params)
     where, params = f"{where} AND {predicate}", params + predicate_params
     all_exprs = [c for _, cl in compiled for c in cl]
@@ -122,9 +123,9 @@ def common_sizes() -> list[dict]:
 
 
 def fragmented_nodes(stale_ids: set[int], sizes: list[int]) -> dict:
-    """Per node, its accelerators and the free ones (``frontend.accelerators``: a partitioned GPU is one, free
-    when no partition of it is in use); nodes with some free but fewer than a common size. Every node with an
-    accelerator is a row, once, whatever products it holds; a stale cluster's nodes have nothing free."""
+    """Per node, its accelerators and the free ones (``claims.services.figures.accelerators``: a partitioned GPU is
+    one, free when no partition of it is in use); nodes with some free but fewer than a common size. Every node
+    with an accelerator is a row, once, whatever products it holds; a stale cluster's nodes have nothing free."""
     units, params = units_sql("d.node_name <> %s", [""])
     rows = fetch_dicts(
         f"SELECT u.cluster_id, u.cluster, u.node_name, MAX(u.product) AS product, COUNT(*) AS total, "

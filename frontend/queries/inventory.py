@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.core.paginator import Paginator
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 
+from claims.services.figures.accelerators import is_marked
 from dra.cel import CELCompileError, compile_expression
-from frontend.accelerators import is_marked
 from frontend.queries.claims import to_yaml
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Pool, PoolEvent, ResourceSlice
 from inventory.services.selectors import _evaluate_all, device_groups

@@ -14,9 +14,9 @@ from django.db.models import Q
 from django.urls import reverse
 
 from claims.models import DeviceAllocation, Reservation
+from claims.services.figures.accelerators import accelerator_sql
+from claims.services.figures.units import BLOCKING_EFFECTS
 from dra.engine.quantity import Amount, QuantityError, parse_quantity
-from frontend.accelerators import accelerator_sql
-from frontend.queries.units import BLOCKING_EFFECTS
 from frontend.templatetags.dash import attribute_value, format_quantity
 from inventory.models import Cluster, Device, DeviceTaintRule, Pool, ResourceSlice
 from inventory.services.selectors import BASE_FROM
@@ -389,7 +389,7 @@ def device_detail(cluster: Cluster, driver: str, pool: str,
 
 
 def helper_devices(cluster: Cluster, node_name: str) -> int:
-    """Devices of the node's current pools that are no accelerator (``frontend.accelerators``)."""
+    """Devices of the node's current pools that are no accelerator (``claims.services.figures.accelerators``)."""
     where, params = "d.cluster_id = %s AND d.node_name = %s", [cluster.id, node_name]
     predicate, predicate_params = accelerator_sql(where, params)
     rows = fetch_dicts(f"SELECT COUNT(*) AS n {BASE_FROM} WHERE {where} AND NOT {predicate}",

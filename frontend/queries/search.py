@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from django.db.models import Q
 
 from claims.models import Namespace, ResourceClaim
-from frontend.queries.sql import is_postgres
+from claims.services.figures.sql import is_postgres
 from inventory.models import Device, Node, Pool
 
 LIMIT = 20

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from django.urls import reverse
 
 from claims.models import DeviceAllocation, Reservation
-from frontend.queries.sql import T_ALLOC, T_RESERVATION, fetch_dicts
-from frontend.queries.units import units_sql
+from claims.services.figures.sql import T_ALLOC, T_RESERVATION, fetch_dicts
+from claims.services.figures.units import units_sql
 from inventory.models import Device
 
 

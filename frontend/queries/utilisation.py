@@ -1,7 +1,7 @@
 """Utilisation over time, from the periodic ``UtilisationSnapshot`` rows (one per cluster x driver x product
 per tick). Bucketed in the database so a 30-day range is a few hundred points whatever the tick rate.
 
-What is counted: snapshots count *devices* as published in ResourceSlices (see ``frontend.queries.units``
+What is counted: snapshots count *devices* as published in ResourceSlices (see ``claims.services.figures.units``
 ``COUNTING``): every MIG placement a GPU offers is a device. A bucket with no snapshot is a gap (a null point),
 never a line drawn across it. Times are UTC.
 """

@@ -5,10 +5,10 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
-from rest_framework.exceptions import APIException
 
+from claims.services.figures import fleet as fleet_q
+from draservice.errors import ServiceError
 from draservice.pages import is_htmx, page, require
-from frontend.queries import fleet as fleet_q
 from frontend.queries import fragmentation as frag_q
 from frontend.queries import sharing as sharing_q
 from frontend.queries import utilisation as util_q
@@ -72,7 +72,7 @@ def apply_plan(request, plan_id):
     require(request.user.is_staff)
     try:
         done = defrag_apply.apply_plan(plan_id, actor=request.user.get_username())
-    except APIException as exc:
+    except ServiceError as exc:
         messages.error(request, f"The plan was not applied: {exc.detail}")
     else:
         releasing = (f"{', '.join(done['releasing'])} keep their devices until the cluster's agent (or an admin) "

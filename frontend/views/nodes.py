@@ -7,10 +7,10 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
+from claims.services.figures import fleet as fleet_q
+from claims.services.figures.accelerators import STATE_LABELS
 from draservice.pages import can_taint, page, require
 from frontend import actions
-from frontend.accelerators import STATE_LABELS
-from frontend.queries import fleet as fleet_q
 from frontend.queries import history as history_q
 from frontend.queries import inventory as inv_q
 from frontend.queries import nodes as nodes_q

@@ -21,8 +21,8 @@ from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from claims.services import queueing
 from claims.services.conditions import set_condition
+from draservice.errors import AlreadyExists, Conflict, Invalid, ServiceError
 from draservice.etag import check_precondition
-from draservice.problems import Conflict, FieldError
 from gangs import dispatch
 from gangs.models import Gang, GangMember, GangPhase, MemberPhase
 from gangs.services import events as ev
@@ -47,8 +47,7 @@ def create_gang(ns_name: str, obj: dict,
     with transaction.atomic():
         ns = claim_services.get_namespace_for_write(ns_name)
         if Gang.objects.filter(namespace=ns, name=meta["name"]).exists():
-            raise FieldError([("metadata.name", f'gangs "{meta["name"]}" already exists')], status_code=409,
-                             title="AlreadyExists")
+            raise AlreadyExists([("metadata.name", f'gangs "{meta["name"]}" already exists')])
         now = timezone.now()
         timeout = spec.get("scheduleTimeoutSeconds")
         n = len(spec["members"])
@@ -81,11 +80,11 @@ def _member_consumer(ns_name: str, gang: Gang, i: int, member: dict,
             "spec": {"resourceClaims": member["resourceClaims"]}}
     try:
         return consumer_services.create_consumer(ns_name, body, path, generated)
-    except FieldError as exc:
+    except ServiceError as exc:
         # The claims app words paths for a Consumer body; say them in terms of the gang's spec.
         errors = [(e["field"].replace(f"{path}.spec.", f"{path}.").replace(f"{path}.metadata.name", f"{path}.name"),
                    e["reason"]) for e in exc.errors]
-        raise FieldError(errors, status_code=exc.status_code, title=exc.title) from exc
+        raise exc.with_errors(errors) from exc
 
 
 def _hold_member_claims(gang: Gang, consumers: list, now) -> list[ResourceClaim]:
@@ -110,7 +109,7 @@ def _hold_member_claims(gang: Gang, consumers: list, now) -> list[ResourceClaim]
     # The whole gang is one unit of admission: one queue for every member's claims.
     errors += queueing.check_new_claims(gang.namespace.name, [("spec.members", c) for c in claims], unit=True)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     hold.hold(claims, gang.name, f"allocated together with gang {gang.name}", now)
     return claims
 

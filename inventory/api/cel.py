@@ -27,8 +27,8 @@ from dra.cel import (
     compile_selector,
     validate_expression,
 )
+from draservice.permissions import IsAuthenticatedPrincipal
 from draservice.problems import FieldError
-from inventory.permissions import IsAuthenticatedPrincipal
 from inventory.services.selectors import REQUEST_COST_BUDGET, try_selector
 
 PROBLEM = OpenApiResponse(description="application/problem+json with field paths")

@@ -13,20 +13,20 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from claims.services.figures.fleet import accelerator_summary
 from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
-from draservice.yaml import YAMLParser
-from frontend.queries.fleet import accelerator_summary
-from inventory import filtersets
-from inventory.api import serializers as s
-from inventory.api.parsers import FastJSONParser
-from inventory.hooks import allocation_states
-from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
-from inventory.permissions import (
+from draservice.permissions import (
     CanWriteClusterInventory,
     IsAdminOrReadOnly,
     IsAuthenticatedPrincipal,
     token_can_read_namespace,
 )
+from draservice.yaml import YAMLParser
+from inventory import filtersets
+from inventory.api import serializers as s
+from inventory.api.parsers import FastJSONParser
+from inventory.hooks import allocation_states
+from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
 from inventory.services import clusters as cluster_services
 from inventory.services import fleet, sync
 from inventory.services.doctor import diagnosed

@@ -9,8 +9,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from draservice.etag import check_if_match
-from inventory.models import APIToken, Cluster
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from draservice.tokens import issue_token
+from inventory.models import Cluster
 from inventory.signals import send_after_commit
 
 

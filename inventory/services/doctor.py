@@ -16,6 +16,7 @@ from django.db.models import Count, Max, Sum
 
 from dra.k8s.doctor import Diagnosis, WorkBudget, diagnose, objects_in
 from dra.k8s.doctor_cel import FleetVocabulary, class_drivers
+from draservice.errors import Invalid
 from draservice.problems import FieldError
 from inventory.models import Cluster, Device, DeviceClass
 
@@ -94,7 +95,10 @@ def diagnosed(body: Any, *, batch: bool = False) -> Iterator[None]:
     diagnosis goes into ``diagnoses`` with its index."""
     try:
         yield
-    except FieldError as exc:
+    except Invalid as exc:
+        exc.extra.update(_members(body, batch))
+        raise
+    except FieldError as exc:  # the door's own check of the body's shape, before any service
         if exc.status_code == 422:
             exc.extra.update(_members(body, batch))
         raise

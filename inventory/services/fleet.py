@@ -5,8 +5,8 @@ from django.db import IntegrityError, transaction
 
 from dra.k8s import slices as k8s
 from draservice import audit
+from draservice.errors import Conflict, Invalid, PreconditionFailed
 from draservice.etag import check_if_match
-from draservice.problems import Conflict, FieldError, PreconditionFailed
 from inventory.models import DeviceClass, DeviceTaintRule
 from inventory.services.sync import cel_compiler, taint_rule_columns
 from inventory.signals import send_after_commit
@@ -35,9 +35,9 @@ def _normalize(model, body, url_name: str | None):
     try:
         obj = normalize(body)
     except k8s.ObjectInvalid as exc:
-        raise FieldError(exc.errors) from exc
+        raise Invalid(exc.errors) from exc
     if url_name and obj["metadata"]["name"] != url_name:
-        raise FieldError([("metadata.name", f"Invalid value: {obj['metadata']['name']!r}: must match the name "
+        raise Invalid([("metadata.name", f"Invalid value: {obj['metadata']['name']!r}: must match the name "
                                             f"in the URL ({url_name!r})")])
     return obj
 

@@ -23,8 +23,8 @@ from dra.k8s.inventory import Inventory, normalize_node
 from dra.k8s.inventory import parse_inventory as parse_inventory_body
 from dra.k8s.slices import normalize_resource_slice
 from draservice.bulk import bulk_insert, copy_rows
+from draservice.errors import Invalid, PreconditionFailed
 from draservice.etag import check_if_match
-from draservice.problems import FieldError, PreconditionFailed
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node, Pool, PoolEvent, ResourceSlice
 from inventory.services.pools import compute_pool_states, device_rows, generation_regressions, mixed_generations
 from inventory.signals import send_after_commit
@@ -53,16 +53,16 @@ def _raise(errors: Errors) -> None:
     if len(errors) > len(shown):
         detail = (f"{len(errors)} problems; the first {len(shown)}: "
                   + "; ".join(f"{p}: {r}" for p, r in shown[:5]) + "; ...")
-    raise FieldError(shown, detail=detail, title="Invalid inventory")
+    raise Invalid(shown, detail=detail, title="Invalid inventory")
 
 
 def parse_inventory(body) -> Inventory:
-    """The push body -> normalized v1 objects (``dra.k8s.inventory``), or FieldError listing every problem
+    """The push body -> normalized v1 objects (``dra.k8s.inventory``), or Invalid listing every problem
     with its path, including slices below their pool's newest generation in this push."""
     try:
         inventory, errors = parse_inventory_body(body, cel_compiler())
     except ObjectInvalid as exc:
-        raise FieldError(exc.errors) from None
+        raise Invalid(exc.errors) from None
     errors += mixed_generations(inventory.slice_paths)
     if errors:
         _raise(errors)

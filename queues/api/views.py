@@ -14,12 +14,11 @@ from rest_framework.views import APIView
 
 from draservice import deliveries
 from draservice.etag import IF_MATCH_PARAMETER, etag_for, if_match, not_modified
-from draservice.models import WebhookDelivery, WebhookEvent
+from draservice.models import APIToken, WebhookDelivery, WebhookEvent
 from draservice.pagination import KubeListPagination
 from draservice.parsers import JSONParser, MergePatchParser
+from draservice.permissions import IsAdminOrReadOnly, access_for
 from draservice.yaml import YAMLParser
-from inventory.models import APIToken
-from inventory.permissions import IsAdminOrReadOnly, access_for
 from queues.models import API_VERSION, Queue
 from queues.services import queues as queue_services
 from queues.services import status as queue_status

@@ -2,15 +2,25 @@
 app's services."""
 from __future__ import annotations
 
-from queues.services import cancellation, resolve
+import copy
+
+from queues.services import cancellation, reservations, resolve
 
 
 class QueueHooks:
     def check_new_claims(self, namespace: str, claims: list, unit: bool = False) -> list[tuple[str, str]]:
+        reservations.check_claims(namespace, claims)  # naming a reservation one may not use: 403
         return resolve.check_new_claims(namespace, claims, unit)
 
     def check_label_change(self, claim, labels: dict) -> list[tuple[str, str]]:
+        reservations.check_claims(claim.namespace.name, [("", _relabelled(claim, labels))])
         return resolve.check_label_change(claim, labels)
 
     def preemptors_gone(self, claims: list, why: str) -> int:
         return cancellation.for_preemptors(claims, f"is gone ({why})")
+
+
+def _relabelled(claim, labels: dict):
+    changed = copy.copy(claim)
+    changed.labels = labels
+    return changed

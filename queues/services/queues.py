@@ -10,14 +10,15 @@ from __future__ import annotations
 import hashlib
 import zlib
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from claims.models import Phase, ResourceClaim
 from claims.services.taking import bump_fleet_version
 from draservice import audit
+from draservice.errors import AlreadyExists, Conflict, Invalid
 from draservice.etag import check_if_match
-from draservice.problems import Conflict, FieldError
 from draservice.requests import merge_patch
+from queues import queues_sql
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QueueNamespace, QueueRedirect, QuotaCharge
 from queues.services import resolve, webhooks
@@ -27,9 +28,7 @@ WRITE_LOCK = zlib.crc32(b"draservice.queues.write")
 
 
 def _lock() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [WRITE_LOCK])
+    queues_sql.lock_until_commit(WRITE_LOCK)
 
 
 def rendered(queue: Queue) -> dict:
@@ -55,8 +54,7 @@ def create_queue(body) -> Queue:
     with transaction.atomic():
         _lock()
         if Queue.objects.filter(name=obj["metadata"]["name"]).exists():
-            raise FieldError([("metadata.name", f'queues "{obj["metadata"]["name"]}" already exists')],
-                             status_code=409, title="AlreadyExists")
+            raise AlreadyExists([("metadata.name", f'queues "{obj["metadata"]["name"]}" already exists')])
         generated = webhooks.ensure_secret(obj["spec"])
         queue = _store(Queue(name=obj["metadata"]["name"]), obj, creating=True)
     return _shown(queue, generated)
@@ -80,7 +78,7 @@ def replace_queue(name: str, body, if_match: list[str] | None) -> tuple[Queue, b
 
 def patch_queue(name: str, patch, if_match: list[str] | None) -> Queue:
     if not isinstance(patch, dict):
-        raise FieldError([("", "a merge patch must be an object")])
+        raise Invalid([("", "a merge patch must be an object")])
     with transaction.atomic():
         _lock()
         queue = Queue.objects.select_for_update().get(name=name)
@@ -156,7 +154,7 @@ def _valid(body, url_name: str | None) -> dict:
         body = {**body, "metadata": {**body["metadata"], "name": url_name}}
     obj, errors = queue_spec.normalize(body, url_name)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return obj
 
 
@@ -178,7 +176,7 @@ def _store(queue: Queue, obj: dict, creating: bool) -> Queue:
     spec = obj["spec"]
     errors = _tree_errors(queue, spec)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     if not creating and spec == queue.spec and obj["metadata"]["labels"] == queue.labels \
             and obj["metadata"]["annotations"] == queue.annotations:
         return queue  # nothing changed: same ETag
@@ -196,7 +194,7 @@ def _store(queue: Queue, obj: dict, creating: bool) -> Queue:
             QueueNamespace.objects.bulk_create([QueueNamespace(namespace=ns, queue=queue)
                                                 for ns in spec["namespaces"]])
     except IntegrityError as exc:  # only a writer bypassing WRITE_LOCK gets here
-        raise FieldError([("spec.namespaces", "a namespace is listed by another queue")]) from exc
+        raise Invalid([("spec.namespaces", "a namespace is listed by another queue")]) from exc
     if creating:
         QueueRedirect.objects.filter(name=queue.name).delete()
     audit.record(queue_spec.KIND, queue.name, audit.CREATE if creating else audit.UPDATE, before, audited(queue))

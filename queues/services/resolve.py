@@ -11,9 +11,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from queues import queues_sql
 from queues.models import DEFAULT_QUEUE, Queue, QueueNamespace, QueueRedirect
 
 QUEUE_LABEL = "draservice.io/queue"
@@ -32,7 +33,7 @@ class Tree:
 
     @classmethod
     def load(cls) -> Tree:
-        queues = {q.name: q for q in _all_queues()}
+        queues = {q.name: q for q in queues_sql.all_queues()}
         if DEFAULT_QUEUE not in queues:  # a flushed database (tests); normally the data migration made it
             queues[DEFAULT_QUEUE] = ensure_default()
         by_namespace = {ns: q.name for q in queues.values() for ns in q.spec.get("namespaces") or []}
@@ -57,30 +58,6 @@ class Tree:
     def is_leaf(self, name: str) -> bool:
         queue = self.queues.get(name)
         return queue is not None and not any(q.parent_id == queue.id for q in self.queues.values())
-
-
-def _all_queues() -> list[Queue]:
-    """Every queue row. Create answers, renderings and every claims round load the tree: on PostgreSQL the
-    rows are made into models directly, without a queryset (compiling a queryset costs more than running
-    this one)."""
-    if connection.vendor != "postgresql":
-        return list(Queue.objects.all())
-    fields = Queue._meta.concrete_fields
-    qn = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        # django-stubs types Field.column as optional for every field; a concrete field always has one.
-        cursor.execute(f"SELECT {', '.join(qn(f.column) for f in fields)} FROM {qn(Queue._meta.db_table)} "  # type: ignore[arg-type]
-                       f"ORDER BY {qn('id')}")
-        rows = cursor.fetchall()
-    names = [f.attname for f in fields]
-    converters = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
-    out = []
-    for row in rows:
-        values = list(row)
-        for i, convert in converters:  # the JSON columns come back as text
-            values[i] = convert(values[i], None, connection)
-        out.append(Queue.from_db(connection.alias, names, values))
-    return out
 
 
 def ensure_default() -> Queue:

@@ -16,9 +16,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from draservice.permissions import IsAdminToken
+from draservice.permissions import IsAdminToken, access_for
 from draservice.problems import FieldError
-from inventory.permissions import access_for
 from scheduler.services import defrag, defrag_apply
 
 MAX_LIMIT = 50

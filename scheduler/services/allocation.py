@@ -64,6 +64,7 @@ from draservice import notify
 from inventory.services import pool_warnings
 from queues.services import order as queue_order
 from scheduler.services import admit, gang_holds, holds, queue_holds, turns, wakeups
+from scheduler.services import reservations as booked
 from scheduler.services.grouping import Group, build_groups
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,8 @@ REASONS = {
     CEL_BUDGET: "CELBudgetExceeded",
     queue_holds.HELD_FOR_QUEUE_HEAD: "HeldForQueueHead",
     holds.HELD_FOR_DEFRAG: "HeldForDefragmentation",
+    booked.HELD_FOR_RESERVATION: "HeldForReservation",
+    booked.WAITING_FOR_RESERVATION: "WaitingForReservation",
 }
 # CEL cost units one group's allocation may spend in all (dra.cel's units; one evaluation's own limit is
 # dra.cel.MAX_SELECTOR_COST). Deterministic, unlike a timer. Enough for any claim a person writes (real
@@ -187,6 +190,7 @@ def _decide_in_turns(session: EngineSession, view, groups: list[Group], version,
     # One screen for the round: a queue's head found in one part holds its node for the parts after it.
     reservations = queue_holds.round_screen(engine)
     screen = holds.round_screen(engine, reservations)
+    screen = booked.round_screen(engine, screen)  # capacity held for reservations (scheduler.services.reservations)
     with closing(turns.schedule(parts)) as scheduled:
         for part, held in scheduled:
             if held and use_turns and part.clusters and not session.poisoned:
@@ -249,7 +253,7 @@ def _run_engine(session: EngineSession, engine, view: fleet.FleetView, groups: l
     outcomes: list = []
     failed: dict[str, tuple[int, object, ResourceClaim]] = {}  # shape -> (successes then, outcome, claim)
     if screen is None:
-        screen = holds.round_screen(engine, queue_holds.round_screen(engine))
+        screen = booked.round_screen(engine, holds.round_screen(engine, queue_holds.round_screen(engine)))
     successes = 0
     for group in groups:
         if group.blocked:
@@ -378,7 +382,9 @@ def _placement(group: Group, outcome) -> commit.Placement:
         diagnostics={"allocated": True, "cluster": outcome.cluster, "node": outcome.node or None,
                      "group": group.key if group.consumers else None,
                      # A backfill into a held node (scheduler.services.backfill): the renewal guard reads it.
-                     **({"backfill": outcome.diagnostics["backfill"]} if "backfill" in outcome.diagnostics else {})})
+                     **({"backfill": outcome.diagnostics["backfill"]} if "backfill" in outcome.diagnostics else {}),
+                     # Placed through a reservation (scheduler.services.reservations): admitted by it, not the queue.
+                     **({k: outcome.diagnostics[k] for k in ("reservation",) if k in outcome.diagnostics})})
 
 
 def _record_outcome(group: Group, outcome, lost: bool, version, now, result: RoundResult, events: list) -> None:

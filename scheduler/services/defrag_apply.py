@@ -32,7 +32,7 @@ from claims.models import Phase, ResourceClaim
 from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
 from claims.services import claims as claim_services
 from claims.services import commit
-from draservice.problems import Conflict, FieldError
+from draservice.errors import BadRequest, Conflict, NotFound
 from scheduler.services import admit, defrag
 from scheduler.services.holds import HOLD_UNTIL, PLAN
 
@@ -45,31 +45,30 @@ RELEASE_REASON = "Defragmented"
 
 
 def parse_body(body) -> timedelta:
-    """The grace period from an apply body (``{"graceSeconds": n}``, optional); FieldError 400."""
+    """The grace period from an apply body (``{"graceSeconds": n}``, optional); BadRequest."""
     if body in (None, "", b""):
         return GRACE
     if not isinstance(body, dict):
-        raise FieldError([("", "the body must be a JSON object")], status_code=400)
+        raise BadRequest([("", "the body must be a JSON object")])
     errors = [(k, "Forbidden: unknown field") for k in sorted(set(body) - {"graceSeconds"})]
     raw = body.get("graceSeconds", int(GRACE.total_seconds()))
     if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= MAX_GRACE.total_seconds():
         errors.append(("graceSeconds", f"Invalid value: {raw!r}: must be an integer from 0 to "
                                        f"{int(MAX_GRACE.total_seconds())}"))
     if errors:
-        raise FieldError(errors, status_code=400)
+        raise BadRequest(errors)
     return timedelta(seconds=raw)
 
 
 def apply_plan(plan_id: str, *, actor: str, grace: timedelta = GRACE) -> dict:
-    """Apply the plan ``plan_id``; returns what was done. Raises FieldError (400, 404) or Conflict (409)."""
+    """Apply the plan ``plan_id``; returns what was done. Raises BadRequest, NotFound or Conflict."""
     if not isinstance(plan_id, str) or not PLAN_ID.match(plan_id):
-        raise FieldError([("id", "Invalid value: a plan id is 16 lowercase hexadecimal digits")], status_code=400)
+        raise BadRequest([("id", "Invalid value: a plan id is 16 lowercase hexadecimal digits")])
     found = defrag.advice(stranded=False)
     plan = next((p for p in found.plans if p.id == plan_id), None)
     if plan is None:
-        raise FieldError([("id", f"no plan {plan_id} now: plans are recomputed from the current fleet and a "
-                                 "plan whose claims changed gets another id; list them again")],
-                         status_code=404, title="Plan not found")
+        raise NotFound([("id", f"no plan {plan_id} now: plans are recomputed from the current fleet and a "
+                                 "plan whose claims changed gets another id; list them again")], title="Plan not found")
     now = timezone.now()
     with transaction.atomic():
         commit.begin()

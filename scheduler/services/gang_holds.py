@@ -20,6 +20,7 @@ periodic pass.
 """
 from __future__ import annotations
 
+from claims.models import PendingWake
 from claims.services import taking
 from gangs import dispatch as gang_dispatch
 from gangs.models import Gang, GangPhase
@@ -122,9 +123,13 @@ def pack(engine, claims_by_member: list[list], closest) -> list[tuple[str, str]]
 
 def held_from(gang: Gang, claims: list, outcome) -> str:
     """Why ``outcome`` (a placement of pending ``gang``, whose member ``claims`` these are) may not be written:
-    it uses a node an older gang holds at its queue's head, and does not fall under the exception (the holder
-    borrows and this gang stays within its own queue's nominal); "" when it may. A later gang is a later claim:
-    it takes its turn behind the head, as single claims do in the claims round."""
+    it uses a node an older gang holds at its queue's head, or a node held for a single claim (its queue's head,
+    or a preemptor on the devices its victims free: ``queue_holds``), and does not fall under the exception (the
+    holder borrows and this gang stays within its own queue's nominal); "" when it may. A later gang is a later
+    claim: it takes its turn behind the head, as single claims do in the claims round. A single claim's hold
+    binds every gang, older ones too, as it binds every claim in the claims round: a gang requeued by a
+    preemption otherwise took back, at its original place, the devices freed for its preemptor, and was
+    preempted a second time."""
     if not outcome.placed or not claims:
         return ""
     rows = (Gang.objects.filter(phase=GangPhase.PENDING, created_at__lt=gang.created_at).exclude(hold_queue="")
@@ -133,6 +138,9 @@ def held_from(gang: Gang, claims: list, outcome) -> str:
     for queue, nodes, need in rows:
         for c, n in nodes or []:
             held.setdefault((c, n), (queue, need or {}))
+    for queue, cluster, node in (PendingWake.objects.exclude(head_of="").exclude(hold_node="")
+                                 .values_list("head_of", "hold_cluster", "hold_node").distinct()):
+        held.setdefault((cluster, node), (queue, {}))
     where = [(outcome.cluster or "", p.node) for p in outcome.placements]
     hits = [held[w] for w in where if w in held]
     if not hits:

@@ -41,21 +41,22 @@ def choose_for_waiting_gangs(tree: Tree, waiting: set, coming: dict, limit: int 
         found = candidates(claims[0], need, cls, tree, coming)
         if found is None:
             continue
-        pool, held, used, nominal, own, _ = found
+        pool, held, used, nominal, own = found.pool, found.held, found.used, found.nominal, found.own
         view = fleet.current_view()
         placer = engines.placer_for(view, fleet.rows_in_use())
         lib = library_gang(gang, pending, view.cluster_labels, gang.min_member)
-        victims = confirm_gang(placer, lib, pool, need, held, used, nominal, own, victim_devices(pool))
+        victims = confirm_gang(placer, lib, pool, need, held, used, nominal, own, victim_devices(pool),
+                               found.checks[-1])
         if victims:
             coming[(queue_of(claims[0], claims[0].namespace.name, tree), cls)] += need
             yield gang, claims[0], victims
 
 
-def confirm_gang(placer, lib_gang, pool, need, held, used, nominal, own, devices) -> list:
-    """Empty nodes of ``pool``'s candidates, fewest victims first (a queue's only while it still borrows),
-    until ``placer`` places ``lib_gang`` (what-if); [] when it never does. A node is emptied only when all its
-    candidates may go (their queues still borrow), so borrowed room is not spent on half-empty nodes. The engine
-    is left as it was."""
+def confirm_gang(placer, lib_gang, pool, need, held, used, nominal, own, devices, check=None) -> list:
+    """Empty nodes of ``pool``'s candidates, fewest victims first (a queue's only while it still borrows, or
+    ``check`` allows it: a fair-share strategy, ``policy.strategy_checks``), until ``placer`` places
+    ``lib_gang`` (what-if); [] when it never does. A node is emptied only when all its candidates may go, so
+    borrowed room is not spent on half-empty nodes. The engine is left as it was."""
     engine = placer.engine
     by_node: dict[tuple, list] = defaultdict(list)
     for v in pool:
@@ -70,7 +71,8 @@ def confirm_gang(placer, lib_gang, pool, need, held, used, nominal, own, devices
             trial = dict(left)
             for v in by_node[node]:
                 qid, amount = held[v.id]
-                if qid != own and trial[qid] <= nominal.get(qid, 0):
+                if qid != own and (not check(qid, amount, trial) if check is not None
+                                   else trial[qid] <= nominal.get(qid, 0)):
                     break
                 trial[qid] -= amount
             else:  # every claim on the node may go: empty it (a node half emptied helps no 8-device member)

@@ -40,6 +40,10 @@ class GangVictim:
         return self.gang.placed_at or min((c.allocated_at for c in self.claims if c.allocated_at), default=None)
 
     @property
+    def created_at(self):
+        return self.gang.created_at
+
+    @property
     def labels(self) -> dict:
         return self.claims[0].labels
 

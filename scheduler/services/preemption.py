@@ -52,7 +52,7 @@ from queues.services import webhooks
 from queues.services.position import PRIORITY_SQL
 from queues.services.resolve import Tree, effective_priority, queue_of
 from queues.services.usage import requested_devices
-from scheduler.services import allocation, gang_victims
+from scheduler.services import allocation, gang_victims, policy
 from scheduler.services.grouping import Group
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ class Found(NamedTuple):
     nominal: dict
     own: int
     unit: tuple[str, str]
+    checks: tuple = (None,)  # see ``_greedy``
 
 
 def choose_victims(claim: ResourceClaim, tree: Tree, coming: dict | None = None,
@@ -148,10 +149,12 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     queue = tree.queues.get(name)
     if queue is None:
         return None
-    policy = queue.spec.get("preemption") or {}
     unit = contested_unit(queue, cls)
+    # A claim under notice is not counted: its devices are already on their way to another preemptor (counted
+    # as its queue's use, it kept its queue borrowing for the next preemptor of the pass, which took more).
     charged = QuotaCharge.objects.filter(claim__phase=Phase.ALLOCATED, unit=unit[0], resource=unit[1],
-                                         device_class=cls)
+                                         device_class=cls).exclude(
+        claim_id__in=Preemption.objects.filter(state=PreemptionState.PENDING).values("victim_id"))
     # Use per queue summed by the database: the allocated claims of a class are tens of thousands of rows.
     used: dict[int, Fraction] = defaultdict(Fraction)
     for queue_id, total in charged.values("queue_id").annotate(total=Sum("amount")).values_list("queue_id", "total"):
@@ -165,19 +168,18 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     borrowers = {qid for qid, amount in used.items()
                  if qid != queue.id and qid in by_id and amount > nominal_of(by_id[qid], cls, unit)
                  and (scope is None or qid in scope)}
-    reclaim = within and policy.get("reclaimBorrowed", "Always") == "Always"
-    own = policy.get("withinQueue", "LowerPriority") == "LowerPriority"
-    victim_queues = (borrowers if reclaim else set()) | ({queue.id} if own else set())
+    mine = effective_priority(claim, queue)
+    rule = policy.Policy(queue, mine, claim.created_at, within)
+    victim_queues = (borrowers if rule.other_queues else set()) | ({queue.id} if rule.own_queue else set())
     if not victim_queues:
         return Found([], {}, used, {}, queue.id, unit)
-    mine = effective_priority(claim, queue)
-    rows = charged.filter(queue_id__in=victim_queues).exclude(
-        claim_id__in=Preemption.objects.filter(state=PreemptionState.PENDING).values("victim_id"))
+    rows = charged.filter(queue_id__in=victim_queues)
     if connection.vendor == "postgresql":
-        # Its own queue's claims of no lower priority never give way: left out by the query (a queue of
-        # equals is every allocated claim of the class). A join, not id arrays: ``NOT id = ANY(array)`` is
-        # a scan of the array per row, quadratic in the allocated claims.
-        rows = rows.extra(where=[f'(NOT "queues_quotacharge"."queue_id" = %s OR {PRIORITY_SQL} < %s)'],
+        # Its own queue's claims of a higher priority never give way (of an equal one, only newer ones may):
+        # left out by the query (a queue of equals is every allocated claim of the class). A join, not id
+        # arrays: ``NOT id = ANY(array)`` is a scan of the array per row, quadratic in the allocated claims.
+        op = "<=" if rule.within_queue == "LowerOrNewerEqualPriority" else "<"
+        rows = rows.extra(where=[f'(NOT "queues_quotacharge"."queue_id" = %s OR {PRIORITY_SQL} {op} %s)'],
                           params=[queue.id, queue.max_priority, mine])
     held = {cid: (qid, Fraction(amount)) for cid, qid, amount in rows.values_list("claim_id", "queue_id", "amount")}
     if not held:
@@ -186,21 +188,27 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     pool = []
     # Only what the choice reads: the spec, allocation and conditions (the wide JSON columns) are not needed.
     allocated = list(ResourceClaim.objects.filter(phase=Phase.ALLOCATED, id__in=list(held))
-                     .only("id", "labels", "annotations", "allocated_at", "namespace_id", "cluster", "node"))
+                     .only("id", "labels", "annotations", "allocated_at", "created_at", "namespace_id", "cluster",
+                           "node"))
     for v in gang_victims.fold(allocated, held):  # a gang is one candidate with its whole demand
         vq = by_id[held[v.id][0]]
         prio = effective_priority(v, vq)
         min_run = (vq.spec.get("preemption") or {}).get("minRuntimeSeconds", 0)
         if managed_elsewhere(v) or (v.allocated_at and v.allocated_at > now - timedelta(seconds=min_run)):
             continue
-        if vq.id == queue.id and prio >= mine:
-            continue  # within its own queue, only lower priority gives way
+        if not rule.admits(v, vq, prio):
+            continue
         # Kueue's order: claims of queues above their nominal first (reclaim), then its own queue's lower
         # priorities; lower priority first; most recently started first.
         pool.append((vq.id == queue.id, prio, -(v.allocated_at.timestamp() if v.allocated_at else 0), v.id, v))
     pool.sort(key=lambda t: t[:4])
     nominal = {qid: nominal_of(q, cls, unit) for qid, q in by_id.items()}
-    return Found([p[-1] for p in pool], held, used, nominal, queue.id, unit)
+    checks: tuple = (None,)
+    if rule.strategies:  # must borrow, fair-share preemption: what may be taken depends on the shares as it goes
+        incoming = Fraction(need + (coming or {}).get((name, cls), 0)) if unit[0] == "devices" else Fraction(0)
+        checks = tuple(policy.strategy_checks(policy.FairShares(tree, nominal), queue.id, incoming,
+                                              rule.strategies))
+    return Found([p[-1] for p in pool], held, used, nominal, queue.id, unit, checks)
 
 
 def reclaim_scope(claim: ResourceClaim, name: str, cls: str, tree: Tree) -> set[int] | None:
@@ -256,11 +264,13 @@ def _confirm(claim, found: Found, need: int, kept: list | None, engine=None) -> 
         def admits(outcome) -> bool:
             return placed_amount(outcome.devices, found.unit, view) <= room
     return confirm_with_engine(engine, group, found.pool, need, found.held, found.used, found.nominal, found.own,
-                               devices, kept, admits, quota_blocked=claim.reason == queueing.WAITING_FOR_QUOTA)
+                               devices, kept, admits, quota_blocked=claim.reason == queueing.WAITING_FOR_QUOTA,
+                               checks=found.checks)
 
 
 def confirm_with_engine(engine, group, pool, need, held, used, nominal, own, devices,
-                        kept: list | None = None, admits=None, quota_blocked: bool = False) -> list:
+                        kept: list | None = None, admits=None, quota_blocked: bool = False,
+                        checks: tuple = (None,)) -> list:
     """The inclusion-minimal victims of ``pool`` that let ``engine`` place ``group``, or []: candidates are
     taken in order (a queue's only while it still borrows, unless it is ``own``) until the engine places the
     group, then every victim whose removal, in reverse order, still lets it be placed is given back (the
@@ -279,7 +289,7 @@ def confirm_with_engine(engine, group, pool, need, held, used, nominal, own, dev
         # rest of the pass).
         _keep(engine, group, admits, kept, [])
         return []
-    chosen = _greedy(placed, engine, pool, need, held, used, nominal, own, devices)
+    chosen = _greedy(placed, engine, pool, need, held, used, nominal, own, devices, checks)
     if not chosen:
         return []
     freed = sum((held[v.id][1] for v in chosen), Fraction(0))
@@ -324,8 +334,18 @@ def _placer(engine, group, admits):
     return placed
 
 
-def _greedy(placed, engine, pool, need, held, used, nominal, own, devices) -> list:
-    """Candidates in order until the engine places ``group``: left released, or [] (the engine as it was)."""
+def _greedy(placed, engine, pool, need, held, used, nominal, own, devices, checks: tuple = (None,)) -> list:
+    """Candidates in order until the engine places ``group``: left released, or [] (the engine as it was).
+    ``checks``: one predicate per try (fair-share strategies, ``policy.strategy_checks``) saying whether a victim
+    of another queue may be taken next, given the use as the choice leaves it; None: while its queue borrows."""
+    for check in checks:
+        chosen = _greedy_once(placed, engine, pool, need, held, used, nominal, own, devices, check)
+        if chosen:
+            return chosen
+    return []
+
+
+def _greedy_once(placed, engine, pool, need, held, used, nominal, own, devices, check) -> list:
     left = dict(used)
     chosen: list = []
     freed = Fraction(0)
@@ -333,8 +353,9 @@ def _greedy(placed, engine, pool, need, held, used, nominal, own, devices) -> li
     try:
         for v in pool:
             qid, amount = held[v.id]
-            if qid != own and left[qid] <= nominal.get(qid, 0):
-                continue  # that queue no longer borrows: what it holds now is its own
+            if qid != own and (not check(qid, amount, left) if check is not None
+                               else left[qid] <= nominal.get(qid, 0)):
+                continue  # that queue no longer borrows (or would fall below the preemptor's share)
             engine.release(devices[v.id])
             chosen.append(v)
             left[qid] -= amount
@@ -371,16 +392,19 @@ def restore(kept: list[Kept]) -> None:
     kept.clear()
 
 
-def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree, label: str | None = None) -> int:
-    """Notice to ``victims`` (one transaction); webhooks after commit. Returns how many were marked."""
+def mark(preemptor: ResourceClaim | None, victims: list[ResourceClaim], tree: Tree, label: str | None = None,
+         reservation: str = "") -> int:
+    """Notice to ``victims`` (one transaction); webhooks after commit. Returns how many were marked. No
+    ``preemptor``: a ``reservation`` reclaims its held capacity (``label`` names it)."""
     now = timezone.now()
     victims = gang_victims.expand(victims)  # a gang's members are noticed together
     with transaction.atomic():
         # The preemptor's row too (in the same id order): two passes that overlap (the beat sends one per period
         # to any worker) both decided for it; the second must see the first's victims and mark none.
         ids = {v.id for v in victims}
-        rows = [v for v in claim_preemption.locked([*ids, preemptor.id]) if v.id in ids and v.phase == Phase.ALLOCATED]
-        if Preemption.objects.filter(Q(victim_id__in=[v.id for v in rows]) | Q(preemptor_id=preemptor.id),
+        mine = [preemptor.id] if preemptor is not None else []
+        rows = [v for v in claim_preemption.locked([*ids, *mine]) if v.id in ids and v.phase == Phase.ALLOCATED]
+        if Preemption.objects.filter(Q(victim_id__in=[v.id for v in rows]) | Q(preemptor_id__in=mine),
                                      state=PreemptionState.PENDING).exists():
             return 0  # another pass got there first
         made = []
@@ -388,13 +412,14 @@ def mark(preemptor: ResourceClaim, victims: list[ResourceClaim], tree: Tree, lab
             vq = tree.queues.get(queue_of(v, v.namespace.name, tree))
             stop_by, force_at = notice_times(vq, now)
             made.append(Preemption(victim=v, preemptor=preemptor, queue=vq.name if vq else "", deadline=force_at,
-                                   stop_by=stop_by))
-            who = label or f"{preemptor.namespace.name}/{preemptor.name}"
+                                   stop_by=stop_by, reservation=reservation))
+            who = label or (f"{preemptor.namespace.name}/{preemptor.name}" if preemptor is not None else "")
             message = (f"preempted for {who}: stop by {stop_by.strftime('%Y-%m-%dT%H:%M:%SZ')}; devices are released "
                        f"at {force_at.strftime('%Y-%m-%dT%H:%M:%SZ')} at the latest, earlier once it has stopped")
-            claim_preemption.mark([v], message, {"preemptor": preemptor.name, "stopBy": stop_by.isoformat(),
-                                                 "forceAt": force_at.isoformat()}, now,
-                                  stop_by=stop_by, force_at=force_at, preemptor_id=preemptor.id)
+            data = {"preemptor": preemptor.name if preemptor is not None else "", "stopBy": stop_by.isoformat(),
+                    "forceAt": force_at.isoformat(), **({"reservation": reservation} if reservation else {})}
+            claim_preemption.mark([v], message, data, now, stop_by=stop_by, force_at=force_at,
+                                  preemptor_id=preemptor.id if preemptor is not None else None)
         Preemption.objects.bulk_create(made)
         webhooks.notify(made, tree.queues)
     return len(made)

@@ -59,6 +59,42 @@ def run(limit: int = 2000) -> int:
         return len(_cancel(notices, decided, locked))
 
 
+def place_running(kept: list, limit: int = 2000) -> set[int]:
+    """Before a pass decides anything: every pending preemptor whose notices run is placed in the worker's
+    cached engine on its victims' devices (released), kept in ``kept`` until ``preemption.restore``, as the
+    round will place it once they move. A preemptor decided in this pass then counts only the room left over:
+    two claims that one victim's devices serve both (two MIG partitions of one freed GPU) arriving in two
+    passes took a victim each. A preemptor that does not fit there, or that a gang or a quota (not room) holds
+    back, keeps its victims' devices counted as used: nobody else is given that room. Before them, the claims
+    whose victims were requeued lately and that no round has placed yet (``promised``). Returns the ids of the
+    claims it placed: the pass does not decide for them (their room is there)."""
+    notices = list(Preemption.objects.filter(state=PreemptionState.PENDING, victim__phase=Phase.ALLOCATED)
+                   .exclude(preemptor_id=None).order_by("id")[:limit])
+    by_preemptor: dict[int, list[int]] = defaultdict(list)
+    for p in notices:
+        if p.preemptor_id is not None:
+            by_preemptor[p.preemptor_id].append(p.victim_id)
+    view = fleet.current_view()
+    engine = cached_engine(view)
+    devices = preemption.victim_devices([ResourceClaim(id=v) for ids in by_preemptor.values() for v in ids])
+    placed: set[int] = set()
+    for claim, _ in promised(set(by_preemptor)):  # their room is free already: theirs first
+        if preemption.keep(engine, allocation.engine_group(Group(claims=[claim]), view), None, kept, []):
+            placed.add(claim.id)
+    for claim in (ResourceClaim.objects.filter(id__in=list(by_preemptor), phase=Phase.PENDING)
+                  .select_related("namespace").order_by("id")):
+        if managed_elsewhere(claim) or claim.reason == queueing.WAITING_FOR_QUOTA:
+            continue
+        freed = [d for v in by_preemptor[claim.id] for d in devices.get(v, [])]
+        engine.release(freed)
+        group = allocation.engine_group(Group(claims=[claim]), view)
+        if preemption.keep(engine, group, None, kept, freed):
+            placed.add(claim.id)
+        else:
+            engine.commit(freed)
+    return placed
+
+
 def still_needed(victims: list[ResourceClaim], now, *, in_worker: bool = False) -> list[ResourceClaim]:
     """The hook run just before locked ``victims`` give their devices up (``claims.services.preemption``): the
     notices of their preemptors are re-checked (with the worker's cached engine ``in_worker``, else a throw-away
@@ -83,7 +119,8 @@ def decide(notices: list[Preemption], engine_of: Callable) -> dict[int, str]:
     needed. Nothing is written."""
     by_preemptor: dict[int | None, list[Preemption]] = defaultdict(list)
     for p in notices:
-        by_preemptor[p.preemptor_id].append(p)
+        if not p.reservation:  # a reservation's reclaim stands: its capacity is booked, not asked for by a claim
+            by_preemptor[p.preemptor_id].append(p)
     claims = {c.id: c for c in ResourceClaim.objects.filter(id__in=[i for i in by_preemptor if i is not None])
               .select_related("namespace")}
     out: dict[int, str] = {}
@@ -103,11 +140,14 @@ def decide(notices: list[Preemption], engine_of: Callable) -> dict[int, str]:
 
 
 def promised(deciding: set) -> list[tuple[ResourceClaim, list]]:
-    """Pending claims whose notices a recent re-check cancelled because they fit as things are: placed first, on
-    no victims, so that the room they were promised is not counted again for another preemptor before the
-    round places them (one whose room went elsewhere does not fit, and holds nothing)."""
+    """Pending claims whose notices ended recently -- their victims requeued (the devices are free now, for
+    them) or cancelled by a re-check because they fit as things are: placed first, on no victims, so that the
+    room they were promised is not counted again for another preemptor before the round places them (it was:
+    the other's notices were cancelled, the two then raced for one device, and the loser took a victim again).
+    One whose room went elsewhere does not fit, and holds nothing."""
     since = timezone.now() - PROMISE
-    ids = (Preemption.objects.filter(state=PreemptionState.CANCELLED, finished_at__gte=since)
+    ids = (Preemption.objects.filter(state__in=(PreemptionState.CANCELLED, PreemptionState.DONE),
+                                     finished_at__gte=since)
            .exclude(preemptor_id__in=deciding - {None}).values("preemptor_id"))
     return [(c, []) for c in ResourceClaim.objects.filter(id__in=ids, phase=Phase.PENDING)
             .select_related("namespace").order_by("id")

@@ -43,18 +43,15 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
     started = time.perf_counter()
     waiting = set(Preemption.objects.filter(state=PreemptionState.PENDING).values_list("preemptor_id", flat=True))
     tree = Tree.load()
-    # Devices already being reclaimed for a queue count as its use: two waiting claims of one queue do not
-    # both reclaim against the same idle nominal.
-    coming: dict[tuple[str, str], int] = defaultdict(int)
-    for p in (ResourceClaim.objects.filter(id__in=waiting - {None}, phase=Phase.PENDING)
-              .select_related("namespace")):
-        for cls, n in requested_devices(p.spec):
-            coming[(queue_of(p, p.namespace.name, tree), cls)] += n
     decided = 0
     hopeless: dict = {}  # see preemption.choose_victims
     kept: list = []  # see preemption.confirm_with_engine
     try:
+        promised = recheck.place_running(kept)  # the room notices free is their preemptors', not this pass's
+        coming = _coming(tree, (waiting - {None}) | promised)
         for claim in preemptors(tree, waiting, limit):
+            if claim.id in promised:
+                continue
             if decided and time.perf_counter() - started > budget:  # at least one per pass: a head moves on
                 out["deferred"] = out.get("deferred", 0) + 1
                 continue
@@ -84,6 +81,17 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
     if out["requeued"]:
         out["gangs_requeued"] = gang_requeue.requeue_preempted()  # a gang all of whose members were requeued
     return out
+
+
+def _coming(tree: Tree, ids: set) -> dict[tuple[str, str], int]:
+    """(queue, class) -> devices being reclaimed for the pending claims ``ids`` (notices running, or victims
+    requeued and the claim not placed yet): counted as their queues' use, so two waiting claims of one queue
+    do not both reclaim against the same idle nominal, and a queue's share counts what it is about to get."""
+    coming: dict[tuple[str, str], int] = defaultdict(int)
+    for p in ResourceClaim.objects.filter(id__in=ids, phase=Phase.PENDING).select_related("namespace"):
+        for cls, n in requested_devices(p.spec):
+            coming[(queue_of(p, p.namespace.name, tree), cls)] += n
+    return coming
 
 
 def next_deadline():

@@ -296,7 +296,7 @@ def test_the_agent_process_serves_metrics_and_stops_cleanly_on_sigterm(kube_api,
 
 def test_a_wrong_token_is_reported_and_retried(kube_api, slices, start_agent, cluster_token, caplog):
     populate(kube_api, slices[:1])
-    from inventory.models import APIToken
+    from draservice.models import APIToken
 
     APIToken.objects.filter(cluster__name=CLUSTER).delete()  # the token is revoked
     before = pushes("full", "retry")  # the counters are the process's, shared by all tests

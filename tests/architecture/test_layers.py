@@ -73,6 +73,10 @@ PROBES = [
     ("queues/tasks.py", None, {"app-core-below-doors"}),  # None: APPENDED to the real module, in a function
     # The dashboard on top: an app's own page importing it breaks the contract.
     ("usage/_probe.py", "from frontend.views import claims\n", {"dashboard-on-top"}),
+    # The three arrows issue 36 turned round: the platform's tokens, the caps' count, the REST door's figures.
+    ("draservice/_probe.py", "from inventory.models import Cluster\n", {"platform-below-apps"}),
+    ("claims/services/_probe.py", "from kube.models import ResourcePoolStatusRequest\n", {"app-core-below-doors"}),
+    ("inventory/api/_probe.py", "from frontend.queries import fragmentation\n", {"dashboard-on-top"}),
 ]
 
 

@@ -69,7 +69,9 @@ def doubles_in_history() -> list:
 
 def early_handovers() -> list:
     """Devices a preemptor's ledger interval took from its victim (the victim held it when noticed) before the
-    earlier of the victim's confirmation and its forceAt (the Preemption's deadline)."""
+    earlier of the victim's confirmation and its forceAt (the Preemption's deadline). A cancelled notice is left
+    out: its victim kept its devices, and a later move of them to the same preemptor answers to the later notice
+    (or the victim's own release)."""
     with connection.cursor() as cur:
         cur.execute(f"""SELECT p.id, v.claim_name, w.claim_name, v.device, w.started_at, p.confirmed_at, p.deadline
                         FROM {Preemption._meta.db_table} p
@@ -78,7 +80,9 @@ def early_handovers() -> list:
                         JOIN {LEDGER} w ON w.claim_id = p.preemptor_id AND w.cluster = v.cluster
                              AND w.driver = v.driver AND w.pool = v.pool AND w.device = v.device
                              AND w.started_at >= p.created_at
-                        WHERE w.started_at < LEAST(COALESCE(p.confirmed_at, 'infinity'), p.deadline)""")
+                        WHERE p.state <> %s
+                          AND w.started_at < LEAST(COALESCE(p.confirmed_at, 'infinity'), p.deadline)""",
+                    [PreemptionState.CANCELLED])
         return cur.fetchall()
 
 

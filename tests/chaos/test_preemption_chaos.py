@@ -12,8 +12,8 @@ import time
 import pytest
 
 from claims.models import Phase
-from inventory.models import APIToken
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from tests.chaos import checks
 from tests.chaos.processes import Beat, Chaos, Web
 from tests.chaos.scenario import QUEUES, Door, Plan, Run

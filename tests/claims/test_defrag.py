@@ -12,8 +12,10 @@ from claims.models import Phase, ResourceClaim
 from claims.placement import ALLOWED_CLUSTERS, NODE_PIN
 from claims.services import claims as claim_services
 from claims.services.conditions import RELEASING, is_true
-from inventory.models import APIToken, Cluster
-from inventory.services.tokens import issue_token
+from draservice.errors import Invalid, NotFound
+from draservice.models import APIToken
+from draservice.tokens import issue_token
+from inventory.models import Cluster
 from scheduler.services import allocation, defrag, defrag_apply, holds
 from tests.claims.fleet import gpu_claim, load_fleet
 from tests.conftest import client_for
@@ -136,9 +138,8 @@ def test_a_held_node_is_not_given_to_another_claim(fragmented):
 def test_apply_refuses_a_stale_plan(fragmented):
     plan = defrag.advice().plans[0]
     claim_services.release_claim(claim("one-a").id)  # the fleet moved on: the plan has another id now
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(NotFound, match=f"no plan {plan.id} now"):
         defrag_apply.apply_plan(plan.id, actor="ops")
-    assert exc.value.status_code == 404
     assert claim("one-b").phase == Phase.ALLOCATED  # nothing was done
 
 
@@ -169,7 +170,7 @@ def test_stranded_capacity_per_cluster_and_node(db):
 def test_node_pin_needs_a_cluster_pin(db):
     load_fleet({"c1": [("h100", 1)]})
     body = gpu_claim("x", annotations={NODE_PIN: N0})
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(Invalid) as exc:
         claim_services.create_claims(NS, [body])
     assert "name=<cluster>" in str(exc.value.detail)
 

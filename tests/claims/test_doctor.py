@@ -12,10 +12,10 @@ import yaml
 from django.db import connection
 
 from claims.models import Phase, ResourceClaim
-from inventory.models import APIToken
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from inventory.services import doctor as doctor_services
 from inventory.services.doctor import fleet_vocabulary
-from inventory.services.tokens import issue_token
 from scheduler.services import allocation
 from tests.claims.fleet import load_fleet
 from tests.conftest import client_for

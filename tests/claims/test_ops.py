@@ -14,9 +14,9 @@ import pytest
 
 from claims.models import FleetState, UtilisationSnapshot
 from claims.services import utilisation
-from inventory.models import APIToken
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from inventory.services import sync
-from inventory.services.tokens import issue_token
 from scheduler.services import allocation
 from tests.claims.fleet import cluster_body, gpu_claim
 from tests.live import free_port

@@ -9,8 +9,8 @@ from rest_framework.test import APIClient
 
 from dra.k8s import claims as k8s_claims
 from dra.k8s import slices as k8s_slices
-from inventory.models import APIToken
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from tests.engine.test_conformance import ALLOCATOR_CASES, XFAIL, _canon_allocation
 
 URL = "/api/v1/simulate"

@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 
 from claims.models import ResourceClaim
-from inventory.models import APIToken
+from draservice.models import APIToken
+from draservice.tokens import issue_token
 from inventory.services.clusters import create_cluster
-from inventory.services.tokens import issue_token
 from tests.claims.fleet import gpu_claim
 from tests.conftest import client_for
 

@@ -22,6 +22,9 @@ def test_database_url() -> str:
     return f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
+test_database_url.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test, wherever it is imported
+
+
 class WorkerPool:
     """``n`` single-process Celery workers (``--pool solo``: a SIGKILL kills the task it is running)."""
 

@@ -16,9 +16,9 @@ def fresh_overview_tallies(monkeypatch):
     """The overview's tallies live per process and follow the database's own records of change (row ids, the
     change log). A test database flushed between tests (TRUNCATE, no triggers) is a change no production
     database makes: each test starts with tallies that have seen nothing."""
-    from frontend.queries import fleet
-    from frontend.queries.claim_tally import ClaimTally
-    from frontend.queries.fleet_tally import FleetTally
+    from claims.services.figures import fleet
+    from claims.services.figures.claim_tally import ClaimTally
+    from claims.services.figures.fleet_tally import FleetTally
 
     monkeypatch.setattr(fleet, "_claims", ClaimTally())
     monkeypatch.setattr(fleet, "_tally", FleetTally())

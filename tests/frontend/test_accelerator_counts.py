@@ -1,4 +1,4 @@
-"""One definition of an accelerator (frontend.accelerators), checked as a property over random fleets.
+"""One definition of an accelerator (claims.services.figures.accelerators), checked as a property over random fleets.
 
 Random fleets of the demo's real node types (H100 nodes carry two compute-domain helper devices each, A100s
 are MIG-partitioned: 25 partition devices per GPU), random claims allocated by the real engine, random taint
@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from claims.services import fleet as claims_fleet
 from claims.services.claims import create_claims
 from claims.services.engines import engines
+from claims.services.figures import fleet as fleet_q
+from claims.services.figures.accelerators import STATES
+from claims.services.figures.claim_tally import ClaimTally
+from claims.services.figures.fleet_tally import FleetTally
 from frontend import metrics as fleet_metrics
-from frontend.accelerators import STATES
-from frontend.queries import fleet as fleet_q
-from frontend.queries.claim_tally import ClaimTally
-from frontend.queries.fleet_tally import FleetTally
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Node
 from inventory.services import clusters as cluster_services
 from inventory.services import sync

@@ -2,8 +2,8 @@
 hold it (free / allocated / shared, the lab GPU's shares included) and which DeviceTaintRules taint it."""
 import pytest
 
+from claims.services.figures.units import BLOCKING_EFFECTS
 from frontend.queries.nodes import build_views
-from frontend.queries.units import BLOCKING_EFFECTS
 from inventory.models import Cluster, Device
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,12 +14,12 @@ from claims.models import ResourceClaim, UtilisationSnapshot
 from claims.services.claims import create_claims, release_claim
 from claims.services.utilisation import record_snapshot
 from draservice.permissions import readable_namespaces
+from draservice.tokens import issue_token
 from frontend import demo as demo_mod
 from frontend.queries import search as search_q
 from frontend.queries import utilisation as util_q
 from frontend.views.search import search as search_view
 from inventory.models import Cluster, Device, Node
-from inventory.services.tokens import issue_token
 from tests.gangs import fleet as gang_fleet
 from tests.gangs.conftest import NS as GANG_NS
 from tests.gangs.conftest import rack_fleet  # noqa: F401 (a fixture)

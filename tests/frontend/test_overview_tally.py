@@ -1,4 +1,4 @@
-"""The overview's maintained unit tally (frontend.queries.fleet_tally) against the full SQL aggregate.
+"""The overview's maintained unit tally (claims.services.figures.fleet_tally) against the full SQL aggregate.
 
 Real PostgreSQL, the demo fleet (whole GPUs, MIG-partitioned GPUs, shared devices, a taint rule, a stale
 cluster) and changes made through the claims and inventory services. After each change the maintained rows
@@ -13,9 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services.claims import create_claims, release_claim
 from claims.services.consumers import create_consumer
+from claims.services.figures import fleet as fleet_q
+from claims.services.figures.sql import T_DEVICE
 from frontend.demo import GPU, H100, claim, consumer, request
-from frontend.queries import fleet as fleet_q
-from frontend.queries.sql import T_DEVICE
 from inventory.models import DeviceTaintRule
 from inventory.services.fleet import create_fleet_object
 
@@ -166,8 +166,8 @@ def test_a_rolled_back_seq_costs_a_lookup_not_a_full_read(demo, monkeypatch):
     refresh: the changes after it are read once, not again and again until a full read of every claim."""
     from django.db.models import F
 
+    from claims.services.figures import claim_tally
     from draservice.models import Change
-    from frontend.queries import claim_tally
 
     monkeypatch.setattr(claim_tally, "MAX_CHANGES", 5)
     fleet_q.claim_summary()
@@ -215,7 +215,7 @@ def _signatures_read(monkeypatch):
 
 def test_pool_buckets_agree_between_python_and_postgresql():
     """The tally finds the pools gone from a bucket by hashing here what PostgreSQL hashed: both must agree."""
-    from frontend.queries.fleet_tally import BUCKET_HEX, bucket_of
+    from claims.services.figures.fleet_tally import BUCKET_HEX, bucket_of
 
     names = [("gpu.nvidia.com", "node-a"), ("gpu.amd.com", "pool-\u00e9t\u00e9-\u6c60"), ("x", ""), ("", "y/z")]
     with connection.cursor() as cursor:

@@ -69,8 +69,8 @@ def test_overview_totals_match_a_device_by_device_count(client, demo, people):
     """The overview's SQL aggregate against an independent count in Python over every device: a counter set
     is one accelerator, a standalone device one if a class marked as an accelerator selects it (evaluated
     device by device)."""
+    from claims.services.figures.fleet import fleet_overview
     from dra.cel import CELDevice, compile_expression
-    from frontend.queries.fleet import fleet_overview
     from inventory.models import DeviceClass
 
     data = fleet_overview()
@@ -166,8 +166,8 @@ def test_the_overview_aggregate_is_computed_once_per_fleet_state(client, demo, p
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from frontend.queries.fleet import fleet_overview
-    from frontend.queries.sql import T_DEVICE
+    from claims.services.figures.fleet import fleet_overview
+    from claims.services.figures.sql import T_DEVICE
 
     def scans():
         with CaptureQueriesContext(connection) as ctx:

@@ -6,8 +6,9 @@ import yaml
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from inventory.models import APIToken, Cluster, Device, Node, Pool, ResourceSlice
-from inventory.services.tokens import issue_token
+from draservice.models import APIToken
+from draservice.tokens import issue_token
+from inventory.models import Cluster, Device, Node, Pool, ResourceSlice
 from inventory.signals import inventory_changed
 from tests.conftest import client_for
 from tests.inventory.test_slices import to_v1beta1

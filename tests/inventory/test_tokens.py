@@ -9,9 +9,10 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from inventory.models import APIToken, Cluster
-from inventory.permissions import access_for, token_can_read_namespace, token_can_write_namespace
-from inventory.services.tokens import issue_token, parse_duration
+from draservice.models import APIToken
+from draservice.permissions import access_for, token_can_read_namespace, token_can_write_namespace
+from draservice.tokens import issue_token, parse_duration
+from inventory.models import Cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +30,7 @@ def test_create_token_command_prints_a_working_secret():
     call_command("create_token", "--admin", "--name", "ci", stdout=out, stderr=StringIO())
     secret = out.getvalue().strip()
     assert APIToken.objects.get(name="ci").kind == APIToken.ADMIN
-    from inventory.auth import BearerTokenAuthentication
+    from draservice.auth import BearerTokenAuthentication
 
     assert BearerTokenAuthentication.authenticate_secret(secret).name == "ci"
 

@@ -25,8 +25,8 @@ def test_can_i_answers_for_a_namespace_token_and_an_admin(kubectl):
 
 
 def test_each_token_kind_is_answered_by_the_rules_the_door_enforces():
-    from inventory.models import APIToken
-    from inventory.permissions import NO_ACCESS, Access
+    from draservice.models import APIToken
+    from draservice.permissions import NO_ACCESS, Access
     from kube.authorization import access_review, rules_review
 
     def allowed(access, verb, resource, namespace="", group="resource.k8s.io") -> bool:

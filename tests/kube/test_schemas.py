@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from dra import windows
 from dra.k8s import claims as k8s_claims
 from dra.k8s import slices
 from gangs import spec as gang_spec
 from kube import fields, openapi, schemas
 from kube.registry import RESOURCES, groups
+from queues import reservation_spec
 from queues import spec as queue_spec
 
 
@@ -103,6 +105,10 @@ def test_the_definitions_name_the_fields_the_validators_check(version):
     assert _props("Queue", "draservice.io", "v1alpha1", "spec", "quotas") == \
         {"deviceClassName", "clusterSelector", *queue_spec.UNITS}
     assert _props("Gang", "draservice.io", "v1alpha1", "spec") == gang_spec._SPEC_FIELDS
+    assert _props("Reservation", "draservice.io", "v1alpha1", "spec") == set(reservation_spec.SPEC_FIELDS)
+    assert _props("Reservation", "draservice.io", "v1alpha1", "spec", "resources") == \
+        set(reservation_spec.RESOURCE_FIELDS)
+    assert _props("Reservation", "draservice.io", "v1alpha1", "spec", "window") == set(windows.WINDOW_FIELDS)
 
 
 def test_field_validation_uses_the_same_definitions():
@@ -112,6 +118,6 @@ def test_field_validation_uses_the_same_definitions():
     assert warnings == ['unknown field "spec.nominalQuta"', 'unknown field "spec.quotas[0].devics"']
     assert kept["spec"] == {"quotas": [{"deviceClassName": "c"}]}
     assert set(fields.TREES["v1"]) == {"resourceclaims", "resourceclaimtemplates", "deviceclasses"}
-    assert set(fields.TREES["v1alpha1"]) == {"consumers", "gangs", "queues"}
+    assert set(fields.TREES["v1alpha1"]) == {"consumers", "gangs", "queues", "reservations"}
     assert set(fields.TREES["v1alpha3"]) == {"resourceclaims", "resourceclaimtemplates", "deviceclasses",
                                              "resourcepoolstatusrequests", "devicetaintrules"}

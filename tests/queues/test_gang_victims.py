@@ -84,6 +84,22 @@ def test_a_gang_is_one_victim_with_its_whole_demand(admin_client, h100_fleet):
     assert reclaim.run()["victims"] == 0 and Preemption.objects.count() == 2
 
 
+def test_a_requeued_gang_does_not_take_back_what_was_freed_for_its_preemptor(admin_client, h100_fleet):
+    """The gang worker tries the requeued gang before any claims round tries the preemptor: the node its
+    victims freed is held for the preemptor, so the gang waits (HeldForQueueHead) and is not placed there
+    again to be preempted a second time; the preemptor then runs, with 2 notices in all."""
+    two_gangs_fill_the_fleet(admin_client)
+    submit(admin_client, "a", "want4", 4)
+    allocate_round()
+    assert reclaim.run()["gangs_requeued"] == 1
+    place_gangs()
+    g2 = Gang.objects.get(name="g2")
+    assert (g2.phase, g2.reason) == (GangPhase.PENDING, "HeldForQueueHead"), (g2.phase, g2.reason)
+    allocate_round()
+    assert ResourceClaim.objects.get(name="want4").phase == Phase.ALLOCATED
+    assert reclaim.run()["victims"] == 0 and Preemption.objects.count() == 2
+
+
 def test_a_gang_younger_than_min_runtime_from_its_placement_is_spared(admin_client, h100_fleet):
     """minRuntimeSeconds 600: g2 (placed a minute ago) is protected, g1 (an hour ago) is the victim, whole."""
     two_gangs_fill_the_fleet(admin_client, min_runtime=600)

@@ -13,13 +13,14 @@ import pytest
 from benchmarks._live import Stack
 from benchmarks._queue_world import World
 from benchmarks.queue_scenarios import run_scenarios
-from inventory.models import APIToken
-from inventory.services.tokens import issue_token
-from tests.claims.workers import test_database_url
+from draservice.models import APIToken
+from draservice.tokens import issue_token
+from tests.claims import workers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-MET = {"reclaim", "reclaim-mig", "reclaim-gang", "tree-lending0", "tree-reclaim", "gang-head", "simulate", "flood"}
+MET = {"reclaim", "reclaim-mig", "reclaim-gang", "tree-lending0", "tree-reclaim", "gang-head", "fair", "simulate",
+       "flood"}
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def world():
     _, token = issue_token(kind=APIToken.ADMIN, name="queue scenarios")
     stack = Stack(broker, web_workers=1, web_threads=8, concurrency=2, beat=True,
                   prefix=f"test-queue-scenarios-{os.getpid()}-",
-                  env={"DATABASE_URL": test_database_url(), "CELERY_BROKER_URL": broker, "LOG_LEVEL": "WARNING",
+                  env={"DATABASE_URL": workers.test_database_url(), "CELERY_BROKER_URL": broker, "LOG_LEVEL": "WARNING",
                        "DJANGO_SETTINGS_MODULE": "draservice.settings"})
     stack.start()
     try:
@@ -41,8 +42,8 @@ def world():
 
 def test_reduced_queue_scenarios_are_met(world):
     figures = run_scenarios(world, MET)
-    assert {f.scenario.split("-")[0] for f in figures} >= {"reclaim", "tree", "gang", "simulate", "flood"}
-    assert len(figures) >= 23, [f.line() for f in figures]
+    assert {f.scenario.split("-")[0] for f in figures} >= {"reclaim", "tree", "gang", "fair", "simulate", "flood"}
+    assert len(figures) >= 31, [f.line() for f in figures]
     missed = [f.line() for f in figures if not f.met]
     assert not missed, "\n".join(missed)
 

@@ -57,6 +57,32 @@ def test_a_mig_memory_quota_reclaims_from_a_borrower(admin_client, mig_fleet):
     assert reclaim.run()["victims"] == 0  # team-m is at 78.5Gi of its 80Gi: nothing more to reclaim
 
 
+def test_a_second_partition_arriving_after_the_notice_takes_no_victim_of_its_own(admin_client, mig_fleet):
+    """As above, but half1 arrives after the pass that noticed a victim for half0, while that notice runs
+    (grace 300 s): the victim's GPU holds both partitions, so the next pass gives half1 no victim; once the
+    victim has stopped, both run, on 1 notice in all."""
+    assert admin_client.patch("/api/v1/queues/default", {"spec": {"preemption": {"graceSeconds": 300}}},
+                              format="json").status_code == 200
+    make(admin_client, queue_body("team-m", namespaces=["m"], quotas=[
+        {"deviceClassName": MIG, "counters": {"memory": {"nominal": "80Gi"}}}]))
+    for i in range(8):
+        mig(admin_client, "ci", f"whole{i}", "7g.80gb")
+    allocate_round()
+    mig(admin_client, "m", "half0", "3g.40gb")
+    allocate_round()
+    assert reclaim.run()["victims"] == 1
+    mig(admin_client, "m", "half1", "3g.40gb")
+    allocate_round()
+    assert ResourceClaim.objects.get(name="half1").reason == "Unsatisfiable"
+    assert reclaim.run()["victims"] == 0
+    victim = Preemption.objects.get().victim.name
+    resp = admin_client.post(f"{ns('ci')}/resourceclaims/{victim}/release-confirm", {}, format="json")
+    assert resp.status_code in (200, 202), resp.content
+    allocate_round()
+    assert ResourceClaim.objects.filter(namespace__name="m", phase=Phase.ALLOCATED).count() == 2
+    assert Preemption.objects.count() == 1
+
+
 def test_a_per_cluster_quota_reclaims_from_a_borrower(admin_client, h100_fleet):
     """team-a's nominal is for the clusters labelled region=eu only (``clusterSelector``): its 4-GPU claim
     reclaims exactly 4 of the 16 one-GPU claims ``default`` borrows (such quotas were skipped)."""

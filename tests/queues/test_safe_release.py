@@ -134,7 +134,7 @@ def test_nothing_using_it_is_confirmed_at_stop_by_and_a_consumer_or_agent_waits_
 
 
 def test_an_agent_report_needs_a_fresh_heartbeat_and_an_empty_reserved_for(admin_client, h100_fleet):
-    from inventory.services.tokens import issue_token
+    from draservice.tokens import issue_token
     from tests.conftest import client_for
 
     victim, url = noticed(admin_client, grace=30, force=600)

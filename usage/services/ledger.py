@@ -19,15 +19,10 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from django.db import connection
-from django.db.models import F, Value
-from django.db.models.functions import Greatest
-
 from dra.engine.quantity import QuantityError, parse_quantity
 from dra.k8s.inventory import product_name
-from draservice.bulk import copy_rows
+from usage import usage_sql
 from usage.models import Sharing, UsageInterval
-from usage.services import decay
 
 # The same rule as the utilisation snapshots (claims.services.utilisation): productName for GPUs, else model
 # or type. Repeated here because the ledger may not import the claims services (they import it).
@@ -46,6 +41,7 @@ class Held:
     node: str
     results: list[dict]
     queue: str = ""
+    reservation: str = ""
 
 
 def open_intervals(held: list[Held], snapshot, now) -> int:
@@ -62,30 +58,12 @@ def open_intervals(held: list[Held], snapshot, now) -> int:
             rows.append({
                 "claim_id": h.claim.id, "claim_uid": h.claim.uid, "claim_name": h.claim.name,
                 "namespace": h.claim.namespace.name, "queue": h.queue or "", "cluster": h.cluster,
+                "reservation": h.reservation,
                 "node": h.node or slice_node, "driver": res["driver"], "pool": res["pool"], "device": res["device"],
                 "share_id": share_id, "product": product_name(device), "sharing": str(sharing),
                 "weight": to_decimal(weight), "started_at": now, "ended_at": None})
-    # COPY on PostgreSQL (no model instances: a round's thousand rows in one round trip, under the commit's
-    # locks); bulk_create elsewhere.
-    if connection.vendor == "postgresql":
-        copy_rows(UsageInterval, COLUMNS, rows, json_columns=set())
-    else:
-        UsageInterval.objects.bulk_create([UsageInterval(**r) for r in rows], batch_size=1000)
+    usage_sql.insert_intervals(rows, COLUMNS)
     return len(rows)
-
-
-def close_intervals_sql() -> str:
-    """``close_intervals`` as one PostgreSQL statement on ``%(ids)s`` and ``%(now)s``; a caller that runs it with
-    its own statements (a release: ``claims.services.claims``) uses ``close_intervals_ctes``."""
-    table = connection.ops.quote_name(UsageInterval._meta.db_table)
-    return (f"UPDATE {table} SET ended_at = GREATEST(started_at, %(now)s) "
-            "WHERE claim_id = ANY(%(ids)s) AND ended_at IS NULL RETURNING queue, weight, started_at, ended_at")
-
-
-def close_intervals_ctes() -> str:
-    """The close as CTEs of a caller's statement: ``closed`` (the intervals closed) and the queues' decayed
-    usage brought up to date with them (``usage.services.decay``), in the same statement."""
-    return f"closed AS ({close_intervals_sql()}), {decay.decay_sql('closed')}"
 
 
 def close_intervals(claim_ids: list[int], now) -> int:
@@ -93,13 +71,7 @@ def close_intervals(claim_ids: list[int], now) -> int:
     a host whose clock is a little behind the committing worker's)."""
     if not claim_ids:
         return 0
-    if connection.vendor == "postgresql":  # every release runs this: one statement, no ORM compile
-        with connection.cursor() as cursor:
-            cursor.execute(f"WITH {close_intervals_ctes()} SELECT count(*) FROM closed",
-                           {"ids": list(claim_ids), "now": now})
-            return int(cursor.fetchone()[0])
-    return (UsageInterval.objects.filter(claim_id__in=claim_ids, ended_at__isnull=True)
-            .update(ended_at=Greatest(F("started_at"), Value(now))))
+    return usage_sql.close_intervals(claim_ids, now)
 
 
 # ------------------------------------------------------------------------------------------------ weights

@@ -13,8 +13,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from draservice import audit
+from draservice.errors import AlreadyExists, Invalid
 from draservice.etag import check_if_match
-from draservice.problems import FieldError
 from usage.models import Price
 
 API_VERSION = "draservice.io/v1alpha1"
@@ -33,9 +33,9 @@ def price_for(prices: dict[tuple[str, str], Price], product: str, cluster: str) 
 
 
 def parse(body) -> dict:
-    """The fields of a price from a request body; FieldError (422) naming each bad field."""
+    """The fields of a price from a request body; Invalid naming each bad field."""
     if not isinstance(body, dict):
-        raise FieldError([("", "must be an object")])
+        raise Invalid([("", "must be an object")])
     errors: list[tuple[str, str]] = []
     product, cluster = body.get("product"), body.get("cluster") or ""
     if not isinstance(product, str) or not product.strip() or len(product) > 253:
@@ -50,7 +50,7 @@ def parse(body) -> dict:
         errors.append(("pricePerDeviceHour", "Required value: a non-negative decimal number with at most 6 "
                                              "decimal places (a string or a number)"))
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return {"product": str(product).strip(), "cluster": cluster, "currency": currency, "per_device_hour": amount}
 
 
@@ -117,10 +117,10 @@ def audited(price: Price) -> dict:
                      "pricePerDeviceHour": format(Decimal(price.per_device_hour).normalize(), "f")}}
 
 
-def _exists(fields: dict) -> FieldError:
+def _exists(fields: dict) -> AlreadyExists:
     where = f'cluster "{fields["cluster"]}"' if fields["cluster"] else "every cluster"
-    return FieldError([("product", f'a price for product "{fields["product"]}" on {where} already exists; '
-                                   "replace it (PUT)")], status_code=409, title="AlreadyExists")
+    return AlreadyExists([("product", f'a price for product "{fields["product"]}" on {where} already exists; '
+                                   "replace it (PUT)")])
 
 
 def render(price: Price) -> dict:

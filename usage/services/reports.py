@@ -16,11 +16,11 @@ from decimal import Decimal
 from django.db.models import DateTimeField, DecimalField, F, Func, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least
 
-from draservice.problems import FieldError
+from draservice.errors import BadRequest
 from usage.models import UsageInterval
 from usage.services import prices
 
-GROUPS = ("namespace", "queue", "cluster", "product", "sharing")
+GROUPS = ("namespace", "queue", "cluster", "product", "sharing", "reservation")
 DEFAULT_GROUPS = ["namespace"]
 HOUR = Decimal(3600)
 # RFC 3339 date-time: a full date, a time with seconds, an offset (Z or ±hh:mm); Python's parser is laxer.
@@ -71,15 +71,15 @@ def parse_time(raw: str | None, name: str) -> datetime | None:
     if raw is None or raw == "":
         return None
     if not RFC3339.match(raw.strip()):
-        raise FieldError([(name, f"Invalid value: {raw!r}: must be an RFC 3339 date-time "
-                                 "(e.g. 2026-01-31T00:00:00Z)")], status_code=400, title="Bad Request")
+        raise BadRequest([(name, f"Invalid value: {raw!r}: must be an RFC 3339 date-time "
+                                 "(e.g. 2026-01-31T00:00:00Z)")], title="Bad Request")
     try:
         value = datetime.fromisoformat(raw.strip().upper().replace("Z", "+00:00"))
         # In UTC: RFC 3339 allows offsets up to +/-23:59, PostgreSQL only +/-15:59 (a 500 schemathesis found);
         # year 1 at +01:00 or year 9999 at -01:00 is outside what can be rendered (OverflowError).
         return value.astimezone(UTC)
     except (ValueError, OverflowError):
-        raise FieldError([(name, f"Invalid value: {raw!r}: not a valid date-time")], status_code=400,
+        raise BadRequest([(name, f"Invalid value: {raw!r}: not a valid date-time")],
                          title="Bad Request") from None
 
 
@@ -88,7 +88,7 @@ def parse_window(since_raw: str | None, until_raw: str | None, now: datetime) ->
     since = parse_time(since_raw, "since")
     until = parse_time(until_raw, "until")
     if since is not None and until is not None and until <= since:
-        raise FieldError([("until", "must be after since")], status_code=400, title="Bad Request")
+        raise BadRequest([("until", "must be after since")], title="Bad Request")
     if since is None:
         since = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     until = min(until, now) if until is not None else now
@@ -102,8 +102,8 @@ def parse_group_by(raw: str | None) -> list[str]:
     for part in raw.split(","):
         name = part.strip()
         if name not in GROUPS:
-            raise FieldError([("groupBy", f"Unsupported value: {name!r}: supported values: {', '.join(GROUPS)}")],
-                             status_code=400, title="Bad Request")
+            raise BadRequest([("groupBy", f"Unsupported value: {name!r}: supported values: {', '.join(GROUPS)}")],
+                             title="Bad Request")
         if name not in out:
             out.append(name)
     return out
@@ -188,7 +188,8 @@ def history(cluster: str, node: str, device: str, window: Window | None,
 
 def render_interval(i: UsageInterval) -> dict:
     return {"claim": f"{i.namespace}/{i.claim_name}", "claimUID": str(i.claim_uid), "namespace": i.namespace,
-            "queue": i.queue or None, "cluster": i.cluster, "node": i.node or None,
+            "queue": i.queue or None, "reservation": i.reservation or None, "cluster": i.cluster,
+            "node": i.node or None,
             "device": f"{i.driver}/{i.pool}/{i.device}", "shareID": i.share_id or None, "product": i.product,
             "sharing": i.sharing, "weight": float(i.weight), "start": _iso(i.started_at),
             "end": _iso(i.ended_at) if i.ended_at else None}

@@ -19,15 +19,14 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from django.db import connection
-
 from claims.models import Namespace
 from claims.services import consumers as consumer_services
 from dra.gang import Topology
-from draservice.problems import FieldError
+from draservice.errors import Invalid, ServiceError
 from gangs.models import Gang, GangMember
 from gangs.services import gangs as gang_services
 from workloads import spec as wspec
+from workloads import workloads_sql
 from workloads.models import Gate, Kind, Workload
 from workloads.services import pods as pod_services
 
@@ -70,7 +69,7 @@ def parse(kind: str, spec: dict) -> dict:
                 _count(policy["gang"] if isinstance(policy["gang"], dict) else {}, "minCount",
                        f"{path}.policy.gang", errors, 1)
     if errors:
-        raise FieldError(errors)
+        raise Invalid(errors)
     return spec
 
 
@@ -87,11 +86,8 @@ def _lock_group(ns: Namespace, kind: str, name: str) -> None:
     commit. Each takes this after its own insert and before it looks for the other side, so whichever comes
     second sees the first's rows: a group defined while its last pod arrives is formed by one of them, not
     missed by both. (SQLite, the embedded default, serializes every write transaction already.)"""
-    if connection.vendor != "postgresql":
-        return
     digest = hashlib.blake2b(f"workloads-group\x1f{ns.pk}\x1f{kind}\x1f{name}".encode(), digest_size=8).digest()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest, "big", signed=True)])
+    workloads_sql.lock_until_commit(int.from_bytes(digest, "big", signed=True))
 
 
 def _definition(ns: Namespace, group: str) -> Definition | None:
@@ -145,9 +141,8 @@ def form(ns: Namespace, group: str) -> bool:
                      **_topology(definition.row.annotations)}}
     try:
         gang = gang_services.create_gang(ns.name, body, generated)
-    except FieldError as exc:
-        raise FieldError([(_pod_path(e["field"], waiting), e["reason"]) for e in exc.errors],
-                         status_code=exc.status_code, title=exc.title) from exc
+    except ServiceError as exc:
+        raise exc.with_errors([(_pod_path(e["field"], waiting), e["reason"]) for e in exc.errors]) from exc
     consumers = dict(GangMember.objects.filter(gang=gang).values_list("name", "consumer_id"))
     for pod in waiting:
         pod.consumer_id, pod.gate = consumers.get(pod.name), Gate.NONE
@@ -180,7 +175,7 @@ def check_annotations(annotations: dict) -> None:
         return
     errors = Topology.from_dict(topology).errors("topology")
     if errors:
-        raise FieldError([(f"metadata.annotations[{KAI_TOPOLOGY}-required-placement]",
+        raise Invalid([(f"metadata.annotations[{KAI_TOPOLOGY}-required-placement]",
                            "; ".join(reason for _, reason in errors))])
 
 

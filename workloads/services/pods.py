@@ -12,7 +12,7 @@ from django.db.models import F
 
 from claims.models import Namespace
 from claims.services import consumers as consumer_services
-from draservice.problems import FieldError
+from draservice.errors import Invalid, ServiceError
 from inventory.models import DeviceClass
 from workloads import spec as wspec
 from workloads.models import Gate, Kind, Workload
@@ -37,7 +37,7 @@ def extended_classes(resources: set[str], path: str) -> dict[str, str]:
             out.setdefault(str(((obj or {}).get("spec") or {}).get("extendedResourceName")), name)
     missing = sorted(resources - set(out))
     if missing:
-        raise FieldError([(path, f'Invalid value: "{r}": no DeviceClass serves this extended resource (none has '
+        raise Invalid([(path, f'Invalid value: "{r}": no DeviceClass serves this extended resource (none has '
                                  f'spec.extendedResourceName: {r}); ask an operator for one, or request devices '
                                  "with spec.resourceClaims") for r in missing])
     return out
@@ -72,10 +72,9 @@ def start(pod: Workload, template: wspec.PodTemplate, owner_labels: dict, path: 
     try:
         consumer = consumer_services.create_consumer(pod.namespace.name, consumer_body(pod, template), "",
                                                      generated)
-    except FieldError as exc:
+    except ServiceError as exc:
         # The claims app words paths for a Consumer body; say them in terms of the pod's spec.
-        errors = [(_pod_path(e["field"], path), e["reason"]) for e in exc.errors]
-        raise FieldError(errors, status_code=exc.status_code, title=exc.title) from exc
+        raise exc.with_errors([(_pod_path(e["field"], path), e["reason"]) for e in exc.errors]) from exc
     pod.consumer, pod.gate = consumer, Gate.NONE
     pod.save(update_fields=["consumer", "gate"])
 

@@ -20,7 +20,7 @@ from django.http import Http404
 
 from claims import k8s
 from claims.services.claims import get_namespace_for_write
-from draservice.problems import Conflict, FieldError
+from draservice.errors import AlreadyExists, Conflict, Invalid
 from workloads import render
 from workloads import spec as wspec
 from workloads.models import Gate, Kind, Workload
@@ -44,12 +44,11 @@ def create(ns_name: str, kind: str, body: dict) -> Workload:
     meta = k8s.parse_metadata(body, namespace=ns_name)
     spec = body.get("spec")
     if not isinstance(spec, dict):
-        raise FieldError([("spec", "Required value: must be an object")])
+        raise Invalid([("spec", "Required value: must be an object")])
     with transaction.atomic():
         ns = get_namespace_for_write(ns_name)
         if Workload.objects.filter(namespace=ns, kind=kind, name=meta["name"]).exists():
-            raise FieldError([("metadata.name", f'{kind.lower()}s "{meta["name"]}" already exists')],
-                             status_code=409, title="AlreadyExists")
+            raise AlreadyExists([("metadata.name", f'{kind.lower()}s "{meta["name"]}" already exists')])
         if kind in GROUP_KINDS:
             spec = podgroups.parse(kind, spec)
             podgroups.check_annotations(meta["annotations"])
@@ -165,7 +164,7 @@ def replace(pk: int, body: dict) -> Workload:
         meta = k8s.parse_metadata(body, namespace=obj.namespace.name)
         spec = body.get("spec")
         if not isinstance(spec, dict):
-            raise FieldError([("spec", "Required value: must be an object")])
+            raise Invalid([("spec", "Required value: must be an object")])
         changed = _without_binding(obj, spec) != _without_binding(obj, obj.spec)
         if changed:
             _check_spec_change(obj, spec, meta)
@@ -189,18 +188,18 @@ def _without_binding(obj: Workload, spec: dict) -> dict:
 
 def _check_spec_change(obj: Workload, spec: dict, meta: dict) -> None:
     if obj.kind == Kind.POD:
-        raise FieldError([("spec", "Forbidden: pod updates may not change fields other than labels and "
+        raise Invalid([("spec", "Forbidden: pod updates may not change fields other than labels and "
                                    "annotations here (delete and create the pod)")])
     if obj.kind == Kind.WORKLOAD:
-        raise FieldError([("spec", "Invalid value: field is immutable")])
+        raise Invalid([("spec", "Invalid value: field is immutable")])
     if obj.kind == Kind.PODGROUP:
         if obj.gang_id:
-            raise FieldError([("spec", "Forbidden: the pod group is a gang already; delete and create it to change "
+            raise Invalid([("spec", "Forbidden: the pod group is a gang already; delete and create it to change "
                                        "it")])
         podgroups.parse(obj.kind, spec)
         return
     if obj.kind == Kind.JOB and spec.get("template") != obj.spec.get("template"):
-        raise FieldError([("spec.template", "Invalid value: field is immutable")])
+        raise Invalid([("spec.template", "Invalid value: field is immutable")])
     template = wspec.template_of(obj.kind, spec, meta)
     wspec.check_counts(obj.kind, spec)
     wspec.check_selector(obj.kind, spec, template)

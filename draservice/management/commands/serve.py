@@ -34,7 +34,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from draservice import tls as https_tls
+from draservice.models import APIToken
 from draservice.tls import certificate
+from draservice.tokens import issue_token
 
 KUBECONFIG_TOKEN = "serve --https-port kubeconfig"
 
@@ -161,8 +163,6 @@ class Command(BaseCommand):
     def _write_kubeconfig(self, server: str) -> None:
         """An admin kubeconfig for the HTTPS door, replacing the one an earlier run wrote (and its token)."""
         from inventory.management.commands.create_token import kubeconfig
-        from inventory.models import APIToken
-        from inventory.services.tokens import issue_token
 
         APIToken.objects.filter(name=KUBECONFIG_TOKEN).delete()
         _, secret = issue_token(kind=APIToken.ADMIN, name=KUBECONFIG_TOKEN)

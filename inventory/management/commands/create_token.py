@@ -13,9 +13,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from dra.k8s.fields import is_dns_label
+from draservice.models import APIToken
 from draservice.tls import self_signed_paths
-from inventory.models import APIToken, Cluster
-from inventory.services.tokens import issue_token, parse_duration
+from draservice.tokens import issue_token, parse_duration
+from inventory.models import Cluster
 
 
 class Command(BaseCommand):

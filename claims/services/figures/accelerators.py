@@ -11,7 +11,7 @@ An *accelerator* is one physical device:
 
 Each accelerator is in exactly one of four states (``STATES``): free, partially used (a partitioned GPU some
 of whose partitions are in use), allocated (held by claims), unavailable (tainted, in an invalid pool, or on a
-stale cluster whose inventory may be gone). The unit tally itself (``frontend.queries.units``) keeps finer
+stale cluster whose inventory may be gone). The unit tally itself (``claims.services.figures.units``) keeps finer
 states; ``four_states`` folds them.
 
 Which standalone devices a marked class selects is decided without evaluating CEL per device: the devices of
@@ -178,7 +178,7 @@ def classes_signature() -> tuple:
 
 
 def four_states(tally) -> dict[str, int]:
-    """The four exclusive states of a ``frontend.queries.fleet.Tally``: free, partially used, allocated,
+    """The four exclusive states of a ``claims.services.figures.fleet.Tally``: free, partially used, allocated,
     unavailable. They sum to ``tally.total``."""
     return {"free": tally.free, "partial": tally.partial, "allocated": tally.allocated - tally.partial,
             "unavailable": tally.tainted + tally.stale + tally.invalid}

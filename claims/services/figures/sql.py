@@ -1,4 +1,4 @@
-"""Table names for the dashboard's hand-written SQL, and the dialect helpers of ``inventory.sql``.
+"""Table names for the fleet figures' hand-written SQL, and the dialect helpers of ``inventory.sql``.
 
 The fleet aggregates are written as SQL because they join devices to allocations on the composite key
 (cluster, driver, pool, device), which has no foreign key the ORM could follow, and a LEFT JOIN + GROUP BY is
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from claims.models import DeviceAllocation, Namespace, Reservation, ResourceClaim
 from inventory.models import Cluster, Device, DeviceTaintRule, Node, Pool, ResourceSlice
-from inventory.sql import (  # noqa: F401  re-exported for the dashboard's queries
+from inventory.sql import (  # noqa: F401  re-exported for the figures' and the dashboard's queries
     fetch_dicts,
     fetch_rows,
     is_postgres,

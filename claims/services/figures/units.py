@@ -11,8 +11,8 @@ one claim (or a claim reserved for more than one consumer) holds any part of it.
 """
 from __future__ import annotations
 
-from frontend.accelerators import accelerator_sql
-from frontend.queries.sql import (
+from claims.services.figures.accelerators import accelerator_sql
+from claims.services.figures.sql import (
     T_ALLOC,
     T_CLUSTER,
     T_DEVICE,
@@ -93,12 +93,12 @@ def _fence() -> str:
 def device_rows_sql(where: str = "", params: list | tuple = (), *, with_rules: bool = True,
                     accelerators: bool = True) -> tuple[str, list]:
     """SQL and parameters for one row per device of the current pool generations, with its unit's key; only
-    the devices of accelerators (``frontend.accelerators``) unless ``accelerators`` is False.
+    the devices of accelerators (``claims.services.figures.accelerators``) unless ``accelerators`` is False.
 
     Columns: cluster_id, cluster, node_name, driver, pool_name, name, product, tainted (0/1), invalid (0/1,
     pool invalid), partitioned (0/1), unit (pool/device or pool/counter-set). ``where`` as in ``units_sql``.
     The JSON work happens here, once per device; ``units_sql`` groups these rows, and the overview's
-    maintained tally (``frontend.queries.fleet_tally``) reads them per pool, when the pool moves.
+    maintained tally (``claims.services.figures.fleet_tally``) reads them per pool, when the pool moves.
     """
     params = list(params)
     if accelerators:

@@ -2,7 +2,7 @@
 
 ``request.auth`` is the ``APIToken``; ``request.user`` is a ``TokenPrincipal`` (not a Django user) so that
 DRF's ``IsAuthenticated`` and templates work unchanged. Session-authenticated Django users keep
-``request.auth = None``; ``inventory.permissions.access_for(request)`` treats staff as admins and everyone
+``request.auth = None``; ``draservice.permissions.access_for(request)`` treats staff as admins and everyone
 else as read-only.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
-from inventory.models import APIToken
-from inventory.services.tokens import split_secret
+from draservice.models import APIToken
+from draservice.tokens import split_secret
 
 # last_used_at is informational; writing it on every request would turn every read into a write.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -43,8 +43,8 @@ def clear_token_cache(*args, **kwargs) -> None:
         _token_cache.clear()
 
 
-post_save.connect(clear_token_cache, sender=APIToken, dispatch_uid="inventory.auth.token_cache.save")
-post_delete.connect(clear_token_cache, sender=APIToken, dispatch_uid="inventory.auth.token_cache.delete")
+post_save.connect(clear_token_cache, sender=APIToken, dispatch_uid="draservice.auth.token_cache.save")
+post_delete.connect(clear_token_cache, sender=APIToken, dispatch_uid="draservice.auth.token_cache.delete")
 
 
 def _cached_token(secret_hash: str) -> APIToken | None:
@@ -130,7 +130,7 @@ class BearerTokenAuthentication(BaseAuthentication):
 class BearerTokenScheme(OpenApiAuthenticationExtension):
     """Documents the scheme in /api/schema/ (drf-spectacular finds extensions by import)."""
 
-    target_class = "inventory.auth.BearerTokenAuthentication"
+    target_class = "draservice.auth.BearerTokenAuthentication"
     name = "bearerToken"
 
     def get_security_definition(self, auto_schema):

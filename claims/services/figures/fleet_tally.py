@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
-from frontend.queries.sql import T_ALLOC, T_CLUSTER, T_POOL, T_RESERVATION, T_SLICE, fetch_rows, is_postgres
-from frontend.queries.units import device_rows_sql
+from claims.services.figures.sql import T_ALLOC, T_CLUSTER, T_POOL, T_RESERVATION, T_SLICE, fetch_rows, is_postgres
+from claims.services.figures.units import device_rows_sql
 
 # The exclusive states of a unit, as STATE_SQL names its columns.
 SHARED, ALLOCATED, TAINTED, INVALID, FREE = "shared", "allocated_only", "tainted", "invalid", "free"

@@ -5,9 +5,10 @@ import re
 import secrets
 from datetime import datetime, timedelta
 
+from django.db.models import Model
 from django.utils import timezone
 
-from inventory.models import APIToken, Cluster
+from draservice.models import APIToken
 
 SECRET_PREFIX = "dra"
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
@@ -22,10 +23,12 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
 
 
-def issue_token(*, kind: str, name: str = "", cluster: Cluster | None = None, namespaces: list[str] | None = None,
+def issue_token(*, kind: str, name: str = "", cluster: Model | None = None, namespaces: list[str] | None = None,
                 read_only: bool = False, expires_at: datetime | None = None,
                 expires_in: timedelta | None = None) -> tuple[APIToken, str]:
-    """Create a token and return (token, secret). The secret is not stored and cannot be recovered."""
+    """Create a token and return (token, secret). The secret is not stored and cannot be recovered.
+
+    ``cluster``: the ``inventory.Cluster`` a cluster token pushes the inventory of."""
     if kind not in {k for k, _ in APIToken.KINDS}:
         raise ValueError(f"unknown token kind {kind!r}")
     if kind == APIToken.CLUSTER and cluster is None:
@@ -41,11 +44,12 @@ def issue_token(*, kind: str, name: str = "", cluster: Cluster | None = None, na
     prefix = secrets.token_hex(6)
     secret = f"{SECRET_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     if not name:
-        name = {APIToken.ADMIN: "admin", APIToken.CLUSTER: f"cluster {cluster.name if cluster else ''}",
+        name = {APIToken.ADMIN: "admin", APIToken.CLUSTER: f"cluster {cluster if cluster else ''}",
                 APIToken.NAMESPACE: "namespaces " + ",".join(namespaces or [])}[kind]
     token = APIToken.objects.create(
-        name=name[:128], prefix=prefix, secret_hash=APIToken.hash_secret(secret), kind=kind, cluster=cluster,
-        namespaces=sorted(set(namespaces or [])), read_only=read_only, expires_at=expires_at,
+        name=name[:128], prefix=prefix, secret_hash=APIToken.hash_secret(secret), kind=kind,
+        cluster_id=cluster.pk if cluster is not None else None, namespaces=sorted(set(namespaces or [])),
+        read_only=read_only, expires_at=expires_at,
     )
     return token, secret
 

@@ -9,12 +9,12 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
+from claims.services.figures.accelerators import four_states
+from claims.services.figures.claim_tally import ClaimTally
+from claims.services.figures.fleet_tally import FleetTally, StateKey
+from claims.services.figures.sql import T_ALLOC, T_CLUSTER, T_RESERVATION, T_TAINTRULE, fetch_dicts
+from claims.services.figures.units import STATE_SQL, units_sql
 from draservice.models import Change, ChangeLogState
-from frontend.accelerators import four_states
-from frontend.queries.claim_tally import ClaimTally
-from frontend.queries.fleet_tally import FleetTally, StateKey
-from frontend.queries.sql import T_ALLOC, T_CLUSTER, T_RESERVATION, T_TAINTRULE, fetch_dicts
-from frontend.queries.units import STATE_SQL, units_sql
 from inventory.models import Cluster, DeviceClass, Node, ResourceSlice
 
 T_CHANGE = Change._meta.db_table
@@ -72,7 +72,7 @@ class Tally:
 
     @property
     def states(self) -> dict[str, int]:
-        """The four exclusive states every count of accelerators uses (``frontend.accelerators``)."""
+        """The four exclusive states every count of accelerators uses (``claims.services.figures.accelerators``)."""
         return four_states(self)
 
     @property
@@ -141,7 +141,7 @@ class FleetState:
     including a late-committed row below the max. Every cluster's ``inventory_version`` moves with each push
     and node write (devices, pools, taints on devices, nodes), DeviceTaintRules' ``resource_version`` with each
     write; DeviceClasses' likewise (a class marked as an accelerator changes what is counted: see
-    ``frontend.accelerators``). Claims (phases, the oldest pending) move the change log (``claim_tally``: its
+    ``accelerators``). Claims (phases, the oldest pending) move the change log (``claim_tally``: its
     highest seq, settled seq and compaction point)."""
 
     allocations: tuple
@@ -269,7 +269,7 @@ def cluster_detail(cluster: Cluster, *, search: str = "", offset: int = 0, limit
 
 
 def node_tally(cluster: Cluster, node_name: str) -> Tally:
-    """The accelerators of one node (``frontend.accelerators``), from the same unit aggregate as the cluster
+    """The accelerators of one node (``accelerators``), from the same unit aggregate as the cluster
     page's rows, so a node page and its cluster page's row agree."""
     rows = _tally_rows("u.node_name", "d.cluster_id = %s AND d.node_name = %s", [cluster.id, node_name])
     tally = Tally()
