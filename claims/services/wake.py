@@ -50,6 +50,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import F, Subquery
 
+from claims import claims_sql
 from claims.models import FleetState, FreedCount, PendingWake, Phase, ReleasedDevice, ResourceClaim, WakeKey
 from dra.engine.diagnostics import BEST_NODES_LISTED
 
@@ -228,22 +229,10 @@ def roll_up_soon() -> int:
 
 
 def roll_up(limit: int = ROLL_UP_ROWS) -> int:
-    """Fold up to ``limit`` ``FreedCount`` rows into their keys' ``freed`` (the counters stay as they were: one
-    statement, committed whole). Rows another worker is folding are skipped, not waited for. The worker runs
-    this, never a release: it updates the shared ``WakeKey`` rows. Returns the rows folded."""
-    if connection.vendor != "postgresql":
-        return 0  # releases there update WakeKey.freed themselves (``released``)
-    keys = connection.ops.quote_name(WakeKey._meta.db_table)
-    counts = connection.ops.quote_name(FreedCount._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH gone AS (DELETE FROM {counts} WHERE id IN (SELECT id FROM {counts} ORDER BY id "
-                       "LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING key, freed), "
-                       "sums AS (SELECT key, sum(freed) AS freed, count(*) AS n FROM gone GROUP BY key), "
-                       f"folded AS (INSERT INTO {keys} (key, freed) SELECT key, freed FROM sums "
-                       'ORDER BY key COLLATE "C" ON CONFLICT (key) DO UPDATE '
-                       f"SET freed = {keys}.freed + excluded.freed) "
-                       "SELECT COALESCE(sum(n), 0) FROM sums", [limit])
-        return int(cursor.fetchone()[0])
+    """Fold up to ``limit`` ``FreedCount`` rows into their keys' ``freed`` (``claims_sql.fold_freed_counts``:
+    every counter stays as it was). The worker runs this, never a release: it updates the shared ``WakeKey``
+    rows. Returns the rows folded."""
+    return claims_sql.fold_freed_counts(limit)
 
 
 def forget(claim_ids) -> None:
