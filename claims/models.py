@@ -312,12 +312,13 @@ class IdempotencyRecord(models.Model):
 
 
 class FleetState(models.Model):
-    """One row: ``version`` grows whenever devices may have become free (release, inventory change).
+    """One row: ``version`` moves with every change that wakes every pending claim (inventory, device classes,
+    queues), never with a release: it is the clock pending claims are stamped with (``attempted_version``).
 
-    ``version`` is the clock that attempts are stamped with (gangs retry once it moves past theirs).
-    ``wake_all_version`` is the version of the last change that wakes every pending claim (inventory, device
-    classes, queues): a claim that failed at V is retried once it is above V, or once a release freed what
-    the claim's ``PendingWake`` rows wait for (``claims.services.wake``).
+    A claim that failed at V is retried once ``wake_all_version`` is above V, or once a release freed what the
+    claim's ``PendingWake`` rows wait for (``claims.services.wake``). The fleet version that also moves with
+    every release (gangs, estimates) is ``version`` plus the devices ever freed (``wake.clock_sql``): no row
+    on the release path is updated, so releases never wait on each other.
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
@@ -329,11 +330,23 @@ class FleetState(models.Model):
 class WakeKey(models.Model):
     """A counter of devices released in one place (``cluster:<name>``; ``*`` counts every release).
 
-    ``freed`` only grows; ``version`` is the ``FleetState.version`` of the last release counted."""
+    The counter is ``freed`` plus the ``FreedCount`` rows of the key not rolled up yet: a release only inserts
+    those, and ``wake.roll_up`` (the worker, never a release) moves them into ``freed``."""
 
     key = models.CharField(max_length=100, primary_key=True)
     freed = models.BigIntegerField(default=0)
-    version = models.BigIntegerField(default=0)
+
+
+class FreedCount(models.Model):
+    """Devices one release (or preemption move) freed under one wake key. Insert-only on the release path: an
+    update of a shared counter row would hold it to the commit, and every other release would wait for it."""
+
+    id = models.BigAutoField(primary_key=True)
+    key = models.CharField(max_length=100)
+    freed = models.IntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["key"], name="claims_freedcount_key")]
 
 
 class PendingWake(models.Model):

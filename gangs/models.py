@@ -49,8 +49,8 @@ class Gang(Versioned):
     preferred_domains = models.JSONField(default=list, blank=True)  # [{"domain": {...}, "members": n}]
     diagnostics = models.JSONField(null=True, blank=True)  # the placer's account of the last attempt
     attempts = models.IntegerField(default=0)
-    # The claims app's FleetState.version at the last unsuccessful attempt: the placement is deterministic,
-    # so it is not retried until devices were freed or the inventory changed (as for claims).
+    # The claims app's fleet version (taking.fleet_version) at the last unsuccessful attempt: the placement is
+    # deterministic, so it is not retried until devices were freed or the inventory changed (as for claims).
     attempted_version = models.BigIntegerField(null=True, blank=True)
     last_attempt_at = models.DateTimeField(null=True, blank=True)
     # Set while a worker decides this gang (``scheduler.services.gang_placement``); others skip it until then.

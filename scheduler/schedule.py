@@ -15,8 +15,8 @@ SCHEDULE = {
     "claims-wake-backstop": {"task": "scheduler.tasks.wake_backstop", "schedule": timedelta(seconds=60)},
     "claims-purge-round-log": {"task": "claims.tasks.purge_round_log", "schedule": timedelta(hours=1)},
     # The safety net that notices devices freed by the claims app (it has no hook to tell the gang worker, but
-    # it bumps FleetState.version, which makes the pending gangs eligible again: a pass costs one query when
-    # nothing changed).
+    # it moves the fleet version (taking.fleet_version), which makes the pending gangs eligible again: a pass
+    # costs one query when nothing changed).
     "gangs-retry-pending": {"task": "gangs.tasks.place_gangs", "schedule": timedelta(seconds=5)},
     "queues-preempt": {"task": "queues.tasks.preempt", "schedule": timedelta(seconds=5)},
     # The plan (scheduler.services.plan): a pass costs the per-queue queries when it is not due.

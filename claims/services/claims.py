@@ -389,7 +389,6 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     # The rows and their events (as ev.record writes them) in one statement on PostgreSQL.
     bulk.update_and_insert(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
                                   "resource_version", "updated_at", "conditions"], events)
-    # Last, because it moves the fleet clock, a row every release locks: held only until the commit.
     if free_devices([c.id for c in live], now):  # counted for the wake-ups: only claims they could serve wake
         transaction.on_commit(dispatch.request_allocation)
     ids = [c.id for c in live]
@@ -403,8 +402,9 @@ def free_devices(claim_ids: list[int], now) -> Counter:
     (``wake.forget``), close their usage intervals (``ledger.close_intervals``; same transaction: the ledger
     matches the rows), and count the freed devices for the wake-ups (``wake.released``) and offer each to the
     first few pending claims it can serve (``wake.offer``: insert-only ``ReleasedDevice`` rows the round's
-    wake-up step reads, ``scheduler.services.wakeups``). Returns the devices freed per cluster. Call it last in
-    the transaction: it moves the fleet clock, a row every release locks, held only until the commit. On PostgreSQL one
+    wake-up step reads, ``scheduler.services.wakeups``). Returns the devices freed per cluster. It updates no row
+    another release or move writes (on PostgreSQL: the counts are insert-only ``FreedCount`` rows), so
+    concurrent releases never wait on each other here. On PostgreSQL one
     statement (the others as data-modifying WITH queries, which run whether or not the main query reads them):
     every release runs it, and each statement costs the web a round trip and the driver's and Django's
     per-statement CPU."""
@@ -424,13 +424,9 @@ def free_devices(claim_ids: list[int], now) -> Counter:
                        f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) "
                        "RETURNING cluster, driver, pool, device, admin_access), "
                        f"{wake.released_sql('freed')}, {wake.offer_sql('freed')} "
-                       "SELECT cluster, count(*), (SELECT count(*) FROM woken) FROM freed GROUP BY cluster",
+                       "SELECT cluster, count(*) FROM freed GROUP BY cluster",
                        {"ids": claim_ids, "now": now, **wake.wake_params()})
-        rows = cursor.fetchall()
-    freed = Counter({cluster: n for cluster, n, _ in rows})
-    if rows and not rows[0][2]:  # no fleet state row (a flushed database): counted the slow way
-        wake.released(freed)
-    return freed
+        return Counter(dict(cursor.fetchall()))
 
 
 def release_claim(claim_id: int, *, if_match: str | None = None, reason: str = "Released",

@@ -217,8 +217,9 @@ def set_allocated(claim: ResourceClaim, p: Placement, allocation: dict | None, n
 
 def set_pending(claims, reason: str, message: str, diagnostics, version, now, events: list,
                 wake_keys=None, head_of: str = "", hold: tuple[str, str] | None = None) -> None:
-    """Still pending; ``version``: the fleet version tried at (not retried before something that may help
-    them changes), or None to retry at once. ``wake_keys``: what a release must free to wake them
+    """Still pending; ``version``: the claims' version tried at, with the wake counters read with it (a
+    ``wake.Version``, as ``take`` returns it; not retried before something that may help them changes), or
+    None to retry at once. ``wake_keys``: what a release must free to wake them
     (``claims.services.wake``); None: any release. ``head_of``: the queue whose head holds a node for them,
     ``hold``: that (cluster, node)."""
     wake.mark(claims, version, wake_keys, head_of, hold)

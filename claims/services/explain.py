@@ -1,8 +1,9 @@
 """``GET …/resourceclaims/{name}/explain``: why a claim is where it is.
 
-The worker stores the engine's diagnostics with every attempt, and re-attempts a pending claim whenever the
-fleet changes (``FleetState.version``), so the stored account is current when ``attemptedVersion`` equals
-the fleet's version. ``refresh`` runs the engine now on a throw-away copy (no write, nothing reserved).
+The worker stores the engine's diagnostics with every attempt, and re-attempts a pending claim whenever
+something that may help it changes (a release of devices it waits for, or a change that wakes every claim:
+``FleetState.version``, which ``attemptedVersion`` and ``fleetVersion`` count); ``current`` says whether
+the stored account still stands. ``refresh`` runs the engine now on a throw-away copy (no write, nothing reserved).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from claims.services import fleet, taking
 def explain(claim: ResourceClaim, *, refresh: bool = False, queue: dict | None = None) -> dict:
     """``queue``: the claim's queue status fields with the start-time estimate (the door reads them from the
     queues app), or None."""
-    version = taking.fleet_version()
+    version = taking.claims_version()
     out = {
         "claim": {"namespace": claim.namespace.name, "name": claim.name, "uid": str(claim.uid)},
         "phase": str(claim.phase), "reason": claim.reason, "message": claim.message,

@@ -106,7 +106,7 @@ def requeue(claims: list[ResourceClaim], message: str, now) -> None:
             c.conditions = set_condition(c.conditions, RELEASING, False, PREEMPTED, message, now)
     bulk.update_rows(live, FIELDS)
     ev.record([ev.event(c, PREEMPTED, PREEMPTED, message) for c in live])
-    free_devices([c.id for c in live], now)  # last, as a release does: it locks the fleet clock's row
+    free_devices([c.id for c in live], now)
     transaction.on_commit(dispatch.request_allocation)  # the requeued claims are pending again
     ids = [c.id for c in live]
     transaction.on_commit(lambda: notify.publish(ids))

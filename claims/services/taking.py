@@ -31,6 +31,21 @@ TAKE_SECONDS = 30
 
 
 def fleet_version() -> int:
+    """A version that moves with every change that may free devices or wake claims (releases and preemption
+    moves, inventory, classes, queues): whatever is committed after one read makes every later read larger.
+    Gangs are stamped with it. Pending claims are stamped with ``claims_version`` instead."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {wake.clock_sql()}, EXISTS (SELECT 1 FROM "
+                       f"{connection.ops.quote_name(FleetState._meta.db_table)} WHERE id = 1)")
+        version, exists = cursor.fetchone()
+    if not exists:
+        FleetState.objects.get_or_create(pk=1)
+    return int(version)
+
+
+def claims_version() -> int:
+    """The version pending claims are stamped with (``attempted_version``): moved only by the changes that
+    wake every pending claim (``bump_fleet_version``); a release wakes claims by their counters instead."""
     state = FleetState.objects.filter(pk=1).values_list("version", flat=True).first()
     if state is None:
         FleetState.objects.get_or_create(pk=1)
@@ -38,11 +53,16 @@ def fleet_version() -> int:
     return state
 
 
+def read_version() -> wake.Version:
+    """``claims_version`` with the wake counters read after it (as ``take`` returns it)."""
+    return wake.read_version(claims_version())
+
+
 def bump_fleet_version() -> None:
     """The fleet changed in a way that may help any pending claim (inventory, classes, queues): every one
     becomes eligible again. Call inside the writer's txn. A release counts what it freed instead
     (``wake.released``) and wakes only the claims that could use it."""
-    wake.bump_version(wake_all=True)
+    wake.bump_version()
 
 
 def undecided_pending(version=None):
@@ -91,18 +111,22 @@ def eligible_pending(version=None):
 
 
 def take(batch_size: int) -> tuple[list[ResourceClaim], int]:
-    """The oldest eligible pending claims, marked taken by this worker (one short transaction).
+    """The oldest eligible pending claims, marked taken by this worker (one short transaction), and the
+    version to stamp them with (a ``wake.Version``: with the wake counters).
 
     ``FOR UPDATE SKIP LOCKED`` plus ``taken_until``: concurrent workers get disjoint batches and never wait on
-    each other, and no row lock is held while the engine runs. The fleet version comes with the claims, from
-    the same statement snapshot: anything freed after it bumps the version past what we record, so nothing
-    freed is ever missed.
+    each other, and no row lock is held while the engine runs. The claims' version comes with the claims, from
+    the same statement snapshot (a wake-all committed after it moves ``wake_all_version`` past what we
+    record), and the wake counters right after, before the caller reads the devices in use: a release they
+    do not include is counted towards the marks of the claims it may help (``wake.store``), so nothing freed
+    is ever missed.
     """
     with transaction.atomic():
         claims = _take_query(batch_size, frozenset(external.EXTERNAL_ALLOCATOR_ANNOTATIONS)).rows()
-        if claims:
-            mark_taken([c.id for c in claims])
-    return claims, (claims[0].fleet_version if claims else 0)
+        if not claims:
+            return claims, 0
+        mark_taken([c.id for c in claims])
+    return claims, wake.read_version(claims[0].claims_version)
 
 
 @functools.lru_cache(maxsize=8)
@@ -115,7 +139,7 @@ def _take_query(batch_size: int, external_annotations: frozenset[str]) -> Prepar
         # diagnostics (the largest column) is rewritten by every outcome and never read here. Labels are read
         # (queue resolution orders the round and admits its units): deferring them cost a second query.
         qs = (eligible_pending(Coalesce(current, Value(1))).select_related("namespace").defer("diagnostics")
-              .annotate(fleet_version=Coalesce(current, Value(1))))
+              .annotate(claims_version=Coalesce(current, Value(1))))
         if connection.vendor == "postgresql":
             # _no_flush_wait() without its own statement: evaluated for each row taken, so the transaction
             # commits without the WAL flush whenever it locked something (with no row it writes nothing).

@@ -1,7 +1,7 @@
 """Targeted wake-ups: a release makes eligible only the pending claims the freed devices could serve.
 
 A claim the engine could not place waits (``PendingWake`` rows) for a counter of released devices
-(``WakeKey.freed``) to reach a mark. The keys are ``cluster:<name>``, one per cluster where devices matching
+(``WakeKey``) to reach a mark. The keys are ``cluster:<name>``, one per cluster where devices matching
 the claim's selectors exist (the engine's explanation counts them), and ``*``, which every release moves. The
 mark is the counter when the claim was tried plus the devices it is short of in that cluster: ``count`` minus
 the most one node of it could use then (its best node's devices plus the cluster's network-attached ones:
@@ -26,24 +26,55 @@ eligible by itself. It leaves one insert-only ``ReleasedDevice`` row per freed d
 round's wake-up step (``scheduler.services.wakeups``) wakes only the first few candidates in the scheduler's
 order that the device can serve (``wake_claims``), so a release costs O(1) decisions, not O(pending).
 
-Race: a claim decided at fleet version V (read with the claim) records its marks from the counters read in
-the committing transaction. A release committed before that read but after V was read moved the key's
-``version`` past V: the engine may not have seen it, so such a claim is retried at once instead. A release
-committed after the read moves the counter past the recorded base, so it counts.
+Nothing a release writes is a row another release writes: it counts what it freed in insert-only
+``FreedCount`` rows (``released_sql``), and a counter is its ``WakeKey.freed`` plus those rows; the worker
+folds them into ``freed`` now and then (``roll_up``), which leaves every counter as it was. ``FleetState``
+is moved only by the changes that wake every pending claim (``bump_version``), never by a release. (On SQLite,
+one writer at a time, a release adds to ``WakeKey.freed`` itself: ``released``.)
+
+Race: a round reads ``FleetState.version`` with its claims (a wake-all committed after that moves
+``wake_all_version`` past it), and the counters (``Version.freed``) after taking them and before reading the devices
+in use, so whatever those counters include, the engine saw. A claim's marks count from the counters read
+again in the committing transaction: where one has grown since the take, a release committed that the
+engine may not have seen, and the claim is retried at once instead; a release committed after that read
+moves the counter past the recorded base, so it counts. (Counters only grow, and a release moves each of its
+keys by at least one device: growth is exactly "a release committed since".)
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection
 from django.db.models import F, Subquery
 
-from claims.models import FleetState, PendingWake, Phase, ReleasedDevice, ResourceClaim, WakeKey
+from claims import claims_sql
+from claims.models import FleetState, FreedCount, PendingWake, Phase, ReleasedDevice, ResourceClaim, WakeKey
 from dra.engine.diagnostics import BEST_NODES_LISTED
 
 ANY = "*"
 ANY_RELEASE = ((ANY, 1),)
+ROLL_UP_ROWS = 10_000  # FreedCount rows one roll_up folds (a round's statement stays bounded after a burst)
+# A process folds the releases' counts at most this often from its rounds (``roll_up_soon``): the rows left
+# meanwhile are a few per release, and reading a counter sums them.
+ROLL_UP_SECONDS = 1.0
+_rolled_up_at = [float("-inf")]  # when this process last folded (monotonic)
+
+
+class Version(int):
+    """The version pending claims are stamped with (``FleetState.version``) and the wake counters read with it
+    (``freed``, by key): what a claim decided at this version waits for counts from them (``store``)."""
+
+    freed: Mapping[str, int]
+
+    def __new__(cls, value: int, freed: Mapping[str, int]) -> Version:
+        out = super().__new__(cls, value)
+        out.freed = freed
+        return out
+
+
 # Drop-out stages that can change without a release in the claim's clusters (see the module docstring).
 VOLATILE = ("cluster_stale", "pool_incomplete", "pool_invalid", "taint", "counters", "capacity",
             "binding_conditions_unsupported", "counters_unsupported")
@@ -127,17 +158,19 @@ def store(claims) -> None:
     if not keys:
         return
     WakeKey.objects.bulk_create([WakeKey(key=k) for k in keys], ignore_conflicts=True)
-    counters = {k: (freed, version) for k, freed, version in
-                WakeKey.objects.filter(key__in=keys).values_list("key", "freed", "version")}
+    now = counters(keys)
     rows: list[PendingWake] = []
     for c in waiting:
         wanted = c._wake_keys
-        if any(counters[k][1] > c.attempted_version for k, _ in wanted):
+        # The counters read with the version the claim was decided at (a ``Version``, as ``take`` returns it);
+        # a bare number read without them: any release since may be unseen.
+        then = getattr(c.attempted_version, "freed", None)
+        if then is None or any(now.get(k, 0) > then.get(k, 0) for k, _ in wanted):
             c.attempted_version = None  # released after this claim was read: maybe not seen, decide again
             continue
         head = getattr(c, "_wake_head", "")
         cluster, node = getattr(c, "_wake_hold", None) or ("", "")
-        rows.extend(PendingWake(claim_id=c.id, key_id=k, wake_at=counters[k][0] + (1 if head else short),
+        rows.extend(PendingWake(claim_id=c.id, key_id=k, wake_at=now.get(k, 0) + (1 if head else short),
                                 short=short, head_of=head, hold_cluster=cluster, hold_node=node)
                     for k, short in wanted)
     PendingWake.objects.bulk_create(rows)
@@ -145,6 +178,61 @@ def store(claims) -> None:
         oldest = PendingWake.objects.filter(head_of=queue).order_by("claim_id").values("claim_id")[:1]
         PendingWake.objects.filter(head_of=queue, claim_id__gt=Subquery(oldest)).update(
             wake_at=F("wake_at") - 1 + F("short"), head_of="", hold_cluster="", hold_node="")
+
+
+def _counters_sql(where: str) -> str:
+    """(key, counter) of the keys ``where`` selects (a condition on ``key``): rolled-up and not yet."""
+    keys = connection.ops.quote_name(WakeKey._meta.db_table)
+    counts = connection.ops.quote_name(FreedCount._meta.db_table)
+    return (f"SELECT key, sum(n) AS freed FROM (SELECT key, freed AS n FROM {keys} WHERE {where} "
+            f"UNION ALL SELECT key, freed FROM {counts} WHERE {where}) parts GROUP BY key")
+
+
+def counters(keys: list[str] | None = None) -> dict[str, int]:
+    """The wake counters of ``keys`` (every key when None): devices released under each, ever. One statement:
+    read in one snapshot, so a roll-up committing meanwhile is seen whole or not at all."""
+    if keys is None:
+        where, params = "1 = 1", []
+    elif not keys:
+        return {}
+    else:
+        where = "key IN (" + ", ".join(["%s"] * len(keys)) + ")"
+        params = list(keys) * 2
+    with connection.cursor() as cursor:
+        cursor.execute(_counters_sql(where), params)
+        return {key: int(n) for key, n in cursor.fetchall()}
+
+
+def read_version(version: int) -> Version:
+    """``version`` (the claims' version, just read with them) with the counters as of now: call it before the
+    devices in use are read, so that the engine sees every release they include."""
+    return Version(version, counters())
+
+
+def clock_sql() -> str:
+    """A scalar SQL expression that moves with every change that may free devices or wake claims: the claims'
+    version plus every device ever released (the ``*`` counter). Both parts only grow, so a release or a
+    wake-all committed after one read makes every later read larger (gangs and estimates retry on it)."""
+    fleet = connection.ops.quote_name(FleetState._meta.db_table)
+    every = _counters_sql(f"key = '{ANY}'")  # a constant: no parameter, so the expression can go anywhere
+    return (f"(COALESCE((SELECT version FROM {fleet} WHERE id = 1), 1) "
+            f"+ COALESCE((SELECT sum(every.freed) FROM ({every}) every), 0))")
+
+
+def roll_up_soon() -> int:
+    """``roll_up``, unless this process did so less than ``ROLL_UP_SECONDS`` ago (then 0)."""
+    now = time.monotonic()
+    if now - _rolled_up_at[0] < ROLL_UP_SECONDS:
+        return 0
+    _rolled_up_at[0] = now
+    return roll_up()
+
+
+def roll_up(limit: int = ROLL_UP_ROWS) -> int:
+    """Fold up to ``limit`` ``FreedCount`` rows into their keys' ``freed`` (``claims_sql.fold_freed_counts``:
+    every counter stays as it was). The worker runs this, never a release: it updates the shared ``WakeKey``
+    rows. Returns the rows folded."""
+    return claims_sql.fold_freed_counts(limit)
 
 
 def forget(claim_ids) -> None:
@@ -157,40 +245,31 @@ def forget_sql() -> str:
     return f"DELETE FROM {connection.ops.quote_name(PendingWake._meta.db_table)} WHERE claim_id = ANY(%(ids)s)"
 
 
-def bump_version(wake_all: bool) -> int:
-    """Move the fleet clock (inside the writer's transaction); ``wake_all``: every pending claim is
-    eligible again. Returns the new version."""
-    if connection.vendor == "postgresql":  # every release runs this: one statement (not update + read)
+def bump_version() -> int:
+    """Move the claims' version (inside the writer's transaction): every pending claim is eligible again.
+    Returns the new version. Not on the release path: only inventory, class and queue changes run it."""
+    if connection.vendor == "postgresql":  # one statement (not update + read)
         table = connection.ops.quote_name(FleetState._meta.db_table)
-        sets = "version = version + 1" + (", wake_all_version = version + 1" if wake_all else "")
         with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {table} SET {sets} WHERE id = 1 RETURNING version")
+            cursor.execute(f"UPDATE {table} SET version = version + 1, wake_all_version = version + 1 "
+                           "WHERE id = 1 RETURNING version")
             row = cursor.fetchone()
         if row is not None:
             return row[0]
-    fields = {"version": F("version") + 1}
-    if wake_all:
-        fields["wake_all_version"] = F("version") + 1
-    if not FleetState.objects.filter(pk=1).update(**fields):
+    if not FleetState.objects.filter(pk=1).update(version=F("version") + 1, wake_all_version=F("version") + 1):
         FleetState.objects.get_or_create(pk=1, defaults={"version": 2, "wake_all_version": 2})
     return FleetState.objects.filter(pk=1).values_list("version", flat=True).get()
 
 
 def released_sql(freed: str) -> str:
-    """``released`` as two more WITH queries (``clock``, ``woken``: one row per key counted) of a PostgreSQL
-    statement whose WITH query ``freed`` returns the released devices' ``cluster`` (a release deletes its rows
-    and counts them in one round trip: ``claims.services.claims``). Parameters ``%(wake_prefix)s`` and
-    ``%(wake_any)s``: ``wake_params()``. Nothing freed: nothing moves. No fleet state row: ``woken`` is empty,
-    and the caller falls back on ``released``. Keys in byte order, as ``sorted`` orders them there."""
-    fleet = connection.ops.quote_name(FleetState._meta.db_table)
-    table = connection.ops.quote_name(WakeKey._meta.db_table)
-    return (f"clock AS (UPDATE {fleet} SET version = version + 1 WHERE id = 1 AND EXISTS (SELECT 1 FROM {freed}) "
-            "RETURNING version), "
-            f"counts AS (SELECT %(wake_prefix)s || cluster AS key, count(*) AS freed FROM {freed} GROUP BY cluster "
-            f"UNION ALL SELECT %(wake_any)s, count(*) FROM {freed}), "
-            f"woken AS (INSERT INTO {table} (key, freed, version) SELECT counts.key, counts.freed, clock.version "
-            'FROM counts CROSS JOIN clock ORDER BY counts.key COLLATE "C" ON CONFLICT (key) DO UPDATE '
-            f"SET freed = {table}.freed + excluded.freed, version = excluded.version RETURNING 1)")
+    """``released`` as one more WITH query (``counted``) of a PostgreSQL statement whose WITH query ``freed``
+    returns the released devices' ``cluster`` (a release deletes its rows and counts them in one round trip:
+    ``claims.services.claims``). Parameters ``%(wake_prefix)s`` and ``%(wake_any)s``: ``wake_params()``.
+    Nothing freed: nothing counted. Insert-only: no row another release writes or waits on."""
+    table = connection.ops.quote_name(FreedCount._meta.db_table)
+    return (f"counted AS (INSERT INTO {table} (key, freed) "
+            f"SELECT %(wake_prefix)s || cluster, count(*) FROM {freed} GROUP BY cluster "
+            f"UNION ALL SELECT %(wake_any)s, count(*) FROM {freed} HAVING count(*) > 0)")
 
 
 def wake_params() -> dict[str, str]:
@@ -199,20 +278,18 @@ def wake_params() -> dict[str, str]:
 
 def released(clusters: Counter) -> None:
     """Devices were released (``clusters``: how many per cluster): count them (in the releasing
-    transaction). Keys in sorted order, so two releases never wait on each other in a cycle. A release on
-    PostgreSQL counts them with ``released_sql`` in its own statement; this is the portable way, and the
-    fallback when the fleet state row is missing (it creates it)."""
+    transaction). The portable way, for SQLite (the embedded demo: one writer at a time, so updating the
+    shared ``WakeKey`` rows makes nobody wait); PostgreSQL inserts ``FreedCount`` rows (``released_sql``).
+    Keys in sorted order, so two writers never wait on each other in a cycle."""
     if not clusters:
         return
     counts = {cluster_key(c): n for c, n in clusters.items()}
     counts[ANY] = sum(clusters.values())
-    keys = sorted(counts)
     table = connection.ops.quote_name(WakeKey._meta.db_table)
-    upsert = (f"INSERT INTO {table} (key, freed, version) {{rows}} ON CONFLICT (key) DO UPDATE "
-              f"SET freed = {table}.freed + excluded.freed, version = excluded.version")
-    version = bump_version(wake_all=False)
+    upsert = (f"INSERT INTO {table} (key, freed) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
+              f"SET freed = {table}.freed + excluded.freed")
     with connection.cursor() as cursor:
-        cursor.executemany(upsert.format(rows="VALUES (%s, %s, %s)"), [(k, counts[k], version) for k in keys])
+        cursor.executemany(upsert, [(k, counts[k]) for k in sorted(counts)])
 
 
 def offer_sql(freed: str) -> str:
@@ -238,13 +315,14 @@ def candidates_sql() -> str:
     Only the window leaves the database: the worker orders, screens and wakes a bounded number, however many
     are pending."""
     t = {name: connection.ops.quote_name(model._meta.db_table) for name, model in (
-        ("claim", ResourceClaim), ("wake", PendingWake), ("key", WakeKey))}
+        ("claim", ResourceClaim), ("wake", PendingWake))}
     queue = "COALESCE(" + ", ".join(f"c.labels->>%(queue_label_{i})s" for i in range(3)) + ", '')"
     prio = ("CASE WHEN c.labels->>%(prio_label)s ~ '^-?[0-9]{1,9}$' THEN (c.labels->>%(prio_label)s)::int "
             "ELSE 0 END")
     return (f"SELECT id, keys FROM (SELECT c.id, m.keys, row_number() OVER (PARTITION BY c.namespace_id, {queue} "
             f"ORDER BY {prio} DESC, c.created_at, c.id) AS rn FROM {t['claim']} c JOIN ("
-            f"SELECT w.claim_id, array_agg(w.key) AS keys FROM {t['wake']} w JOIN {t['key']} k ON k.key = w.key "
+            f"SELECT w.claim_id, array_agg(w.key) AS keys FROM {t['wake']} w "
+            f"JOIN ({_counters_sql('key = ANY(%(keys)s)')}) k ON k.key = w.key "
             "WHERE w.key = ANY(%(keys)s) AND w.wake_at <= k.freed GROUP BY w.claim_id) m ON m.claim_id = c.id "
             "WHERE c.phase = %(pending)s AND c.attempted_version IS NOT NULL "
             "AND (c.taken_until IS NULL OR c.taken_until < now())) ranked WHERE rn <= %(window)s")

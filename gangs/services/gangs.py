@@ -5,7 +5,7 @@ so claims from templates, reservations and their events are made exactly as for 
 then puts the hold on the member claims (``hold``) in the same transaction, before anyone can see them.
 
 Lock order, everywhere in this app: the gang row, then its member claims (by id), then what the claims
-app's own services lock after that (``FleetState`` when devices are freed). Never the other way round.
+app's own services lock after that. Never the other way round.
 """
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def finish_locked(gang: Gang, mcs: list[MemberClaims], phase: str, reason: str, 
     for mc in mcs:
         for c in mc.claims:
             if c.phase in (Phase.PENDING, Phase.ALLOCATED):
-                # The claims app's own release: devices freed, events, FleetState bumped, waiters woken.
+                # The claims app's own release: devices freed, events, freed devices counted and offered.
                 claim_services.release_claim(c.id, reason=claim_reason, message=f"gang {gang.name}: {message}")
         if mc.member.phase != MemberPhase.LOST:
             mc.member.phase = MemberPhase.RELEASED

@@ -9,7 +9,7 @@ lease and no history to go on, there is no estimate, and ``status.estimate.reaso
 
 A pending claim's read asks for its estimate, and clients poll it; what it needs of the fleet (every running
 claim's devices and expected end, the queues' mean holding times) is kept per web process (``_Ends``) and
-read again only when the allocations may have changed: a release (``FleetState.version``) or a new charge
+read again only when the allocations may have changed: a release (``wake.clock_sql``) or a new charge
 (the highest ``QuotaCharge`` id; a re-admission inserts its charges anew). A lease renewal moves an end
 without either, so the copy is also read again after ``MAX_AGE_SECONDS``. The holding times come from a
 bounded sample (the ``HISTORY_SAMPLE`` most recent releases of the last ``HISTORY_DAYS``): released claims are
@@ -33,7 +33,8 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from claims.models import FleetState, Phase, ResourceClaim
+from claims.models import Phase, ResourceClaim
+from claims.services import wake
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, QuotaCharge
 from queues.services.usage import requested_devices
@@ -156,7 +157,7 @@ def _state_key() -> tuple:
     qn = connection.ops.quote_name
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT (SELECT max(id) FROM {qn(QuotaCharge._meta.db_table)}), "
-                       f"(SELECT version FROM {qn(FleetState._meta.db_table)} WHERE id = 1)")
+                       f"{wake.clock_sql()}")
         return tuple(cursor.fetchone())
 
 

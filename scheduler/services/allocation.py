@@ -18,9 +18,10 @@ decide for different clusters at the same time and never for the same one (deter
 the same devices, and all but one would lose the race at commit).
 
 Claims the engine could not place keep ``phase=Pending`` with a reason and the engine's diagnostics, and are
-not retried until ``FleetState.version`` moves past the version they were tried at (devices were released or
-the inventory changed) or the claim itself changes: the engine is deterministic, so retrying earlier would
-only repeat the "no".
+not retried until devices they could use were released (``claims.services.wake``: the round's wake-up step
+wakes them), ``FleetState.version`` moves past the version they were tried at (the inventory, classes or
+queues changed) or the claim itself changes: the engine is deterministic, so retrying earlier would only
+repeat the "no".
 """
 from __future__ import annotations
 
@@ -46,9 +47,11 @@ from claims.services.engines import session as engine_session
 from claims.services.taking import (  # noqa: F401
     TAKE_SECONDS,
     bump_fleet_version,
+    claims_version,
     eligible_pending,
     fleet_version,
     not_taken,
+    read_version,
     take,
     take_members,
     taken_mark,

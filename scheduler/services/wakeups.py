@@ -58,24 +58,28 @@ def wake_for_released() -> int:
     """Offer released devices to the claims they can serve (see the module docstring); returns claims woken.
     Batches of offers nobody wants are dropped and the next batch read, up to ``OFFER_BATCHES``: a round that
     wakes and takes nothing ends the allocation task, which would leave the offers behind them until the next
-    release or the beat's retry."""
-    woken, after = 0, 0
+    release or the beat's retry. After offers (devices were released since), the releases' counts are folded
+    into their counters now and then (``wake.roll_up_soon``), so reading a counter stays cheap."""
+    woken, after, offered = 0, 0, False
     for _ in range(OFFER_BATCHES):
-        n, last = _offer_batch(after)
-        woken += n
+        n, last, read = _offer_batch(after)
+        woken, offered = woken + n, offered or read
         if woken or last is None:
             break
         after = last
+    if offered:
+        wake.roll_up_soon()
     return woken
 
 
-def _offer_batch(after: int) -> tuple[int, int | None]:
-    """(claims woken, the last offer's id when the batch was full, else None) for the offers after ``after``."""
+def _offer_batch(after: int) -> tuple[int, int | None, bool]:
+    """(claims woken, the last offer's id when the batch was full, else None, whether any offer was read) for
+    the offers after ``after``."""
     with transaction.atomic():
         offers = list(ReleasedDevice.objects.select_for_update(skip_locked=True).filter(id__gt=after)
                       .order_by("id")[:OFFERS_PER_ROUND])
         if not offers:
-            return 0, None
+            return 0, None, False
         used = _in_use(offers)
         free = [o for o in offers if (o.cluster, o.driver, o.pool, o.device) not in used]
         # An offer whose last woken claims are not decided yet waits: they may still take the device.
@@ -90,7 +94,7 @@ def _offer_batch(after: int) -> tuple[int, int | None]:
                 o.woken = sorted(woken[o.id])
         ReleasedDevice.objects.bulk_update([o for o in ready if o.id in keep], ["woken"])
         n = wake.wake_claims(set().union(*woken.values()) if woken else set())
-    return n, (offers[-1].id if len(offers) == OFFERS_PER_ROUND else None)
+    return n, (offers[-1].id if len(offers) == OFFERS_PER_ROUND else None), True
 
 
 def _in_use(offers: list[ReleasedDevice]) -> set[tuple[str, str, str, str]]:
@@ -162,7 +166,9 @@ def _serves(engine, view, claim: ResourceClaim, device) -> bool:
 
 def backstop(limit: int = BACKSTOP_CLAIMS) -> int:
     """Wake the oldest candidates of every key (counters reached, never offered a device): the periodic safety
-    net for claims beyond a device's window or whose offer was dropped. Returns claims woken."""
+    net for claims beyond a device's window or whose offer was dropped; and folds the releases' counts that
+    no round folded (releases whose devices were not offered: admin access). Returns claims woken."""
+    wake.roll_up()
     keys = wake.all_keys()
     if not keys:
         return 0

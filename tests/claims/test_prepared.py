@@ -115,7 +115,7 @@ def test_a_release_reads_the_claim_once_and_answers_as_a_read_after_it(admin_cli
     # written on psycopg's cursor: draservice.bulk.pg_execute, which Django's capture does not see).
     statements = [q for q in sqls if "SAVEPOINT" not in q]
     assert len(statements) == 3, [q[:90] for q in statements]
-    assert any('"claims_wakekey"' in q and '"claims_deviceallocation"' in q for q in statements), statements
+    assert any('"claims_freedcount"' in q and '"claims_deviceallocation"' in q for q in statements), statements
     read = admin_client.get(f"{NS}/resourceclaims/one")
     assert released.json() == read.json() and released["ETag"] == read["ETag"]
     assert read.json()["status"]["phase"] == "Released"

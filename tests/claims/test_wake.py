@@ -157,7 +157,7 @@ def test_a_release_the_decision_may_not_have_seen_makes_the_claim_retry_at_once(
     submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)], gpu_claim("late"))
     run_rounds()
     late = claim("late")
-    read_at = allocation.fleet_version()  # as a round reads it with the claim
+    read_at = allocation.read_version()  # as a round reads it with the claim
     release("f-0")  # commits while that round's engine runs
     with transaction.atomic():
         commit.set_pending([late], "Unsatisfiable", "no", None, read_at, timezone.now(), [],
@@ -173,7 +173,7 @@ def test_wake_rows_follow_the_claim(admin_client):
     submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)], gpu_claim("head"), gpu_claim("w", count=3))
     run_rounds()
     rows = list(PendingWake.objects.filter(claim=claim("w")).values_list("key_id", "wake_at"))
-    base = WakeKey.objects.get(key=wake.cluster_key("c1")).freed if rows else None
+    base = wake.counters([wake.cluster_key("c1")])[wake.cluster_key("c1")] if rows else None
     assert rows == [(wake.cluster_key("c1"), base + 3)]  # three GPUs short, in the one cluster with H100s
     for i in range(4):
         release(f"f-{i}")
@@ -292,25 +292,87 @@ def test_a_sampled_explanation_waits_for_any_release():
     assert wake.wants(cut) == wake.ANY_RELEASE
 
 
-def test_a_release_counts_its_devices_and_moves_the_clock_even_without_the_fleet_state_row(admin_client):
-    from claims.models import FleetState
+def test_a_release_counts_its_devices_in_rows_of_its_own_and_moves_the_fleet_version(admin_client):
+    """A release writes no row another release writes: its counts are FreedCount rows (folded into their
+    WakeKey by the worker, counters unchanged), FleetState stays as it was, and the fleet version still moves."""
+    from claims.models import FleetState, FreedCount
     from usage.models import UsageInterval
 
     load_fleet({"c1": [("h100", 2)]})
     submit(admin_client, gpu_claim("a", count=3), gpu_claim("b", count=2))
     run_rounds()
-    version = FleetState.objects.get().version
-    freed = {k: WakeKey.objects.get(key=k).freed if WakeKey.objects.filter(key=k).exists() else 0
-             for k in (wake.ANY, wake.cluster_key("c1"))}
+    wake.roll_up()
+    keys = [wake.ANY, wake.cluster_key("c1")]
+    state, version, counted = FleetState.objects.get(), allocation.fleet_version(), wake.counters(keys)
+    folded = dict(WakeKey.objects.filter(key__in=keys).values_list("key", "freed"))
     assert UsageInterval.objects.filter(claim_id=claim("a").id, ended_at__isnull=True).count() == 3
-    release("a")  # one statement moves the clock and upserts both counters
-    assert FleetState.objects.get().version == version + 1
-    assert {k: WakeKey.objects.get(key=k).freed for k in freed} == {k: n + 3 for k, n in freed.items()}
-    assert WakeKey.objects.get(key=wake.ANY).version == version + 1
+    release("a")  # one statement: its rows deleted, intervals closed, devices counted and offered
+    assert sorted(FreedCount.objects.values_list("key", "freed")) == [(wake.ANY, 3), (wake.cluster_key("c1"), 3)]
+    assert wake.counters(keys) == {k: counted.get(k, 0) + 3 for k in keys}
+    assert dict(WakeKey.objects.filter(key__in=keys).values_list("key", "freed")) == folded  # not written
+    fresh = FleetState.objects.get()
+    assert (fresh.version, fresh.wake_all_version, fresh.updated_at) == (state.version, state.wake_all_version,
+                                                                         state.updated_at)
+    assert allocation.fleet_version() == version + 3
     assert not DeviceAllocation.objects.filter(claim=claim("a")).exists()
     assert not UsageInterval.objects.filter(claim_id=claim("a").id, ended_at__isnull=True).exists()
-    FleetState.objects.all().delete()  # a flushed database: the release creates the row, as before
+    assert wake.roll_up() == 2
+    assert not FreedCount.objects.exists() and wake.counters(keys) == {k: counted.get(k, 0) + 3 for k in keys}
+    assert allocation.fleet_version() == version + 3  # folding changes no counter
+    FleetState.objects.all().delete()  # a flushed database: the release needs no row, the version reader makes it
     release("b")
-    assert FleetState.objects.get().version == 2
-    assert WakeKey.objects.get(key=wake.ANY).freed == freed[wake.ANY] + 5
-    assert WakeKey.objects.get(key=wake.ANY).version == 2
+    assert wake.counters([wake.ANY]) == {wake.ANY: counted.get(wake.ANY, 0) + 5}
+    assert allocation.fleet_version() == 1 + counted.get(wake.ANY, 0) + 5
+    assert FleetState.objects.filter(pk=1).exists()
+
+
+def test_a_round_stamps_claims_with_the_counters_read_after_the_take_and_a_wake_all_moves_only_the_claims_version(
+        admin_client):
+    load_fleet({"c1": [("h100", 1)]})
+    submit(admin_client, *[gpu_claim(f"f-{i}") for i in range(8)], gpu_claim("late"))
+    run_rounds()
+    taken_at = allocation.read_version()
+    assert taken_at.freed == wake.counters() and int(taken_at) == allocation.claims_version()
+    release("f-0")
+    assert allocation.read_version().freed[wake.ANY] == taken_at.freed.get(wake.ANY, 0) + 1
+    before = allocation.fleet_version()
+    with transaction.atomic():
+        allocation.bump_fleet_version()
+    assert allocation.claims_version() == int(taken_at) + 1 and allocation.fleet_version() == before + 1
+
+
+def test_on_sqlite_a_release_counts_on_the_counters_and_wakes_the_claim_it_completes(tmp_path):
+    """SQLite (the embedded default, one writer at a time): a release updates the counters themselves (no
+    FreedCount rows to fold); the queue's head waiting for two devices is decided again at each release (a
+    head holds its node) and placed at the second."""
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    script = (
+        "import django; django.setup()\n"
+        "from django.core.management import call_command; call_command('migrate', verbosity=0)\n"
+        "from claims.models import FreedCount, Phase, ResourceClaim\n"
+        "from claims.services import claims as cs, taking, wake\n"
+        "from scheduler.services import allocation\n"
+        "from tests.claims import fleet as fh\n"
+        "def rounds():\n"
+        "    while allocation.allocate_round().taken: pass\n"
+        "def phase(name): return ResourceClaim.objects.get(name=name).phase\n"
+        "fh.load_fleet({'c1': [('h100', 1)]})\n"
+        "cs.create_claims('team-a', [fh.gpu_claim(f'f-{i}') for i in range(8)] + [fh.gpu_claim('late', 2)])\n"
+        "rounds(); assert phase('late') == Phase.PENDING\n"
+        "version, tried = taking.fleet_version(), ResourceClaim.objects.get(name='late').attempts\n"
+        "cs.release_claim(ResourceClaim.objects.get(name='f-0').id); rounds()\n"
+        "assert taking.fleet_version() == version + 1 and not FreedCount.objects.exists()\n"
+        "assert phase('late') == Phase.PENDING and ResourceClaim.objects.get(name='late').attempts == tried + 1\n"
+        "cs.release_claim(ResourceClaim.objects.get(name='f-1').id); rounds()\n"
+        "assert phase('late') == Phase.ALLOCATED, phase('late')\n"
+        "assert wake.counters() == {'*': 2, 'cluster:c1': 2}, wake.counters()\n"
+        "print('ok')\n")
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "PATH": "/usr/bin:/bin",
+           "DJANGO_SETTINGS_MODULE": "draservice.settings", "LOG_LEVEL": "WARNING"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(settings.BASE_DIR), capture_output=True,
+                         text=True, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -84,7 +84,7 @@ def test_while_the_device_stays_free_the_next_claims_in_order_are_woken_until_no
         # The woken claims fail to use it (decided again at the current version): the device stays free.
         with transaction.atomic():
             claims = list(ResourceClaim.objects.filter(name__in=batch).select_related("namespace"))
-            commit.set_pending(claims, "Unsatisfiable", "no", None, allocation.fleet_version(), timezone.now(),
+            commit.set_pending(claims, "Unsatisfiable", "no", None, allocation.read_version(), timezone.now(),
                                [], wake_keys=((wake.cluster_key("c1"), 1),))
             commit.record(claims, [])
     assert seen == [{"any-0", "any-1"}, {"any-2", "any-3"}, {"any-4"}]  # the scheduler's order: oldest first
