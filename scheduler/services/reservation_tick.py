@@ -10,19 +10,22 @@ For each reservation, its current or next occurrence:
   their queue's grace period; the notice names the reservation and the re-check keeps it);
 - from ``start``: its labelled claims waiting for the window are decided again at once, and the delay of its
   first start is recorded (``Reservation.started``: the late-start gauge);
-- after ``end``: the hold is dropped, and claims held off its nodes are decided again.
+- after ``end``: the hold is dropped, and claims held off its nodes or waiting for the quota it withheld
+  (``queues.services.admission``) are decided again.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Min
 from django.utils import timezone
 
 from claims import dispatch
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services import fleet, wake
+from claims.services.taking import bump_fleet_version
 from dra import windows
 from dra.engine import Engine
 from queues import reservation_spec as spec_mod
@@ -46,8 +49,10 @@ def run(now: datetime | None = None) -> dict:
     for r in Reservation.objects.order_by("id"):
         occ = windows.current_or_next(spec_mod.parsed_window(r.spec), now)
         if r.held and (occ is None or r.held.get("start") != occ.start.strftime(ISO)) and _ended(r, now):
-            r.held = {}
-            r.save(update_fields=["held", "updated_at"])
+            with transaction.atomic():
+                r.held = {}
+                r.save(update_fields=["held", "updated_at"])
+                bump_fleet_version()  # claims waiting for the quota it withheld are tried again too
             out["woken"] += _wake(ResourceClaim.objects.filter(phase=Phase.PENDING, reason=HELD))
         if occ is None or now < occ.start - timedelta(seconds=r.spec.get("leadTimeSeconds") or 0):
             continue
@@ -100,7 +105,7 @@ def hold(r: Reservation, occ: windows.Occurrence) -> int:
 def _reclaimable(r: Reservation, occ: windows.Occurrence, row_ids: set[int]):
     """(allocation row id -> its claim, for rows free by the start: walltimes ending before it, the
     reservation's own claims, borrowers when it reclaims; the ids of those borrowers)."""
-    pad = plan.margin()
+    pad = plan.margin().total_seconds()
     rows = (DeviceAllocation.objects.filter(id__in=row_ids, claim__phase=Phase.ALLOCATED)
             .select_related("claim__namespace"))
     tree = shares = None
@@ -108,8 +113,8 @@ def _reclaimable(r: Reservation, occ: windows.Occurrence, row_ids: set[int]):
     borrowers: set[int] = set()
     for row in rows:
         c = row.claim
-        ends = c.lease_expires_at + pad if c.lease_expires_at else None
-        if (ends is not None and ends <= occ.start) or (c.labels or {}).get(spec_mod.LABEL) == r.name:
+        ends = c.lease_expires_at.timestamp() if c.lease_expires_at else None
+        if windows.free_by_start(ends, occ.start.timestamp(), pad) or (c.labels or {}).get(spec_mod.LABEL) == r.name:
             free[row.id] = c
             continue
         if not r.spec.get("reclaimBorrowed") or c.preemption:
