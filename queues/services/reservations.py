@@ -320,6 +320,28 @@ def check_fleet(name: str, spec: dict, others: list[Reservation], now: datetime)
     _check_nominal(name, spec, theirs, overlap_sets or [()], view)
 
 
+def shortfall(r: Reservation, older: list[Reservation], view, now: datetime) -> str:
+    """What of ``r`` the fleet's current inventory cannot hold, beside the older reservations its occurrences
+    over the next ``HORIZON`` overlap ('' when all of it fits): the first shortfall, with its occurrence. The
+    reservations' pass asks after an inventory change (``Degraded``); the older one keeps its capacity."""
+    theirs = {o.name: (o, _spans(o.spec, now)) for o in older}
+    checked: set[tuple[str, ...]] = set()
+    for occ in _spans(r.spec, now):
+        together = tuple(sorted(n for n, (_, spans) in theirs.items() if any(s.overlaps(occ) for s in spans)))
+        if together in checked:
+            continue
+        checked.add(together)
+        engine = Engine(view.snapshot, [])
+        for other in together:
+            fit.place(engine, view.cluster_labels, other, theirs[other][0].spec)
+        placed = fit.place(engine, view.cluster_labels, r.name, r.spec)
+        if not placed.whole:
+            beside = f" beside reservations {', '.join(together)}" if together else ""
+            return (f"the fleet's inventory holds too little for its occurrence {_span_words(_unheld(r.spec, occ))}"
+                    f"{beside}: " + "; ".join(placed.short))
+    return ""
+
+
 def _first_conflict(occ, together, theirs) -> tuple[str, windows.Occurrence]:
     found = [(s, n) for n in together for s in theirs[n][1] if s.overlaps(occ)]
     span, other = min(found, key=lambda x: (x[0].start, x[1]))

@@ -10,11 +10,14 @@ For each reservation, its current or next occurrence:
   their queue's grace period; the notice names the reservation and the re-check keeps it);
 - from ``start``: its labelled claims waiting for the window are decided again at once, and the delay of its
   first start is recorded (``Reservation.started``: the late-start gauge);
+- after an inventory change: ``check_inventory`` (a loss is the reservation's ``Degraded``, never dropped
+  silently);
 - after ``end``: the hold is dropped, and claims held off its nodes or waiting for the quota it withheld
   (``queues.services.admission``) are decided again.
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from datetime import datetime, timedelta
 
@@ -31,6 +34,7 @@ from dra.engine import Engine
 from queues import reservation_spec as spec_mod
 from queues.models import Reservation
 from queues.services import reservation_fit as fit
+from queues.services import reservations as reservation_services
 from queues.services import usage as u
 from queues.services.order import Shares
 from queues.services.resolve import Tree, queue_of
@@ -45,7 +49,7 @@ HELD = "HeldForReservation"
 
 def run(now: datetime | None = None) -> dict:
     now = now or timezone.now()
-    out = {"held": 0, "noticed": 0, "woken": 0}
+    out = {"held": 0, "noticed": 0, "woken": 0, "degraded": check_inventory(now)}
     for r in Reservation.objects.order_by("id"):
         occ = windows.current_or_next(spec_mod.parsed_window(r.spec), now)
         if r.held and (occ is None or r.held.get("start") != occ.start.strftime(ISO)) and _ended(r, now):
@@ -64,6 +68,53 @@ def run(now: datetime | None = None) -> dict:
                                                                labels__contains={spec_mod.LABEL: r.name}))
             _note_start(r, occ)
     return out
+
+
+# The fleet view whose inventory this process last checked the reservations against, and when: at most once
+# every CHECK_SECONDS (each check places every reservation on a fresh engine; agents may push often).
+_checked: dict = {"key": None, "at": float("-inf")}
+CHECK_SECONDS = 30.0
+
+
+def check_inventory(now: datetime) -> int:
+    """After an inventory change (a new fleet view), each reservation against what is left: one holding now
+    whose held nodes lost devices (or that was short) is held again from the fleet as it is, its shortfall its
+    ``Degraded`` message; any other is placed beside the older ones its occurrences overlap
+    (``reservation_services.shortfall``). ``Degraded`` clears when it fits again. Returns the reservations
+    whose ``Degraded`` changed."""
+    view = fleet.current_view()
+    if _checked["key"] == view.key or time.monotonic() - _checked["at"] < CHECK_SECONDS:
+        return 0
+    changed = 0
+    older: list[Reservation] = []
+    for r in Reservation.objects.order_by("id"):
+        occ = windows.current_or_next(spec_mod.parsed_window(r.spec), now)
+        was = r.degraded
+        if occ is not None and r.held.get("start") == occ.start.strftime(ISO):
+            lost = _held_now(view, r) < int(r.held.get("heldDevices") or 0)
+            if r.degraded or lost:
+                hold(r, occ)
+                if r.degraded:
+                    r.degraded = (("the fleet lost capacity held for it: " if lost else
+                                   "still short after an inventory change: ") + r.degraded)
+                    r.save(update_fields=["degraded", "updated_at"])
+        elif occ is not None:
+            r.degraded = reservation_services.shortfall(r, older, view, now)
+            if r.degraded != was:
+                r.save(update_fields=["degraded", "updated_at"])
+        changed += r.degraded != was
+        older.append(r)
+    _checked.update(key=view.key, at=time.monotonic())
+    return changed
+
+
+def _held_now(view, r: Reservation) -> int:
+    """Devices of the reservation's classes on its held nodes in the current inventory (nothing in use)."""
+    engine = Engine(view.snapshot, [])
+    classes = {res["deviceClassName"] for res in r.spec.get("resources") or [] if res.get("devices")}
+    nodes = {tuple(n) for n in r.held.get("nodes") or []}
+    return sum(fit.free_on(engine, model, node, cls) for model in engine.clusters.values()
+               for node in model.node_order if (model.name, node) in nodes for cls in classes)
 
 
 def _ended(r: Reservation, now: datetime) -> bool:
