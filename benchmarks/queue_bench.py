@@ -23,6 +23,14 @@ fourth queue D (nominal 2,000) reclaiming from the others < 10 s (KAI: 102 s).
 same planning engine and backfill rule as the scheduler): GPU-idle fraction on held nodes with space-only
 holds and with time-aware backfill (goal: halved or better), planned-start error (median <= 10 %, p90 <= 25 %),
 heads delayed by a backfilled claim (goal 0).
+
+    python benchmarks/queue_bench.py --reservation [--small] [--rate 1.0] [--check]
+
+``--reservation`` (issue 38) replays a daily reservation of 256 GPUs (02:00-06:00 Europe/Berlin, lead time
+1 h, ``lendIdle``) on 128 nodes x 8 GPUs kept busy by a claim stream, for 5 simulated days
+(``benchmarks/reservation_sim``: the scheduler's hold and lending rules, ``dra.windows``, and its node choice,
+``queues.services.reservation_fit``): every window's claims all started <= 5 s late with the fleet >= 90 % busy
+in the hour before its hold; the reserved-but-idle GPU-hours lent out are printed.
 """
 from __future__ import annotations
 
@@ -405,15 +413,50 @@ def backfill_report(small: bool, rate: float, line) -> None:
     line(after["delayed"] == 0, f"heads delayed by a backfilled claim: {after['delayed']} (goal 0)")
 
 
+def reservation_report(small: bool, rate: float | None, line) -> None:
+    from benchmarks.reservation_sim import SMALL, Replay, Shape
+
+    shape = SMALL if small else Shape()
+    if rate is not None:
+        shape = Shape(**{**shape.__dict__, "load": rate})
+    t0 = time.perf_counter()
+    out = Replay(shape).run()
+    print(f"reservation replay: {shape.nodes} nodes x 8 GPUs, a {shape.reserved}-GPU window {shape.window[0][11:16]}-"
+          f"{shape.window[1][11:16]} {shape.zone} daily (lead {shape.lead} s, lendIdle {shape.lend_idle}), "
+          f"{shape.days} simulated days, offered load {shape.load}x, {out['claims']} claims, fleet "
+          f"{out['busy'] * 100:.1f} % busy overall, {time.perf_counter() - t0:.1f} s wall, load average "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    for day in out["days"]:
+        late = day["late"]
+        line(late is not None and late <= 5 and day["busy_before"] >= 0.9 and not day["short"],
+             f"window {day['start']:%Y-%m-%d %H:%M} UTC: fleet {day['busy_before'] * 100:.1f} % busy in the hour "
+             f"before its hold (goal >= 90 %), {day['held']} of {shape.reserved} GPUs held"
+             + (f" ({'; '.join(day['short'])})" if day["short"] else "")
+             + f", its {shape.reserved} GPUs of claims all started "
+             + ("NEVER" if late is None else f"{late:.1f} s late") + " (goal <= 5 s)")
+    line(len(out["days"]) == shape.days, f"windows replayed: {len(out['days'])} (goal {shape.days})")
+    idle = out["idle_gpu_hours"]
+    print(f"       reserved {out['reserved_gpu_hours']:.0f} GPU-h: its claims used {out['own_gpu_hours']:.0f}, "
+          f"idle {idle:.0f}; lent out inside the windows (lendIdle, claims ending before the end) "
+          f"{out['lent_inside_gpu_hours']:.0f} GPU-h ({out['lent_inside_gpu_hours'] / idle * 100 if idle else 0:.0f} "
+          f"% of the idle); on held nodes during the lead times (claims ending before the start) "
+          f"{out['lent_before_gpu_hours']:.0f} GPU-h")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--minutes", type=int, default=120)
-    parser.add_argument("--rate", type=float, default=1.3, help="offered load as a multiple of the fleet")
+    parser.add_argument("--rate", type=float, default=None, help="offered load as a multiple of the fleet "
+                                                                   "(default 1.3; --reservation: 1.0)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--backfill", action="store_true", help="the walltime backfill replay only (issue 37)")
-    parser.add_argument("--small", action="store_true", help="with --backfill: 40 nodes, an hour")
+    parser.add_argument("--reservation", action="store_true", help="the advance-reservation replay only (issue 38)")
+    parser.add_argument("--small", action="store_true", help="with --backfill: 40 nodes, an hour; with "
+                                                             "--reservation: 48 nodes, 2 days")
     args = parser.parse_args()
+    args.rate_given = args.rate is not None
+    args.rate = 1.3 if args.rate is None else args.rate
     missed = []
 
     def line(ok: bool, text: str) -> None:
@@ -421,6 +464,9 @@ def main() -> int:
         if not ok:
             missed.append(text)
 
+    if args.reservation:
+        reservation_report(args.small, args.rate if args.rate_given else None, line)
+        return 1 if args.check and missed else 0
     if args.backfill:
         backfill_report(args.small, args.rate, line)
         return 1 if args.check and missed else 0

@@ -8,6 +8,10 @@ lasts 3 real hours on the night the clocks go forward and 5 on the night they go
 not a fixed UTC offset). A wall-clock time in the gap of a spring-forward is read with the offset before the
 gap (PEP 495, ``fold=0``): 02:30 on that night is 03:30 summer time.
 
+The rules of held capacity (``free_by_start``, ``may_use_held``) are here too, on plain seconds, so that the
+scheduler (``scheduler.services.reservations``, ``scheduler.services.reservation_tick``) and the reservation
+replay (``benchmarks/reservation_sim``) decide with the same functions.
+
 Pure: no Django, no database (tests/queues/test_windows.py runs without services).
 """
 from __future__ import annotations
@@ -213,6 +217,28 @@ def first_overlap(a: list[Occurrence], b: list[Occurrence]) -> tuple[Occurrence,
         else:
             j += 1
     return None
+
+
+def free_by_start(ends_at: float | None, start: float, margin: float) -> bool:
+    """Does a running claim's device count free for a hold that starts at ``start``? Only when its walltime
+    ends (``ends_at``; None: no walltime, it may run for ever) a ``margin`` (the lease sweep's period and a
+    round's latency: when the device is in fact free again) before the start."""
+    return ends_at is not None and ends_at + margin <= start
+
+
+def may_use_held(walltimes: list[float | None], now: float, margin: float, start: float, end: float,
+                 lend_idle: bool, own_waiting: bool = False) -> bool:
+    """May a group whose claims have these walltimes (seconds; None or 0: none) land on capacity held for an
+    occurrence [start, end), at ``now`` (held: ``now`` is at or after start − lead)? Before the start, only
+    when every claim ends, with ``margin``, by the start; inside the window, only with ``lend_idle``, while
+    none of the reservation's own claims waits for room in it (``own_waiting``: then the capacity is not idle,
+    it is theirs), and when every claim ends by the end. A claim without a walltime never does."""
+    if not walltimes or not all(walltimes):
+        return False
+    inside = start <= now < end
+    if inside and (not lend_idle or own_waiting):
+        return False
+    return now + max(w for w in walltimes if w) + margin <= (end if inside else start)
 
 
 def _text(when: datetime) -> str:

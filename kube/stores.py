@@ -538,8 +538,13 @@ class ReservationStore(Store):
         return qs.filter(name__in=names)
 
     def may_get(self, request, name: str) -> bool:
-        found = list(Reservation.objects.filter(name=name))
-        return not found or bool(reservation_services.visible(access_for(request), found))
+        """A namespace token may read the reservations it may use, by name (as an RBAC rule listing
+        ``resourceNames``): any other name, existing or not, is a 403, so the answer does not tell whether a
+        reservation it may not use exists. Other callers read every one (a missing one: 404)."""
+        access = access_for(request)
+        if access.kind != "namespace":
+            return True
+        return bool(reservation_services.visible(access, list(Reservation.objects.filter(name=name))))
 
     def render_many(self, objs: list, version: str) -> list[dict]:
         return reservation_services.rendered_many(objs)

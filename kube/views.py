@@ -184,10 +184,13 @@ class ResourceView(APIView):
         if "name" in kw:
             if not self.store.may_get(request, kw["name"]):
                 # As kube-apiserver's authorizer answers, before any lookup: the same whether it exists or not.
+                # A namespace is its own scope; another cluster-scoped kind is "at the cluster scope".
+                scope = (f'in the namespace "{kw["name"]}"' if self.resource.plural == "namespaces"
+                         else "at the cluster scope" if not self.resource.namespaced
+                         else f'in the namespace "{kw.get("namespace")}"')
                 raise KubeError(403, f'{self.resource.qualified} "{kw["name"]}" is forbidden: this token cannot '
                                      f'get resource "{self.resource.plural}" in API group '
-                                     f'"{self.resource.qualified.partition(".")[2]}" in the namespace '
-                                     f'"{kw["name"]}"', "Forbidden",
+                                     f'"{self.resource.qualified.partition(".")[2]}" {scope}', "Forbidden",
                                 {"name": kw["name"], "kind": self.resource.plural})
             obj = self.store.get(kw.get("namespace"), kw["name"])
             rendered = self.store.render(obj, kw["version"])

@@ -20,8 +20,11 @@ has a quota entry for the class (and whose ``clusterSelector`` covers the cluste
 beyond its nominal borrows: what its siblings keep for themselves (``nominal - lendingLimit``, where idle) must
 stay free, so ``sum over the siblings of max(use, kept) + use after <= room``, the room being the parent's
 nominal + borrowingLimit, or, at the top level (or under a parent without borrowingLimit), the fleet's
-devices of the class, which the engine counts. A class the leaf does not list is refused
-(``NoQuotaForClass``), except in ``default`` (nominal 0 and unlimited borrowing for every class).
+devices of the class, which the engine counts, less what reservations hold: from a reservation's start minus
+its lead time to its end, the devices it reserves are not the cohort's to lend (``reservations.withholding``:
+less those it lends the queues' claims on its held nodes, which their usage counts already). A class the leaf
+does not list is refused (``NoQuotaForClass``), except in ``default`` (nominal 0 and unlimited borrowing for
+every class).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from draservice.bulk import bulk_insert
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QuotaCharge
 from queues.quantities import quantity
+from queues.services import reservations
 from queues.services import usage as u
 from queues.services.resolve import Tree, queue_of
 
@@ -133,6 +137,9 @@ class _State:
         self.tree, self.view, self.now = tree, view, now or timezone.now()
         self._usage: u.Usage | None = None
         self._added: u.Usage = {}  # charged by this commit before usage was read
+        self._withheld: list[reservations.Withheld] | None = None
+        self._unit = None  # the unit being checked
+        self._lending: dict[tuple[str, str], int] | None = None  # (reservation, class) -> its devices on their nodes
         self.labels = dict(view.cluster_labels) if view is not None else {}
         self.by_id = {q.id: q for q in tree.queues.values()}
         self.children: dict[int | None, list[int]] = defaultdict(list)
@@ -149,6 +156,29 @@ class _State:
             for key, amount in self._added.items():
                 self._usage[key] = self._usage.get(key, Fraction(0)) + amount
         return self._usage
+
+    def withheld(self, cls: str) -> int:
+        """Devices of ``cls`` the reservations inside their held spans take from what queues may borrow (read
+        once, on first need: only a borrower's check needs it)."""
+        if self._withheld is None:
+            self._withheld = reservations.withholding(self.now)
+        if self._lending is None:
+            self._lending = self._lent_to(self._unit) if self._withheld and self._unit is not None else {}
+        return sum(w.amount(cls, self._lending.get((w.name, cls), 0)) for w in self._withheld)
+
+    def _lent_to(self, unit) -> dict[tuple[str, str], int]:
+        """(reservation, class) -> the unit's devices placed on the nodes it holds (lent to the unit)."""
+        out: dict[tuple[str, str], int] = defaultdict(int)
+        for w in self._withheld or []:
+            for p in unit.placements:
+                if (p.cluster, getattr(p, "node", "")) not in w.nodes:
+                    continue
+                for claim, a in zip(p.claims, p.allocations, strict=True):
+                    for (cls, unit_name, _), amount in u.needs([_one(p, claim, a)], self.view).get(
+                            p.cluster, {}).items():
+                        if unit_name == "devices":
+                            out[(w.name, cls)] += int(amount)
+        return out
 
     def subtree(self, queue: Queue) -> set[int]:
         out, todo = set(), [queue.id]
@@ -192,6 +222,7 @@ class _State:
         for _, cluster, need in per_claim:
             for key, amount in need.items():
                 total[(cluster, key)] += amount
+        self._unit, self._lending = unit, None
         for (cluster, key), amount in sorted(total.items()):
             why = self.check(leaf, chain, cluster, key, amount)
             if why is not None:
@@ -233,9 +264,11 @@ class _State:
                     queue, key, after):
                 where = ("other queues" if queue.parent_id is None else
                          f'its sibling queues under "{self.by_id[queue.parent_id].name}"')
+                held = self.withheld(cls) if unit_name == "devices" and self._withheld else 0
                 return queueing.Verdict(queueing.WAITING_FOR_QUOTA, (
                     f'queue "{queue.name}" would borrow {what} that {where} keep for themselves (their nominal '
-                    "beyond lendingLimit)"), leaf.name)
+                    "beyond lendingLimit)" + (f" or reservations hold ({held} from their start minus lead time "
+                                              "to their end)" if held else "")), leaf.name)
         return None
 
     def fits_beside_siblings(self, borrower: Queue, key: tuple[str, str, str], after: Fraction) -> bool:
@@ -255,10 +288,21 @@ class _State:
                 kept = Fraction(queue_spec.amount_of(limits["nominal"])) - Fraction(
                     queue_spec.amount_of(limits["lendingLimit"]))
             kept_total += max(self.used(other, key, None), kept)
-        if not kept_total:
+        withheld = self.withheld(key[0]) if key[1] == "devices" and self.fleet_room(borrower.parent_id, key) else 0
+        if not kept_total and not withheld:
             return True  # nobody keeps anything: the engine's placement is the only bound
         capacity = self.room_under(borrower.parent_id, key)
-        return capacity is None or kept_total + after <= capacity
+        return capacity is None or kept_total + after + withheld <= capacity
+
+    def fleet_room(self, parent_id: int | None, key: tuple[str, str, str]) -> bool:
+        """Is the room of ``parent_id``'s children the fleet's (the top level, or a parent without
+        borrowingLimit)? Only there do reservations take their part: they hold the fleet's devices."""
+        parent = self.by_id.get(parent_id) if parent_id is not None else None
+        if parent is None:
+            return True
+        entry = self.entry(parent, key[0], "")
+        limits = _limits(entry, key[1], key[2]) if entry else None
+        return limits is None or limits.get("borrowingLimit") is None
 
     def room_under(self, parent_id: int | None, key: tuple[str, str, str]) -> Fraction | None:
         """What the children of ``parent_id`` may use together, or None when that is not known here."""

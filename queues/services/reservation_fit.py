@@ -95,9 +95,11 @@ def _place_one(engine, cluster_labels, key: str, resource: dict, want: int,
 
 
 def _fill(engine, key: str, cls: str, group, want: int, busy) -> tuple[list[AllocatedDevice], list[Where]]:
-    """Node by node (nodes running what would be taken last, then the most free first), as many as fit on
-    each: one question per node, then device by device where the engine says no to all at once."""
-    ranked = sorted(group, key=lambda mn: (busy.get((mn[0].name, mn[1]), 0), -free_on(engine, mn[0], mn[1], cls),
+    """Node by node (the most free first, then those running the least of what would be taken), as many as
+    fit on each: one question per node, then device by device where the engine says no to all at once. Most
+    free first: the held devices then make whole nodes where the fleet has them, and a reservation's claims of
+    a node's worth of devices find them (a hold spread over half-busy nodes holds the devices and fits none)."""
+    ranked = sorted(group, key=lambda mn: (-free_on(engine, mn[0], mn[1], cls), busy.get((mn[0].name, mn[1]), 0),
                                            mn[0].name, mn[1]))
     got: list[AllocatedDevice] = []
     nodes: list[Where] = []

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Sum
 from django.utils import timezone
 
 from claims.models import DeviceAllocation, Phase
 from claims.services import fleet
+from claims.services.taking import bump_fleet_version
 from dra import windows
 from dra.engine import Engine
 from draservice import audit
@@ -112,6 +114,47 @@ def in_use(names: list[str]) -> dict[str, int]:
     return out
 
 
+@dataclass(frozen=True)
+class Withheld:
+    """A reservation inside its held span [start − lead, end) now: what it takes from what queues may borrow."""
+
+    name: str
+    devices: dict[str, int]  # device class -> devices it reserves
+    nodes: frozenset[tuple[str, str]]  # (cluster, node) held for the occurrence (empty until the pass chose them)
+    lent: dict[str, int]  # device class -> queues' charged devices running on those nodes now (lent to them)
+
+    def amount(self, cls: str, lending: int = 0) -> int:
+        """Devices of ``cls`` withheld from the queues: what it reserves, less what it lends them now (those
+        are in their usage already) and ``lending`` more (a unit being admitted onto its nodes)."""
+        return max(0, self.devices.get(cls, 0) - self.lent.get(cls, 0) - lending)
+
+
+def withholding(now: datetime) -> list[Withheld]:
+    """The reservations holding capacity now (``queues.services.admission``: what a cohort may lend excludes
+    it, so borrowing never counts on capacity a reservation is about to use or uses)."""
+    out: list[tuple[str, dict[str, int], frozenset]] = []
+    for r in Reservation.objects.only("name", "spec", "held"):
+        occ = windows.current_or_next(spec_mod.parsed_window(r.spec), now)
+        if occ is None or not held_span(r.spec, occ).start <= now < occ.end:
+            continue
+        devices: dict[str, int] = defaultdict(int)
+        for res in r.spec.get("resources") or []:
+            if res.get("devices"):
+                devices[res["deviceClassName"]] += int(res["devices"])
+        held = r.held if r.held.get("start") == occ.start.strftime(ISO) else {}
+        out.append((r.name, dict(devices), frozenset(tuple(n) for n in held.get("nodes") or [])))
+    nodes = {n for _, _, held_nodes in out for _, n in held_nodes}
+    on_node: dict[tuple[str, str, str], int] = defaultdict(int)
+    if nodes:
+        rows = (QuotaCharge.objects.filter(unit="devices", claim__phase=Phase.ALLOCATED, claim__node__in=nodes)
+                .values_list("claim__cluster", "claim__node", "device_class").annotate(total=Sum("amount")))
+        for cluster, node, cls, total in rows:
+            on_node[(cluster, node, cls)] += int(total)
+    return [Withheld(name, devices, held_nodes,
+                     {cls: sum(on_node.get((c, n, cls), 0) for c, n in held_nodes) for cls in devices})
+            for name, devices, held_nodes in out]
+
+
 def visible(access, items):
     """The reservations ``access`` may use (a namespace token: those whose users list one of its namespaces or
     their queues); everyone else reads all."""
@@ -192,6 +235,7 @@ def delete(name: str, if_match: list[str] | None) -> None:
         check_if_match(if_match, r.resource_version)
         audit.record(spec_mod.KIND, name, audit.DELETE, _audited(r), None)
         r.delete()
+        bump_fleet_version()  # claims held off its nodes or waiting for the quota it withheld are tried again
 
 
 def _audited(r: Reservation) -> dict:
@@ -218,6 +262,7 @@ def _store(r: Reservation, obj: dict, creating: bool) -> Reservation:
     before = None if creating else _audited(r)
     if not creating and spec != r.spec:
         r.held, r.degraded = {}, ""  # held again from the new spec by the scheduler's next pass
+        bump_fleet_version()  # what it held or withheld may be free now
     r.spec = spec
     r.labels, r.annotations = obj["metadata"]["labels"], obj["metadata"]["annotations"]
     if not creating:
@@ -273,6 +318,28 @@ def check_fleet(name: str, spec: dict, others: list[Reservation], now: datetime)
                        f"{_span_words(_unheld(spec, occ))} and {other}'s {_span_words(theirs_occ)} overlap (lead "
                        f"times included) and the fleet cannot hold both ({'; '.join(placed.short)})")
     _check_nominal(name, spec, theirs, overlap_sets or [()], view)
+
+
+def shortfall(r: Reservation, older: list[Reservation], view, now: datetime) -> str:
+    """What of ``r`` the fleet's current inventory cannot hold, beside the older reservations its occurrences
+    over the next ``HORIZON`` overlap ('' when all of it fits): the first shortfall, with its occurrence. The
+    reservations' pass asks after an inventory change (``Degraded``); the older one keeps its capacity."""
+    theirs = {o.name: (o, _spans(o.spec, now)) for o in older}
+    checked: set[tuple[str, ...]] = set()
+    for occ in _spans(r.spec, now):
+        together = tuple(sorted(n for n, (_, spans) in theirs.items() if any(s.overlaps(occ) for s in spans)))
+        if together in checked:
+            continue
+        checked.add(together)
+        engine = Engine(view.snapshot, [])
+        for other in together:
+            fit.place(engine, view.cluster_labels, other, theirs[other][0].spec)
+        placed = fit.place(engine, view.cluster_labels, r.name, r.spec)
+        if not placed.whole:
+            beside = f" beside reservations {', '.join(together)}" if together else ""
+            return (f"the fleet's inventory holds too little for its occurrence {_span_words(_unheld(r.spec, occ))}"
+                    f"{beside}: " + "; ".join(placed.short))
+    return ""
 
 
 def _first_conflict(occ, together, theirs) -> tuple[str, windows.Occurrence]:

@@ -222,7 +222,7 @@ def _device_clusters(engine, view: fleet.FleetView, group: Group, memo: dict[str
     if group.blocked:
         return []
     cg = engine_group(group, view)
-    shape = _shape(cg) if len(group.claims) == 1 else None
+    shape = _shape(cg, None) if len(group.claims) == 1 else None  # which clusters: the walltime does not matter
     if shape is not None and shape in memo:
         return memo[shape]
     try:
@@ -264,7 +264,7 @@ def _run_engine(session: EngineSession, engine, view: fleet.FleetView, groups: l
             outcomes.append(DEFERRED)
             continue
         cg = engine_group(group, view, screen.avoid(group))
-        shape = _shape(cg) if len(group.claims) == 1 else None
+        shape = _shape(cg, group.claims[0].lease_seconds) if len(group.claims) == 1 else None
         hit = failed.get(shape) if shape else None
         if hit is not None and hit[0] == successes:
             outcomes.append(_same_failure(hit[1], hit[2], group.claims[0]))
@@ -304,11 +304,13 @@ def _over_budget(cg: ClaimGroup, exc: CostBudgetExhausted) -> GroupOutcome:
     return GroupOutcome(allocated=False, key=cg.key, reason=CEL_BUDGET, message=message, error=error)
 
 
-def _shape(cg) -> str:
+def _shape(cg, walltime: int | None) -> str:
     # The nodes it avoids are part of it: a queue head decided again gives its held node up (queue_holds), so an
-    # alike claim's failure before it (held off that node) is not its answer.
+    # alike claim's failure before it (held off that node) is not its answer. So is its walltime: the screens
+    # let a claim onto held capacity by when it ends (backfill, reservations), so an alike claim that ends
+    # later (or never) being held off is not the answer of one that ends sooner.
     return json.dumps([cg.claims[0]["spec"], cg.allowed_clusters, cg.preferred_cluster, cg.node,
-                       sorted(cg.avoid_nodes)], sort_keys=True)
+                       sorted(cg.avoid_nodes), walltime], sort_keys=True)
 
 
 def _same_failure(outcome, like: ResourceClaim, claim: ResourceClaim):

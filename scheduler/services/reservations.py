@@ -12,7 +12,8 @@ The round's screen (``ReservationScreen``, outermost: before the defragmentation
 - any other placement on a held node is undone (``HeldForReservation``) unless every claim of it has a walltime
   (``draservice.io/lease-ttl``) that ends, with the lease sweep's period and a round's latency
   (``scheduler.services.plan.margin``), before the start -- or, inside the window of a reservation with
-  ``lendIdle``, before its end. A claim without a walltime may run for ever: it never lands there.
+  ``lendIdle``, before its end while none of the reservation's own claims waits for room in it
+  (``dra.windows.may_use_held``). A claim without a walltime may run for ever: it never lands there.
 
 Holds are whole nodes: a node that serves a reservation serves nothing else that would run into the window.
 """
@@ -24,6 +25,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from claims.models import Phase, ResourceClaim
 from claims.services import queueing
 from dra import windows
 from queues import queues_sql
@@ -85,6 +87,7 @@ class ReservationScreen(Screen):
         self.engine, self.inner, self.books, self.now = engine, inner, books, now
         self.holding = [b for b in books.values() if b.holding(now) and b.nodes]
         self.used: dict[str, int] | None = None  # devices in use per reservation, read once one is placed
+        self.waiting: set[str] | None = None  # reservations whose own claims wait for room, read once needed
 
     def avoid(self, group) -> frozenset[tuple[str, str]]:
         name = label_of(group)
@@ -141,15 +144,21 @@ class ReservationScreen(Screen):
         return None
 
     def _may_borrow(self, group, b: Booking) -> bool:
-        leases = [c.lease_seconds for c in group.claims]
-        if not leases or not all(leases):
-            return False  # no walltime: it may run for ever
-        inside = b.inside(self.now)
-        if inside and not b.spec.get("lendIdle"):
-            return False
-        by = b.occ.end if inside else b.occ.start
-        ends = self.now + timedelta(seconds=max(leases)) + plan.margin()
-        return ends <= by
+        lend = bool(b.spec.get("lendIdle"))
+        return windows.may_use_held([c.lease_seconds for c in group.claims], self.now.timestamp(),
+                                    plan.margin().total_seconds(), b.occ.start.timestamp(), b.occ.end.timestamp(),
+                                    lend, lend and b.inside(self.now) and b.name in self._own_waiting())
+
+    def _own_waiting(self) -> set[str]:
+        """Reservations with a pending claim labelled for them while they hold less than they reserve: their
+        idle capacity is not lent (it is their claims')."""
+        if self.waiting is None:
+            labels = ResourceClaim.objects.filter(phase=Phase.PENDING, labels__has_key=spec_mod.LABEL) \
+                .values_list("labels", flat=True)
+            named: set[str] = {str((x or {}).get(spec_mod.LABEL)) for x in labels} & set(self.books)
+            used = reservation_services.in_use(sorted(named)) if named else {}
+            self.waiting = {n for n in named if used.get(n, 0) < self.books[n].reserved}
+        return self.waiting
 
 
 def round_screen(engine, inner: Screen) -> Screen:

@@ -99,6 +99,32 @@ def test_only_admins_write_and_a_namespace_reads_the_ones_it_may_use(admin_clien
     assert tenant.delete(f"{URL}/mine").status_code == 403
 
 
+def test_a_reservation_one_may_not_use_reads_as_a_missing_one_at_each_door(admin_client, ns_client, fleet):
+    """/api/v1: 404 for both; /k8s: 403 for both, as kube-apiserver answers a name outside an RBAC rule's
+    resourceNames (before any lookup); neither tells whether it exists."""
+    theirs = reservation("theirs", 2)
+    theirs["spec"]["users"] = {"namespaces": ["team-x"]}
+    assert admin_client.post(URL, theirs, format="json").status_code == 201
+    assert admin_client.post(URL, reservation("mine", 2, start=timedelta(hours=10)), format="json").status_code == 201
+    tenant = ns_client("team-r")
+    rest = {name: tenant.get(f"{URL}/{name}") for name in ("theirs", "missing")}
+    assert {n: r.status_code for n, r in rest.items()} == {"theirs": 404, "missing": 404}
+    assert rest["theirs"].json() == rest["missing"].json()
+    k8s = {name: tenant.get(f"{K8S}/{name}") for name in ("theirs", "missing")}
+    assert {n: r.status_code for n, r in k8s.items()} == {"theirs": 403, "missing": 403}
+    for name, resp in k8s.items():
+        status = resp.json()
+        assert status["kind"] == "Status" and status["reason"] == "Forbidden"
+        assert status["details"] == {"name": name, "kind": "reservations"}
+        assert status["message"] == (f'reservations.draservice.io "{name}" is forbidden: this token cannot get '
+                                     'resource "reservations" in API group "draservice.io" at the cluster scope')
+    assert tenant.get(f"{K8S}/mine").status_code == 200
+    # Callers who read every reservation: the one that is missing is a 404 at both doors.
+    assert admin_client.get(f"{K8S}/missing").status_code == 404
+    assert admin_client.get(f"{URL}/missing").status_code == 404
+    assert admin_client.get(f"{K8S}/theirs").status_code == 200
+
+
 def test_an_overlapping_reservation_that_does_not_fit_is_a_409_naming_the_other_and_the_occurrence(
         admin_client, fleet):
     nightly = reservation("nightly", 12, start=timedelta(hours=2), hours=4, recurrence={"frequency": "Daily"})
