@@ -114,9 +114,9 @@ def test_the_demo_heartbeat_task_does_nothing_outside_the_demo(db, settings):
 
 
 def test_serve_demo_loads_the_fleet_and_schedules_its_heartbeat(db, settings):
-    from draservice.management.commands.serve import Command
     from inventory.demo import DEMO_LABEL
     from inventory.models import Cluster
+    from kube.management.commands.serve import Command
 
     settings.DEMO_FLEET, settings.DEMO_FLEET_NODES = False, 4
     settings.CELERY_BEAT_SCHEDULE = dict(settings.CELERY_BEAT_SCHEDULE)  # restored after the test

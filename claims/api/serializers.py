@@ -18,10 +18,10 @@ from claims.models import (
     ResourceClaimTemplate,
     UtilisationSnapshot,
 )
+from claims.services import queueing
 from claims.services.consumers import API_VERSION as CONSUMER_API_VERSION
 from dra.k8s.fields import ts
 from draservice.prepared import Prepared, set_prefetched
-from queues.services import order as queue_order
 
 
 def queue_status(claims: list, estimate: bool = False, position: bool = True) -> dict[int, dict]:
@@ -30,7 +30,7 @@ def queue_status(claims: list, estimate: bool = False, position: bool = True) ->
     it, lists and create answers do not); ``position``: also ``positionInQueue`` (a window over the queue's
     pending claims: reads ask for it, create answers do not -- a claim just created joins its queue's tail,
     and ranking the whole queue on every POST made submission cost grow with the queue)."""
-    return queue_order.positions(claims, estimate, position) if claims else {}
+    return queueing.queue_status(claims, estimate, position)
 
 
 def _metadata(obj, namespace: str) -> dict:

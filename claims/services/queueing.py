@@ -9,11 +9,12 @@ The provider is asked, at write time only:
   name, a priority over the queue's ``maxPriority``, mixed queues in one unit);
 - ``check_label_change(claim, labels)`` when a claim's labels are replaced;
 - ``preemptors_gone(claims, why)`` in the transaction that releases (or deletes) pending claims: the
-  preemption notices they gave are cancelled there (their victims keep their devices).
+  preemption notices they gave are cancelled there (their victims keep their devices);
+- ``queue_status(claims, estimate, position)`` when the claims app's doors render a status: the queue fields.
 
 Everything else about queues is asked from above, not through here: the scheduler orders its rounds, holds
 nodes for queue heads and admits units between ``commit.verify`` and ``commit.write`` with the queues'
-functions; the REST doors render the queue fields of a claim's status. The names below are the condition
+functions. The names below are the condition
 types and reasons the claims app writes for them (``Verdict``: an admission's answer).
 """
 from __future__ import annotations
@@ -48,6 +49,8 @@ class Provider(Protocol):
 
     def preemptors_gone(self, claims: list[Any], why: str) -> int: ...
 
+    def queue_status(self, claims: list[Any], estimate: bool, position: bool) -> dict[int, dict]: ...
+
 
 _provider: Provider | None = None
 
@@ -73,6 +76,12 @@ def preemptors_gone(claims: list[Any], why: str) -> int:
     """In the releasing transaction: pending ``claims`` are released or deleted (``why``); cancel the preemption
     notices they gave. Returns how many."""
     return _provider.preemptors_gone(claims, why) if _provider and claims else 0
+
+
+def queue_status(claims: list[Any], estimate: bool = False, position: bool = True) -> dict[int, dict]:
+    """claim id -> the queue fields of its status (queue, positionInQueue, the start-time estimate), for the
+    claims app's doors to render; {} without a provider."""
+    return _provider.queue_status(claims, estimate, position) if _provider and claims else {}
 
 
 # ``POST /api/v1/simulate`` against the stored fleet runs the scheduler's cycle after the engine (queue

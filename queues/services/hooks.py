@@ -1,10 +1,10 @@
-"""What the claims app asks the queues when a claim is written (``claims.services.queueing``), answered by this
-app's services."""
+"""What the claims app asks the queues when a claim is written or rendered (``claims.services.queueing``),
+answered by this app's services."""
 from __future__ import annotations
 
 import copy
 
-from queues.services import cancellation, reservations, resolve
+from queues.services import cancellation, order, reservations, resolve
 
 
 class QueueHooks:
@@ -18,6 +18,9 @@ class QueueHooks:
 
     def preemptors_gone(self, claims: list, why: str) -> int:
         return cancellation.for_preemptors(claims, f"is gone ({why})")
+
+    def queue_status(self, claims: list, estimate: bool, position: bool) -> dict[int, dict]:
+        return order.positions(claims, estimate, position)
 
 
 def _relabelled(claim, labels: dict):
