@@ -76,11 +76,14 @@ class Backfill:
         due = {self.own[c][1] for c in mine if c in self.own and self.own[c][0] <= timezone.now()}
         return frozenset(n for n, ids in self.nodes.items() if ids - mine and n not in due)
 
-    def keeps(self, group, outcome):
+    def keeps(self, group, outcome, yields=None):
         """Planned devices off the held nodes: ``outcome`` as it is when it takes no device planned for another
         claim, or its own planned node's share once its planned start has come (it takes the place it was
         planned); marked as a backfill when it ends before the planned starts of those it takes; else None (it
-        would delay them)."""
+        would delay them). ``yields(queue)``: whether that queue's planned claims give way to this group, as a
+        borrowing queue's head gives way to a within-nominal claim (``queue_holds``): a preemptor's freed
+        devices were planned for its requeued victims, at the head of their queue, and it could never take
+        them."""
         if not outcome.allocated or not outcome.devices:
             return outcome
         if not self.loaded:
@@ -90,7 +93,8 @@ class Backfill:
         if any(c in self.own and self.own[c][0] <= now and self.own[c][1] == (outcome.cluster, outcome.node)
                and self.own[c][2] >= len(outcome.devices) for c in mine):
             return outcome
-        if not self._taken(mine, outcome):
+        taken = self._taken(mine, outcome)
+        if not taken or (yields is not None and all(yields(q) for q in {p.queue for p in taken})):
             return outcome
         return self._mark(group, outcome, None)
 

@@ -12,7 +12,8 @@
 Fair-share strategies compare shares where the two queues meet: the preemptor's queue and the victim's, or
 their ancestors directly under their lowest common ancestor (siblings at that level). A node's share is what
 its subtree uses beyond the node's nominal over its weight (the same denominator, the contested unit's total,
-is left out on both sides). ``LessThanOrEqualToFinalShare``: the preemptor's share with the claim admitted is
+is left out on both sides; a queue with a half-life mixes in its decayed past use, as the fair-share order
+does). ``LessThanOrEqualToFinalShare``: the preemptor's share with the claim admitted is
 at most the victim queue's share without the victim; ``LessThanInitialShare``: strictly less than the victim
 queue's share before. Strategies are tried in order: the victims are found with the first alone, and only if
 that finds no set, with the first or the second. Each is checked as victims are taken (the victim queue's
@@ -25,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from fractions import Fraction
 
+from queues import fair_share
 from queues import spec as queue_spec
 from queues.models import Queue
 from queues.services.resolve import Tree
@@ -79,11 +81,19 @@ class Policy:
 
 class FairShares:
     """Shares of one contested unit over the queue tree: ``used`` is the leaf queues' use (queue id -> amount,
-    as the greedy choice leaves it), ``nominal`` each queue's nominal of the unit."""
+    as the greedy choice leaves it), ``nominal`` each queue's nominal of the unit, ``total`` what a share is a
+    part of (the unit's use and nominal summed over the queues, as the fair-share order takes it). A queue that
+    remembers its past use (``fairSharing.halfLifeSeconds``) is weighed by the effective share the order uses
+    (``queues.fair_share``), its subtree's decayed usage ``decayed`` (queue name -> device-seconds) mixed in;
+    the others by what they borrow now, over the same total."""
 
-    def __init__(self, tree: Tree, nominal: dict[int, Fraction]) -> None:
+    def __init__(self, tree: Tree, nominal: dict[int, Fraction], total: Fraction = Fraction(1),
+                 decayed: dict[str, float] | None = None) -> None:
         self.by_id = {q.id: q for q in tree.queues.values()}
         self.nominal = nominal
+        self.total = max(total, Fraction(1))
+        self.decayed = decayed or {}
+        self.total_decayed = sum(self.decayed.values())
         self.children: dict[int | None, list[int]] = defaultdict(list)
         for q in tree.queues.values():
             self.children[q.parent_id].append(q.id)
@@ -114,10 +124,23 @@ class FairShares:
             stack.extend(self.children.get(at, []))
         return total
 
-    def share(self, node: int, used: dict[int, Fraction], extra: Fraction = Fraction(0)) -> Fraction:
+    def share(self, node: int, used: dict[int, Fraction], extra: Fraction = Fraction(0)) -> Fraction | float:
         borrowed = self.subtree_used(node, used) + extra - self.nominal.get(node, Fraction(0))
         weight = Fraction(self.by_id[node].weight).limit_denominator(1000)
-        return max(borrowed, Fraction(0)) / weight
+        now = max(borrowed, Fraction(0)) / self.total
+        queue = self.by_id[node]
+        if not queue_spec.half_life(queue.spec):
+            return now / weight
+        past = sum(self.decayed.get(self.by_id[q].name, 0.0) for q in self._subtree(node))
+        return fair_share.effective_share(float(now), past, self.total_decayed, float(weight))
+
+    def _subtree(self, node: int) -> list[int]:
+        out, stack = [], [node]
+        while stack:
+            at = stack.pop()
+            out.append(at)
+            stack.extend(self.children.get(at, []))
+        return out
 
 
 def strategy_checks(shares: FairShares, own: int, incoming: Fraction,

@@ -54,6 +54,7 @@ from queues.services.resolve import Tree, effective_priority, queue_of
 from queues.services.usage import requested_devices
 from scheduler.services import allocation, gang_victims, policy
 from scheduler.services.grouping import Group
+from usage.services import decay
 
 log = logging.getLogger(__name__)
 # Why a pending claim may reclaim: the fleet has no room for it (or only on nodes held for a queue's head), or a
@@ -150,15 +151,20 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     if queue is None:
         return None
     unit = contested_unit(queue, cls)
-    # A claim under notice is not counted: its devices are already on their way to another preemptor (counted
-    # as its queue's use, it kept its queue borrowing for the next preemptor of the pass, which took more).
+    # Another queue's claim under notice is not counted as its use: its devices are already on their way to a
+    # preemptor (counted, it kept its queue borrowing for the next preemptor of the pass, which took more). The
+    # claim's own queue's are: they still run, and the round, which admits it, counts them (left out here, a
+    # queue whose claims were being preempted looked within its nominal and preempted back, for ever).
+    noticed = Preemption.objects.filter(state=PreemptionState.PENDING).values("victim_id")
     charged = QuotaCharge.objects.filter(claim__phase=Phase.ALLOCATED, unit=unit[0], resource=unit[1],
-                                         device_class=cls).exclude(
-        claim_id__in=Preemption.objects.filter(state=PreemptionState.PENDING).values("victim_id"))
+                                         device_class=cls)
     # Use per queue summed by the database: the allocated claims of a class are tens of thousands of rows.
     used: dict[int, Fraction] = defaultdict(Fraction)
-    for queue_id, total in charged.values("queue_id").annotate(total=Sum("amount")).values_list("queue_id", "total"):
-        used[queue_id] = Fraction(total)
+    for queue_id, total, going in (charged.values("queue_id")
+                                   .annotate(total=Sum("amount"), going=Sum("amount", filter=Q(claim_id__in=noticed)))
+                                   .values_list("queue_id", "total", "going")):
+        used[queue_id] = Fraction(total) - (Fraction(going) if going and queue_id != queue.id else 0)
+    charged = charged.exclude(claim_id__in=noticed)  # the candidates: none under notice already
     by_id = {q.id: q for q in tree.queues.values()}
     if unit[0] == "devices":
         within = used[queue.id] + (coming or {}).get((name, cls), 0) + need <= nominal_of(queue, cls)
@@ -206,8 +212,10 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     checks: tuple = (None,)
     if rule.strategies:  # must borrow, fair-share preemption: what may be taken depends on the shares as it goes
         incoming = Fraction(need + (coming or {}).get((name, cls), 0)) if unit[0] == "devices" else Fraction(0)
-        checks = tuple(policy.strategy_checks(policy.FairShares(tree, nominal), queue.id, incoming,
-                                              rule.strategies))
+        total = sum(used.values(), Fraction(0)) + sum(nominal.values(), Fraction(0))
+        remembering = any(queue_spec.half_life(q.spec) for q in tree.queues.values())
+        shares = policy.FairShares(tree, nominal, total, decay.read() if remembering else None)
+        checks = tuple(policy.strategy_checks(shares, queue.id, incoming, rule.strategies))
     return Found([p[-1] for p in pool], held, used, nominal, queue.id, unit, checks)
 
 

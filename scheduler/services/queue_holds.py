@@ -92,7 +92,8 @@ class RoundReservations(Screen):
         where = (outcome.cluster or "", outcome.node or "")
         holder = self.held.get(where)
         if holder is None or not outcome.node or self._yields(holder, queue, group):
-            kept = self.backfill.keeps(group, outcome)  # the plan's devices elsewhere (backfill.py)
+            # The plan's devices elsewhere (backfill.py); a borrowing queue's planned claims give way.
+            kept = self.backfill.keeps(group, outcome, lambda q: q != queue and self._yields(q, queue, group))
             if kept is not None:
                 return kept
             self.engine.release(outcome.devices)
@@ -164,9 +165,10 @@ def hold_for_preemptor(claim, queue: str, where: tuple[str, str]) -> None:
     """The node a preemption decision placed ``claim`` on (its victims' devices) is held for it as for its
     queue's head, from round to round until it is decided again: the victims, requeued at their place, and
     later claims of other queues do not take back what was freed for it. (Before, the node its queue's head
-    had held earlier, somewhere else, was kept, and the victims took the freed devices back.) A claim that
-    fits on any device needs no node."""
-    if not where[1] or sum(n for _, n in requested_devices(claim.spec)) < 2:
+    had held earlier, somewhere else, was kept, and the victims took the freed devices back.) A one-device
+    claim too: a requeued victim that the round ranks first (an older claim, a tie in the fair-share order)
+    took its one freed device back, and the pass preempted it again, pass after pass."""
+    if not where[1] or not requested_devices(claim.spec):
         return
     PendingWake.objects.filter(claim_id=claim.id).update(head_of=queue, hold_cluster=where[0], hold_node=where[1])
 

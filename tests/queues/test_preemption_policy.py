@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.apps import apps
+from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from queues.models import Preemption, Queue
@@ -178,13 +179,20 @@ def test_borrow_within_cohort_takes_lower_priorities_up_to_the_threshold(admin_c
     assert preempted("ci") == {f"p2-{i}" for i in range(4)} | {f"p0-{i}" for i in range(4)}
 
 
-def converge(admin_client, weights: tuple[int, int]) -> tuple[int, int, Counter]:
+def converge(admin_client, weights: tuple[int, int], past: float | None = None) -> tuple[int, int, Counter]:
     """fa and fb, nominal 0 each (both borrow everything), with both strategies and ``weights``: fa fills the
-    16 GPUs with 16 one-GPU claims, then fb submits 16. Passes and rounds until nothing moves."""
-    fair = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    16 GPUs with 16 one-GPU claims, then fb submits 16. Passes and rounds until nothing moves. ``past``: both
+    remember their use (half-life a day), and fa has used ``past`` device-seconds before."""
+    fair: dict = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    if past is not None:
+        fair["halfLifeSeconds"] = 86400
     make(admin_client,
          queue_body("fa", namespaces=["fa"], gpus=0, weight=weights[0], fairSharing=fair, preemption=GRACE0),
          queue_body("fb", namespaces=["fb"], gpus=0, weight=weights[1], fairSharing=fair, preemption=GRACE0))
+    if past is not None:
+        from usage.models import DecayedUsage
+
+        assert DecayedUsage.objects.filter(queue="fa").update(value=past, at=timezone.now()) == 1
     for i in range(16):
         submit(admin_client, "fa", f"a{i}")
     rounds(2)
@@ -192,10 +200,12 @@ def converge(admin_client, weights: tuple[int, int]) -> tuple[int, int, Counter]
     for i in range(16):
         submit(admin_client, "fb", f"b{i}")
     rounds(1)
-    for _ in range(12):
+    quiet = 0
+    for _ in range(16):  # until two passes in a row move nothing (a pass may find none while rounds catch up)
         out = reclaim.run()
         rounds(2)
-        if not out["victims"] and not out["requeued"]:
+        quiet = 0 if out["victims"] or out["requeued"] else quiet + 1
+        if quiet == 2:
             break
     noticed = Counter(Preemption.objects.values_list("victim_id", flat=True))
     return allocated("fa"), allocated("fb"), noticed
@@ -212,6 +222,16 @@ def test_fair_share_preemption_converges_to_3_to_1_at_weights_1_to_3(admin_clien
     a, b, noticed = converge(admin_client, (1, 3))
     assert (a, b) == (4, 12)
     assert max(noticed.values()) == 1 and sum(noticed.values()) == 12
+    assert reclaim.run()["victims"] == 0
+
+
+def test_a_queue_that_used_the_fleet_before_gives_way_further(admin_client, h100_fleet):
+    """Both remember their use; fa used the whole fleet for a day before (its decayed usage is all of theirs):
+    its effective share is half its history whatever it runs now, so fb takes all 16 GPUs and fa takes none
+    back (with no memory they meet at 8 and 8, above)."""
+    a, b, noticed = converge(admin_client, (1, 1), past=16 * 86400.0)
+    assert (a, b) == (0, 16)
+    assert max(noticed.values()) == 1
     assert reclaim.run()["victims"] == 0
 
 
