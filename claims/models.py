@@ -293,6 +293,27 @@ class ClaimEvent(models.Model):
                    models.Index(fields=["namespace", "claim_name", "id"], name="claims_event_claim_name")]
 
 
+class ClaimHistory(models.Model):
+    """A claim as it arrived, kept for replay (``scheduler.services.replay_trace``) for ``HISTORY_DAYS`` after
+    the claim is gone: insert-only, one row per claim, written in the create's statement (``claims.services
+    .claims``, ``claims.services.history``). Allocation and release times are the usage ledger's
+    (``usage.models.UsageInterval``, by ``claim_uid``); a claim that never ran ends with its ``Released`` or
+    ``Deleted`` ``ClaimEvent``."""
+
+    claim_uid = models.UUIDField()
+    namespace = models.CharField(max_length=63)
+    claim_name = models.CharField(max_length=253)
+    labels = models.JSONField(default=dict, blank=True)  # the queue and priority it named
+    spec = models.JSONField()  # its shape: the normalized v1 spec (requests)
+    lease_seconds = models.IntegerField(null=True, blank=True)  # the walltime
+    created_at = models.DateTimeField()  # the arrival
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["created_at"], name="claims_history_arrival"),
+                   models.Index(fields=["claim_uid"], name="claims_history_uid")]
+
+
 class IdempotencyRecord(models.Model):
     """The first answer to a POST with an ``Idempotency-Key``, replayed for retries with the same body.
 

@@ -6,4 +6,5 @@ SCHEDULE = {
     "claims-expire-leases": {"task": "claims.tasks.expire_leases", "schedule": timedelta(seconds=5)},
     "claims-utilisation-snapshot": {"task": "claims.tasks.record_utilisation", "schedule": timedelta(minutes=1)},
     "claims-purge-idempotency-keys": {"task": "claims.tasks.purge_idempotency_keys", "schedule": timedelta(hours=1)},
+    "claims-prune-history": {"task": "claims.tasks.prune_history", "schedule": timedelta(hours=1)},
 }

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from claims import dispatch, receivers
 from claims.services import claims as claim_services
-from claims.services import device_removed, fleet, idempotency, taking, utilisation
+from claims.services import device_removed, fleet, history, idempotency, taking, utilisation
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,12 @@ def record_utilisation() -> int:
 @shared_task(name="claims.tasks.purge_idempotency_keys", ignore_result=True)
 def purge_idempotency_keys() -> int:
     return idempotency.purge_expired()
+
+
+@shared_task(name="claims.tasks.prune_history", ignore_result=True)
+def prune_history() -> int:
+    """Claims' history older than ``HISTORY_DAYS`` (``claims.services.history``)."""
+    return history.prune()
 
 
 @shared_task(name="claims.tasks.check_removed_devices", ignore_result=True)

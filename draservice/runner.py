@@ -25,19 +25,32 @@ ON_DEMAND = ("claims.tasks.allocate_pending",)
 # The notify runner's: webhook deliveries, in a thread of their own so that a slow receiver (up to the delivery
 # deadline per attempt) never delays allocation -- what the notify Celery queue and its worker do with a broker.
 NOTIFY_ON_DEMAND = ("draservice.tasks.deliver_due",)
+# The replay runner's: replays of recorded windows (POST /api/v1/replays), in a thread of their own, so that a
+# replay (up to its CPU budget) never holds the allocation runner -- what the replay Celery queue does with one.
+REPLAY_ON_DEMAND = ("scheduler.tasks.run_replays",)
 
 
 def split_schedule(schedule: dict) -> tuple[dict, dict]:
     """(the allocation runner's entries, the notify runner's): beat entries routed to ``NOTIFY_QUEUE`` go to
-    the notify runner, as with a broker they go to the notify workers."""
-    notify = {k: e for k, e in schedule.items() if (e.get("options") or {}).get("queue") == settings.NOTIFY_QUEUE}
-    return {k: e for k, e in schedule.items() if k not in notify}, notify
+    the notify runner, as with a broker they go to the notify workers (and those routed to ``REPLAY_QUEUE`` to
+    neither: ``replay_entries``)."""
+    def queue(e: dict) -> str | None:
+        return (e.get("options") or {}).get("queue")
+
+    notify = {k: e for k, e in schedule.items() if queue(e) == settings.NOTIFY_QUEUE}
+    return {k: e for k, e in schedule.items() if k not in notify and queue(e) != settings.REPLAY_QUEUE}, notify
 
 
-def start_runners() -> tuple[PeriodicRunner, PeriodicRunner]:
-    """``manage.py serve``'s in-process workers (no broker): the allocation runner and the notify runner."""
-    main, notify = split_schedule(dict(settings.CELERY_BEAT_SCHEDULE))
-    runners = (PeriodicRunner(main), PeriodicRunner(notify, NOTIFY_ON_DEMAND, name="draservice-notify-runner"))
+def replay_entries(schedule: dict) -> dict:
+    return {k: e for k, e in schedule.items() if (e.get("options") or {}).get("queue") == settings.REPLAY_QUEUE}
+
+
+def start_runners() -> tuple[PeriodicRunner, ...]:
+    """``manage.py serve``'s in-process workers (no broker): the allocation, notify and replay runners."""
+    schedule = dict(settings.CELERY_BEAT_SCHEDULE)
+    main, notify = split_schedule(schedule)
+    runners = (PeriodicRunner(main), PeriodicRunner(notify, NOTIFY_ON_DEMAND, name="draservice-notify-runner"),
+               PeriodicRunner(replay_entries(schedule), REPLAY_ON_DEMAND, name="draservice-replay-runner"))
     for runner in runners:
         runner.start()
     return runners

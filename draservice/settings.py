@@ -164,6 +164,13 @@ WAKE_FANOUT = int(os.environ.get("WAKE_FANOUT", "4"))
 # walltime end's sweep to the round that gives the freed devices away (added to planned starts with the sweep).
 PLAN_INTERVAL = float(os.environ.get("PLAN_INTERVAL", "10"))
 PLAN_ROUND_LATENCY_SECONDS = float(os.environ.get("PLAN_ROUND_LATENCY_SECONDS", "1"))
+# Claims' history (arrival, shape, walltime: claims.models.ClaimHistory) is kept this many days after the
+# claim, for replays (POST /api/v1/replays); an hourly beat task prunes what is older.
+HISTORY_DAYS = int(os.environ.get("HISTORY_DAYS", "30"))
+# Replays run on a Celery queue of their own (`celery worker -Q replay`), never on the allocation workers';
+# a replay stops (Failed) once it has used this much CPU time.
+REPLAY_QUEUE = os.environ.get("REPLAY_QUEUE", "replay")
+REPLAY_CPU_SECONDS = float(os.environ.get("REPLAY_CPU_SECONDS", "120"))
 # The demo fleet loaded by `make run` (nodes in total, spread over several clusters).
 DEMO_FLEET_NODES = int(os.environ.get("DEMO_FLEET_NODES", "48"))
 # /metrics names every cluster and its allocation counts: it needs an admin token unless this is true

@@ -1,6 +1,8 @@
 """The scheduler's own rows: the plan (``scheduler.services.plan``)."""
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 
 from claims.models import ResourceClaim
@@ -28,3 +30,32 @@ class PlannedStart(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["queue", "position"], name="scheduler_plan_queue_pos")]
+
+
+class ReplayState(models.TextChoices):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Replay(models.Model):
+    """A recorded window replayed under a configuration (``scheduler.services.replays``): asked for by an admin,
+    run by a replay worker (never an allocation worker), its comparison kept in ``results``."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    state = models.CharField(max_length=16, choices=ReplayState.choices, default=ReplayState.PENDING)
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    configuration = models.JSONField(default=dict, blank=True)  # the overrides, as given (normalized)
+    budget_seconds = models.FloatField()
+    author = models.CharField(max_length=160)
+    message = models.TextField(blank=True, default="")
+    results = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["id"], condition=models.Q(state="Pending"), name="scheduler_replay_pending")]

@@ -23,4 +23,7 @@ SCHEDULE = {
     # Reservations (scheduler.services.reservation_tick): a pass is one query when none is near its window.
     "scheduler-reservations": {"task": "scheduler.tasks.reservations", "schedule": timedelta(seconds=2)},
     "scheduler-plan": {"task": "scheduler.tasks.plan", "schedule": timedelta(seconds=settings.PLAN_INTERVAL)},
+    # Replays waiting whose message was lost: on the replay queue (a replay worker, or serve's replay runner).
+    "scheduler-replays": {"task": "scheduler.tasks.run_replays", "schedule": timedelta(minutes=1),
+                          "options": {"queue": settings.REPLAY_QUEUE}},
 }

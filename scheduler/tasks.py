@@ -18,7 +18,16 @@ from claims import dispatch
 from draservice import dispatch as draservice_dispatch
 from draservice import notify
 from gangs import dispatch as gang_dispatch
-from scheduler.services import allocation, gang_placement, plan, reclaim, reservation_tick, round_log, wakeups
+from scheduler.services import (
+    allocation,
+    gang_placement,
+    plan,
+    reclaim,
+    replays,
+    reservation_tick,
+    round_log,
+    wakeups,
+)
 
 log = logging.getLogger(__name__)
 
@@ -185,3 +194,9 @@ def request_pass(at: datetime | None = None) -> None:
         log.warning("debounce of %s unavailable: %s", PREEMPT_TASK, exc)
     # A few ms past the deadline: the pass requeues the victims whose deadline is <= its clock.
     current_app.send_task(PREEMPT_TASK, eta=at + timedelta(milliseconds=50))
+
+
+@shared_task(name="scheduler.tasks.run_replays", ignore_result=True)
+def run_replays() -> int:
+    """The replays waiting, one after another (on ``REPLAY_QUEUE``: a replay worker, never an allocation one)."""
+    return replays.run_pending()

@@ -223,6 +223,21 @@ def test_webhooks_have_a_worker_of_their_own_everywhere(settings):
     assert entry["options"]["queue"] == settings.NOTIFY_QUEUE  # beat's sweep goes to the notify worker too
 
 
+def test_replays_have_a_worker_of_their_own_everywhere(settings):
+    """Replays go to REPLAY_QUEUE only: compose and the README start a worker reading it; beat's sweep goes there."""
+    replay = compose()["services"]["replay-worker"]
+    command = service_command("replay-worker")
+    assert command[:4] == ["celery", "-A", "draservice", "worker"]
+    assert command[command.index("-Q") + 1] == settings.REPLAY_QUEUE == "replay"
+    node = command[command.index("-n") + 1].split("@")[0]
+    assert f"-d {node}@$$HOSTNAME" in replay["healthcheck"]["test"][1]
+    assert any(x.startswith(".venv/bin/celery -A draservice worker -Q replay ") and "-n replay@%h" in x
+               for x in running_for_real().splitlines())
+    from draservice.beat import collect
+
+    assert collect()["scheduler-replays"]["options"]["queue"] == settings.REPLAY_QUEUE
+
+
 def test_health_checks_use_what_the_image_has():
     from django.urls import resolve
 

@@ -72,3 +72,16 @@ def decayed_from_ledger(queue: str, half_life: float, now) -> float:
             "-GREATEST(0.0, EXTRACT(EPOCH FROM (%(now)s - ended_at))::float8) / %(h)s)), 0) "
             f"FROM {table} WHERE queue = %(q)s AND ended_at IS NOT NULL", {"now": now, "h": half_life, "q": queue})
         return float(cursor.fetchone()[0])
+
+
+def decayed_as_of(queue: str, half_life: float, at) -> float:
+    """The queue's decayed usage at ``at`` (a past moment) from the intervals closed by then (0 on SQLite)."""
+    if connection.vendor != "postgresql" or half_life <= 0:
+        return 0.0
+    table = connection.ops.quote_name(UsageInterval._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COALESCE(SUM((weight * EXTRACT(EPOCH FROM (ended_at - started_at)))::float8 * power(2.0, "
+            "-EXTRACT(EPOCH FROM (%(at)s - ended_at))::float8 / %(h)s)), 0) "
+            f"FROM {table} WHERE queue = %(q)s AND ended_at <= %(at)s", {"at": at, "h": half_life, "q": queue})
+        return float(cursor.fetchone()[0])

@@ -26,7 +26,7 @@ from claims.models import (
     ResourceClaimTemplate,
 )
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
-from claims.services import bulk, caps, external, queueing, renewal, wake, walltime
+from claims.services import bulk, caps, external, history, queueing, renewal, wake, walltime
 from claims.services import events as ev
 from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
@@ -172,6 +172,7 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
         try:
             with transaction.atomic():  # a savepoint, so that the culprit can be looked up after a failure
                 ids = {name: pk for pk, name in bulk.insert_rows(claims, returning=("id", "name"))}
+                history.record(claims)
         except IntegrityError as exc:
             _check_names_free(ns, names)
             raise Conflict("a claim with one of these names was created concurrently") from exc
@@ -244,12 +245,14 @@ def _insert_sql(claims: list[ResourceClaim], events: list) -> str:
     e_names = [f"e{i}" for i in range(len(e_cols))]
     e_values = ", ".join(f"{sel} AS {n}" for sel, n in zip(e_sel, e_names, strict=False))
     e_out = ", ".join("c.id" if col == qn("claim_id") else f"v.{n}" for col, n in zip(e_cols, e_names, strict=False))
-    sql = (f"WITH ns AS (SELECT id, labels::text AS labels, created_at FROM {qn(Namespace._meta.db_table)} "
+    sql = (f"WITH ns AS (SELECT id, name, labels::text AS labels, created_at FROM {qn(Namespace._meta.db_table)} "
            f"WHERE name = %b::text), "
            f"c AS (INSERT INTO {qn(ResourceClaim._meta.db_table)} ({', '.join(c_cols)}) "
-           f"SELECT {', '.join(c_sel)} FROM ns ON CONFLICT DO NOTHING RETURNING id, name, uid), "
+           f"SELECT {', '.join(c_sel)} FROM ns ON CONFLICT DO NOTHING "
+           "RETURNING id, name, uid, labels, spec, lease_seconds, created_at), "
            f"e AS (INSERT INTO {qn(ClaimEvent._meta.db_table)} ({', '.join(e_cols)}) "
-           f"SELECT {e_out} FROM (SELECT {e_values}) AS v JOIN c ON c.uid = v.{e_names[claim_uid]}) "
+           f"SELECT {e_out} FROM (SELECT {e_values}) AS v JOIN c ON c.uid = v.{e_names[claim_uid]}), "
+           f"{history.insert_cte('c', 'ns')} "
            f"SELECT ns.id, ns.labels, ns.created_at, c.id, c.name FROM ns LEFT JOIN c ON true")
     return sql
 

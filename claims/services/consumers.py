@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from claims import dispatch, k8s
 from claims.models import Consumer, Namespace, Phase, Reservation, ResourceClaim, ResourceClaimTemplate
-from claims.services import caps, queueing
+from claims.services import caps, history, queueing
 from claims.services import events as ev
 from claims.services.claims import _release_locked, build_claim, get_namespace_for_write
 from draservice.errors import AlreadyExists, Conflict, Invalid
@@ -155,6 +155,7 @@ def _claims_for(ns: Namespace, consumer: Consumer, entries: list[dict], path: st
     if made:
         caps.check_pending_claims(ns.name, len(made))
         ResourceClaim.objects.bulk_create([c for _, c in made])
+        history.record([c for _, c in made])
         ev.record([ev.event(c, ev.CREATED, "Created", (f"made from template {c.template.name}" if c.template else
                                                        "made from its consumer's spec") + f" for consumer "
                                                       f"{consumer.name}") for _, c in made])

@@ -28,7 +28,7 @@ from usage.services import decay
 class Shares:
     """Each queue's dominant share of what it borrows (use beyond nominal, over the fleet's use or quota)."""
 
-    def __init__(self, tree: Tree, usage: u.Usage) -> None:
+    def __init__(self, tree: Tree, usage: u.Usage, decayed: dict[str, float] | None = None) -> None:
         self.tree = tree
         self.used: dict[tuple[int, str], Fraction] = defaultdict(Fraction)  # (queue, class) -> devices
         for (qid, cls, unit, _res, _cluster), amount in usage.items():
@@ -44,9 +44,10 @@ class Shares:
         self.total: dict[str, Fraction] = defaultdict(Fraction)
         for (_, cls), amount in list(self.used.items()) + list(self.nominal.items()):
             self.total[cls] += amount
-        # Decayed usage (device-seconds) by queue name: read only when a queue remembers its past use.
+        # Decayed usage (device-seconds) by queue name: read only when a queue remembers its past use (a replay
+        # brings its own, kept on its virtual clock).
         remembering = any(queue_spec.half_life(q.spec) for q in tree.queues.values())
-        self.decayed: dict[str, float] = decay.read() if remembering else {}
+        self.decayed: dict[str, float] = decayed if decayed is not None else decay.read() if remembering else {}
         self.total_decayed = sum(self.decayed.values())
 
     def add(self, qid: int, cls: str, n: int) -> None:

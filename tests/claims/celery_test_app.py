@@ -14,6 +14,8 @@ if os.environ.get("CLAIMS_TEST_QUEUE"):
     from django.conf import settings
 
     settings.NOTIFY_QUEUE = f"{os.environ['CLAIMS_TEST_QUEUE']}-notify"
+    # And replays to its own replay queue (tests/history/test_replay_workers.py).
+    settings.REPLAY_QUEUE = f"{os.environ['CLAIMS_TEST_QUEUE']}-replay"
 
 if os.environ.get("CLAIMS_TEST_RACE") == "1":
     # Let the workers decide concurrently (no per-cluster turns: scheduler.services.turns), so that only the

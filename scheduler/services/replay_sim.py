@@ -1,0 +1,406 @@
+"""A recorded window replayed on a virtual clock through the scheduler's decision code; nothing is written.
+
+The pieces are the service's own, as in ``benchmarks/queue_bench.py``: the ``dra.engine`` places on a copy of
+today's fleet, ``queues.services.admission``'s quota check admits (on the replay's usage, not the database's
+charges), ``queues.services.order`` ranks the queues (Kueue's "under nominal first", then fair share, with
+decayed usage kept on the virtual clock as ``usage.services.decay`` keeps it on the real one), and
+``scheduler.services.preemption.confirm_with_engine`` chooses the victims a queue within its nominal reclaims
+from borrowers (grace 0: a victim waits again at its place and later runs its whole duration again).
+
+A round runs whenever something happened (an arrival, a release, a withdrawal, a configuration change),
+rounds at most ``ROUND_SECONDS`` apart in virtual time, as the service's round follows a release within about
+a second. The configuration in force changes at each epoch's start (``replay_trace.epochs``); queue ids are
+kept by name across epochs so usage carries over. The replay stops with ``BudgetExceeded`` once it has used
+``budget`` seconds of CPU. Not replayed: head-of-queue holds and backfill, gangs, defragmentation moves,
+preemption grace periods and reservations' held capacity (a reservation's use is counted, not enforced).
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from claims.services import queueing
+from dra.engine import ClaimGroup, Engine, FleetSnapshot
+from queues import spec as queue_spec
+from queues.models import Queue
+from queues.services import order
+from queues.services import usage as u
+from queues.services.admission import _State
+from queues.services.resolve import Tree, effective_priority, queue_of
+from scheduler.services.preemption import confirm_with_engine
+from scheduler.services.replay_trace import Held, Trace, TraceClaim
+from usage.services.decay import decayed as decay_to
+
+ROUND_SECONDS = 0.05
+
+
+class BudgetExceeded(Exception):
+    pass
+
+
+@dataclass
+class SimClaim:
+    id: int
+    trace: TraceClaim
+    queue: str
+    priority: int
+    arrival: float
+    spec: dict
+    labels: dict
+    created_at: object
+    started: float | None = None
+    first_start: float | None = None
+    devices: list = field(default_factory=list)
+    charges: list = field(default_factory=list)
+    weight: float = 0.0
+    shape: str = ""  # the spec as a key: claims of one shape that found no room need not be tried again
+    fresh: bool = True  # never tried since it arrived (or was requeued): the next round tries it
+
+    def group(self) -> ClaimGroup:
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": self.trace.name, "namespace": self.trace.namespace, "uid": self.trace.uid},
+                 "spec": self.spec}
+        return ClaimGroup(claims=[claim], key=f"r{self.id}")
+
+
+class _View:
+    """What admission reads of a fleet view."""
+
+    def __init__(self, snapshot: FleetSnapshot, labels: list[tuple[str, dict]]) -> None:
+        self.snapshot, self.key, self.cluster_labels = snapshot, ("replay",), labels
+
+
+class _Placement:
+    def __init__(self, claim: SimClaim, allocation: dict, cluster: str) -> None:
+        self.claims, self.allocations, self.cluster = [claim], [allocation], cluster
+
+
+class _Unit:
+    def __init__(self, claim: SimClaim, allocation: dict, cluster: str) -> None:
+        self.placements = [_Placement(claim, allocation, cluster)]
+
+
+def tree_of(specs: dict[str, dict], ids: dict[str, int]) -> Tree:
+    """Unsaved queues from specs; ids kept by name (``ids`` grows for names it has not seen)."""
+    queues = {}
+    for name in sorted(specs):
+        ids.setdefault(name, len(ids) + 1)
+    for name, spec in specs.items():
+        queues[name] = Queue(id=ids[name], name=name, spec=spec, weight=float(spec.get("weight", 1)),
+                             priority=int(spec.get("priority", 0)), max_priority=int(spec.get("maxPriority", 0)))
+    for q in queues.values():
+        parent = q.spec.get("parent")
+        q.parent_id = ids.get(parent) if parent in queues else None
+    if "default" not in queues:
+        spec, _ = queue_spec.normalize({"metadata": {"name": "default"}})
+        ids.setdefault("default", len(ids) + 1)
+        queues["default"] = Queue(id=ids["default"], name="default", spec=spec["spec"])
+    by_namespace = {ns: q.name for q in queues.values() for ns in q.spec.get("namespaces") or []}
+    return Tree(queues=queues, by_namespace=by_namespace, _redirects={})
+
+
+class Replay:
+    def __init__(self, trace: Trace, snapshot: FleetSnapshot, cluster_labels: list[tuple[str, dict]],
+                 decayed0: dict[str, float], budget: float, samples: int = 24, fanout: int = 4) -> None:
+        self.trace = trace
+        self.seconds = (trace.end - trace.start).total_seconds()
+        self.engine = Engine(snapshot)
+        self.view = _View(snapshot, cluster_labels)
+        self.ids: dict[str, int] = {}
+        self.epoch = 0
+        self.tree = tree_of(trace.epochs[0][1].get("Queue", {}), self.ids)
+        self.usage: dict = defaultdict(Fraction)
+        self.state = self._state()
+        self.decay: dict[str, tuple[float, float]] = {q: (v, 0.0) for q, v in decayed0.items()}  # (U, at)
+        self.budget, self.cpu0 = budget, time.process_time()
+        self.pending: dict[str, list[SimClaim]] = defaultdict(list)
+        self.running: list[tuple[float, int, SimClaim]] = []  # (end, id, claim)
+        self.background: list[tuple[float, int, Held]] = []
+        self.claims: list[SimClaim] = []
+        self.preempted: dict[str, int] = defaultdict(int)
+        self.device_seconds: dict[str, float] = defaultdict(float)
+        self.reserved_seconds: dict[str, float] = defaultdict(float)
+        self.samples: list[dict] = []
+        self.sample_every = max(1.0, self.seconds / max(1, samples))
+        self.rounds = 0
+        self.classes: dict[str, str] = {}  # driver -> DeviceClass name
+        # Targeted wake-ups (``scheduler.services.wakeups``): a round tries the claims never tried and, of the
+        # others, as many as WAKE_FANOUT per device freed since the round before, in queue order; a
+        # configuration change wakes them all (as a queue write bumps the fleet's version).
+        self.fanout = fanout
+        self.freed = 0
+        self.wake_all = True
+
+    def _state(self) -> _State:
+        state = _State(self.tree, self.view, None)
+        state._usage = self.usage
+        return state
+
+    # ------------------------------------------------------------------------------------------- the clock
+    def run(self) -> None:
+        for i, held in enumerate(self.trace.background):
+            self.engine.commit(held.devices)
+            self._charge_background(held, +1)
+            heapq.heappush(self.background, (held.end if held.end is not None else float("inf"), i, held))
+        arrivals = sorted(self.trace.claims, key=lambda c: (max(0.0, c.arrival), c.created_at, c.uid))
+        # Claims that never ran leave when their user gave up on them; the others run their recorded duration
+        # whenever the replay starts them.
+        withdrawals = sorted((c.ended, i) for i, c in enumerate(self.trace.claims)
+                             if c.ended is not None and not c.runs)
+        by_uid: dict[str, SimClaim] = {}
+        k = w = 0
+        now, next_sample = 0.0, 0.0
+        while now <= self.seconds:
+            self._check_budget()
+            self._switch_epoch(now)
+            self._release(now)
+            while k < len(arrivals) and max(0.0, arrivals[k].arrival) <= now:
+                sim = self._arrive(arrivals[k])
+                by_uid[sim.trace.uid] = sim
+                k += 1
+            while w < len(withdrawals) and withdrawals[w][0] <= now:
+                self._withdraw(by_uid.get(self.trace.claims[withdrawals[w][1]].uid), now)
+                w += 1
+            self._round(now)
+            self._reclaim(now)
+            while next_sample <= now:
+                self._sample(next_sample)
+                next_sample += self.sample_every
+            upcoming = [self.seconds + 1, next_sample]
+            if k < len(arrivals):
+                upcoming.append(max(0.0, arrivals[k].arrival))
+            if w < len(withdrawals):
+                upcoming.append(withdrawals[w][0])
+            if self.running:
+                upcoming.append(self.running[0][0])
+            if self.background:
+                upcoming.append(self.background[0][0])
+            if self.epoch + 1 < len(self.trace.epochs):
+                upcoming.append(self.trace.epochs[self.epoch + 1][0])
+            now = max(now + ROUND_SECONDS, min(upcoming))
+        self._close(self.seconds)
+
+    def _check_budget(self) -> None:
+        self.rounds += 1
+        if time.process_time() - self.cpu0 > self.budget:
+            raise BudgetExceeded(f"stopped after {self.budget:.0f} s of CPU ({self.rounds} rounds)")
+
+    def _switch_epoch(self, now: float) -> None:
+        while self.epoch + 1 < len(self.trace.epochs) and self.trace.epochs[self.epoch + 1][0] <= now:
+            self.epoch += 1
+            self.tree = tree_of(self.trace.epochs[self.epoch][1].get("Queue", {}), self.ids)
+            self.state = self._state()
+            self.wake_all = True
+
+    def half_life(self, queue: str) -> float:
+        q = self.tree.queues.get(queue)
+        return float(queue_spec.half_life(q.spec)) if q is not None else 0.0
+
+    def decayed(self, now: float) -> dict[str, float]:
+        out = {}
+        for name in self.tree.queues:
+            h = self.half_life(name)
+            if h > 0:
+                value, at = self.decay.get(name, (0.0, now))
+                out[name] = decay_to(value, at, h, now)
+        return out
+
+    def _used(self, queue: str, seconds: float, now: float) -> None:
+        """``seconds`` device-seconds closed at ``now`` for ``queue``: its decayed usage grows (any half-life
+        that queue has then; one without keeps the sum, as the ledger does)."""
+        h = self.half_life(queue)
+        value, at = self.decay.get(queue, (0.0, now))
+        self.decay[queue] = ((decay_to(value, at, h, now) if h > 0 else value) + seconds, now)
+
+    # ------------------------------------------------------------------------------------------- claims
+    def _arrive(self, c: TraceClaim) -> SimClaim:
+        named = queue_of(c, c.namespace, self.tree) if c.labels is not None else "default"
+        sim = SimClaim(len(self.claims) + 1, c, named, 0, c.arrival, c.spec, c.labels, c.created_at)
+        sim.priority = effective_priority(sim, self.tree.queues.get(named))
+        sim.shape = json.dumps(c.spec, sort_keys=True)
+        self.claims.append(sim)
+        self.pending[named].append(sim)
+        return sim
+
+    def _withdraw(self, sim: SimClaim | None, now: float) -> None:
+        """Released or deleted by its user: gone from the queue, or (started in the replay but never in fact)
+        given back now."""
+        if sim is None:
+            return
+        if sim.started is None:
+            if sim in self.pending[sim.queue]:
+                self.pending[sim.queue].remove(sim)
+        elif not sim.trace.runs:
+            self.running = [r for r in self.running if r[2] is not sim]
+            heapq.heapify(self.running)
+            self._stop(sim, now)
+
+    def _release(self, now: float) -> None:
+        while self.running and self.running[0][0] <= now:
+            _, _, sim = heapq.heappop(self.running)
+            self._stop(sim, now)
+        while self.background and self.background[0][0] <= now:
+            _, _, held = heapq.heappop(self.background)
+            self.engine.release(held.devices)
+            self.freed += len(held.devices)
+            self._charge_background(held, -1)
+            self._used(held.queue, held.weight * now, now)
+            self.device_seconds[held.queue] += held.weight * now
+
+    def _charge_background(self, held: Held, sign: int) -> None:
+        qid = self.ids.get(held.queue)
+        if qid is None:
+            return
+        for d in held.devices:
+            self.usage[(qid, self._class_of(d), "devices", "", d.cluster)] += sign * Fraction(1)
+
+    def _class_of(self, device) -> str:
+        """The quota class of a device held at the start: the first DeviceClass of the fleet naming its driver
+        (the ledger keeps no class)."""
+        if device.driver not in self.classes:
+            self.classes[device.driver] = next(
+                (c["metadata"]["name"] for c in self.view.snapshot.device_classes
+                 if f'\\"{device.driver}\\"' in json.dumps(c.get("spec") or {})), "")
+        return self.classes[device.driver]
+
+    def _start(self, sim: SimClaim, now: float) -> str:
+        """"Started", or why not ("room", "quota")."""
+        outcome = self.engine.allocate(sim.group(), raise_errors=False)
+        if not outcome.allocated:
+            return "room"
+        cluster = outcome.cluster or ""
+        verdict, charges = self.state.try_admit(_Unit(sim, outcome.claims[0].allocation or {}, cluster), sim.queue)
+        if verdict.reason != queueing.ADMITTED:
+            self.engine.release(outcome.devices)
+            return "quota"
+        sim.devices, sim.charges, sim.started = list(outcome.devices), charges, now
+        sim.first_start = now if sim.first_start is None else sim.first_start
+        sim.weight = float(sum(1 for d in outcome.devices if not d.admin_access))
+        duration = sim.trace.duration
+        heapq.heappush(self.running, (now + duration if duration is not None else float("inf"), sim.id, sim))
+        return "Started"
+
+    def _stop(self, sim: SimClaim, now: float) -> None:
+        self.engine.release(sim.devices)
+        self.freed += len(sim.devices)
+        for ch in sim.charges:
+            key = (ch.queue_id, ch.device_class, ch.unit, ch.resource, ch.cluster)
+            self.usage[key] -= Fraction(ch.amount)
+        held = sim.weight * (now - (sim.started or 0.0))
+        self._used(sim.queue, held, now)
+        self.device_seconds[sim.queue] += held
+        reservation = (sim.labels or {}).get("draservice.io/reservation")
+        if reservation:
+            self.reserved_seconds[reservation] += held
+        sim.started, sim.devices, sim.charges = None, [], []
+
+    def _close(self, now: float) -> None:
+        for _, _, sim in list(self.running):
+            self._stop(sim, now)
+        for _, _, held in self.background:
+            self.device_seconds[held.queue] += held.weight * now
+
+    # ------------------------------------------------------------------------------------------- the round
+    def _round(self, now: float) -> None:
+        shares = order.Shares(self.tree, self.usage, self.decayed(now))
+        queues = {q: items for q, items in self.pending.items() if items}
+        for items in queues.values():
+            items.sort(key=lambda s: (-s.priority, s.arrival, s.id))
+        heap = [order._rank(self.tree, shares, q, u.requested_devices(items[0].spec)) + (q,)
+                for q, items in queues.items()]
+        heapq.heapify(heap)
+        pos = dict.fromkeys(queues, 0)
+        failed: dict[str, int] = {}  # shape -> successes when it found no room (nothing freed since: skip)
+        blocked: set[tuple[str, str]] = set()  # (queue, shape) the quota refused this round
+        woken = float("inf") if self.wake_all or self.fanout <= 0 else self.fanout * self.freed
+        self.freed, self.wake_all = 0, False
+        successes = 0
+        while heap:
+            name = heapq.heappop(heap)[-1]
+            sim = queues[name][pos[name]]
+            pos[name] += 1
+            shape = sim.shape
+            tried = sim.fresh or woken > 0
+            if tried and not sim.fresh:
+                woken -= 1
+            sim.fresh = False
+            if tried and failed.get(shape) != successes and (name, shape) not in blocked:
+                why = self._start(sim, now)
+                if why == "Started":
+                    successes += 1
+                    queue = self.tree.queues.get(name)
+                    if queue is not None:
+                        for cls, n in u.requested_devices(sim.spec):
+                            shares.add(queue.id, cls, n)
+                elif why == "room":
+                    failed[shape] = successes
+                else:
+                    blocked.add((name, shape))
+            if pos[name] < len(queues[name]):
+                wants = u.requested_devices(queues[name][pos[name]].spec)
+                heapq.heappush(heap, order._rank(self.tree, shares, name, wants) + (name,))
+        for name in queues:
+            self.pending[name] = [s for s in self.pending[name] if s.started is None]
+
+    def _reclaim(self, now: float) -> None:
+        """A queue whose head waits within its nominal reclaims from the borrowers (``reclaimWithinCohort``
+        Never: it does not)."""
+        for name, items in self.pending.items():
+            if not items:
+                continue
+            queue = self.tree.queues.get(name)
+            if queue is None or (queue.spec.get("preemption") or {}).get("reclaimWithinCohort") == "Never":
+                continue
+            head = min(items, key=lambda s: (-s.priority, s.arrival, s.id))
+            wants = u.requested_devices(head.spec)
+            if len(wants) != 1:
+                continue
+            cls, need = wants[0]
+            nominal = {q.id: self._nominal(q, cls) for q in self.tree.queues.values()}
+            used = {q.id: self._in_use(q.id, cls) for q in self.tree.queues.values()}
+            if used[queue.id] + need > nominal[queue.id]:
+                continue
+            pool = sorted((s for _, _, s in self.running if s.queue != name and s.queue in self.tree.queues
+                           and used[self.tree.queues[s.queue].id] > nominal[self.tree.queues[s.queue].id]),
+                          key=lambda s: (-(s.started or 0.0), s.id))
+            if not pool:
+                continue
+            held = {s.id: (self.tree.queues[s.queue].id, Fraction(int(s.weight))) for s in pool}
+            victims = confirm_with_engine(self.engine, head.group(), pool, need, held, used, nominal, queue.id,
+                                          {s.id: s.devices for s in pool})
+            if not victims:
+                continue
+            ids = {v.id for v in victims}
+            self.running = [r for r in self.running if r[1] not in ids]
+            heapq.heapify(self.running)
+            for v in victims:
+                self._stop(v, now)
+                self.preempted[v.queue] += 1
+                v.fresh = True
+                self.pending[v.queue].append(v)
+            if self._start(head, now) == "Started":
+                items.remove(head)
+
+    def _nominal(self, queue: Queue, cls: str) -> Fraction:
+        total = Fraction(0)
+        for entry in queue.spec.get("quotas") or []:
+            if entry.get("deviceClassName") == cls and (entry.get("devices") or {}).get("nominal") is not None:
+                total += Fraction(queue_spec.amount_of(entry["devices"]["nominal"]))
+        return total
+
+    def _in_use(self, qid: int, cls: str) -> Fraction:
+        return sum((a for (q, c, unit, _, _), a in self.usage.items() if q == qid and c == cls and unit == "devices"),
+                   Fraction(0))
+
+    def _sample(self, at: float) -> None:
+        shares = order.Shares(self.tree, self.usage, self.decayed(at))
+        queues = [q for q in self.tree.queues.values() if self.tree.is_leaf(q.name)]
+        ranks = order.fair_share_ranks(queues, shares)
+        decayed = shares.decayed
+        self.samples.append({"at": at, "queues": {
+            q.name: {"rank": ranks[q.id], "effectiveShare": float(shares.ranked(q)),
+                     "decayedUsage": decayed.get(q.name), "weight": q.weight} for q in queues}})
