@@ -22,7 +22,7 @@ from .quantity import Amount, Q, QuantityError, format_quantity
 from .results import build_allocation, share_id
 from .search import Budget, NodeError, NodeSearch, SearchBudgetExceeded
 from .selector_state import MAX_KEY_INDEXES, MAX_SELECTOR_SETS, SelectorState
-from .selectors import MATCH, SelectorSet, cel_device_of
+from .selectors import SelectorSet, cel_device_of
 from .types import (
     AllocatedDevice,
     AllocationError,
@@ -162,7 +162,7 @@ class Engine:
         now = self._available(d)
         if now != self.avail[d.idx]:
             self.avail[d.idx] = now
-            self._selectors.note(d.cluster, d, 1 if now else -1)
+            self._selectors.note_device(d.cluster, d, now)
 
     def _apply_record(self, rec: AllocatedDevice, sign: int) -> None:
         d = self.by_id.get((rec.cluster, rec.driver, rec.pool, rec.device))
@@ -240,7 +240,7 @@ class Engine:
             before = self.node_used.get(key, 0)
             self.node_used[key] = before + sign
             if (before == 0) != (self.node_used[key] == 0):
-                self._selectors.note(d.cluster, d.node_name, 0)
+                self._selectors.note_node(d.cluster, d.node_name)
 
     def release(self, devices: Iterable[AllocatedDevice]) -> None:
         for rec in devices:
@@ -278,10 +278,7 @@ class Engine:
 
     def node_selector_candidates(self, cluster: ClusterModel, node: Node, sel: SelectorSet) -> list[Device]:
         """Devices reachable from ``node`` that ``sel`` does not rule out, in allocation order (static)."""
-        binding_ok = self.features.device_binding_and_status
-        return self._selectors.node_candidates(sel, cluster, node, lambda: [
-            d for d in cluster.node_candidates(node)
-            if (binding_ok or not d.binding_conditions) and sel.evaluate(d) is MATCH])
+        return self._selectors.node_candidates(sel, cluster, node)
 
     def plan_for(self, claims: list[dict], cluster: str | None) -> GroupPlan:
         """The search plan for these claims; cached by claim specs (``repr`` is cheap; a spec written with

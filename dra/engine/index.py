@@ -26,10 +26,13 @@ class KeyIndex:
 
     ``members`` are the usable devices that the selector set (or sets: see ``partition``) does not rule out."""
 
-    def __init__(self, engine, cluster: ClusterModel, members: Iterable[Device], position: int = 0):
+    def __init__(self, engine, cluster: ClusterModel, members: Iterable[Device], position: int = 0,
+                 choice: tuple = ()):
         self.engine = engine
         self.cluster = cluster
         self.position = position  # the cluster change-log position this index reflects
+        self.choice = choice  # its key in the engine's index LRU (``selector_state``)
+        self.evicted = False  # dropped from that LRU: a selector set holding it must look its index up again
         self.base = cluster.devices[0].idx if cluster.devices else 0
         self.member = bytearray(len(cluster.devices))  # device idx - base -> 1 if the selector set matches
         self.local_free: dict[str, int] = {n: 0 for n in cluster.node_order}
@@ -75,15 +78,15 @@ class KeyIndex:
         else:
             bisect.insort(bucket, node)
 
-    def catch_up(self, changes: list[tuple]) -> None:
-        """Apply the cluster's change-log entries since ``position``: ``(device, +1/-1)`` when a device became
-        free or stopped being free, ``(node name, 0)`` when a node went from unused to used or back."""
-        member, base = self.member, self.base
-        for subject, delta in changes:
-            if not delta:
-                self._place(subject)
-            elif member[subject.idx - base]:
-                self.device_changed(subject, delta)
+    def catch_up(self, changes: list[int | str]) -> None:
+        """Apply the cluster's change-log entries since ``position``: ``idx << 1 | 1`` when device ``idx`` became
+        free, ``idx << 1`` when it stopped being free, a node's name when it went from unused to used or back."""
+        member, base, devices = self.member, self.base, self.engine.devices
+        for entry in changes:
+            if entry.__class__ is str:
+                self._place(entry)  # type: ignore[arg-type]  # a node name
+            elif member[(entry >> 1) - base]:  # type: ignore[operator]  # a device entry
+                self.device_changed(devices[entry >> 1], 1 if entry & 1 else -1)  # type: ignore[operator]
 
     def device_changed(self, d: Device, delta: int) -> None:
         """``delta`` is +1 when ``d`` became free, -1 when it stopped being free."""

@@ -42,12 +42,16 @@ class SelectorState:
         self.indexes: OrderedDict[tuple, KeyIndex] = OrderedDict()
         self.index_of: dict[tuple, dict[str, tuple]] = {}  # selector key -> cluster -> its index's key
         self.partitions: OrderedDict[tuple, Partition | None] = OrderedDict()  # (cluster, footprints) -> groups
-        self.node_cands: dict[tuple, dict[tuple[str, str], list[Device]]] = {}  # selector key -> node -> devices
-        self.node_cand_lists = 0
+        self.node_cand_lists = 0  # node candidate lists kept on the sets (``SelectorSet.node_cands``)
+        # The index last made most recent in ``indexes`` (as ``_latest`` for sets).
+        self._latest_index: KeyIndex | None = None
         # Per cluster: availability changes not yet seen by every index of the cluster, and the absolute log
-        # position of the first entry kept. A cluster without an index logs nothing.
-        self.log: dict[str, list[tuple]] = {}
+        # position of the first entry kept. A cluster without an index logs nothing. An entry is an int for a
+        # device, ``idx << 1 | 1`` when it became free and ``idx << 1`` when it stopped being free, or a node's
+        # name when the node went from unused to used or back: no tuple per change for the collector to track.
+        self.log: dict[str, list[int | str]] = {}
         self.log_start: dict[str, int] = {}
+        self.log_limit: dict[str, int] = {}
         self.evicted_sets = 0
         self.evicted_indexes = 0
         self.rebuilt_indexes = 0
@@ -68,13 +72,21 @@ class SelectorState:
         """``sel`` is in use (perhaps from a cached plan after it was evicted): keep it, most recent first."""
         if sel is self._latest:
             return
-        if self.sets.get(sel.key) is sel:
+        held = self.sets.get(sel.key)
+        if held is sel:
             self.sets.move_to_end(sel.key)
             self._latest = sel
             return
+        if held is not None:  # another set of the same text (made after this one's eviction) gives way
+            self._drop_lists(held)
         self._latest = None
         self.sets[sel.key] = sel
         self._evict_sets()
+
+    def _drop_lists(self, sel: SelectorSet) -> None:
+        self.node_cand_lists -= len(sel.node_cands)
+        sel.node_cands = {}
+        sel.key_indexes = {}
 
     def _evict_sets(self) -> None:
         while len(self.sets) > self.max_selector_sets:
@@ -84,18 +96,41 @@ class SelectorState:
             # Its own indexes go with it; shared ones stay for the other sets choosing the same devices (the
             # index LRU bounds them).
             for cluster in self.engine.clusters:
-                if self.indexes.pop((("set", key), cluster), None) is not None:
+                ki = self.indexes.pop((("set", key), cluster), None)
+                if ki is not None:
+                    ki.evicted = True
                     self._index_gone(cluster)
             self.index_of.pop(key, None)
-            self.node_cand_lists -= len(self.node_cands.pop(key, {}))
+            self._drop_lists(sel)
             sel.forget()
             self.evicted_sets += 1
 
     # ------------------------------------------------------------------------------------------ key indexes
     def key_index(self, sel: SelectorSet, cluster: ClusterModel) -> KeyIndex:
-        self.touch(sel)
+        if sel is not self._latest:
+            self.touch(sel)
+        name = cluster.name
+        ki = sel.key_indexes.get(name)
+        log = self.log.get(name)
+        if ki is None or ki.evicted or log is None or ki.position < self.log_start[name]:
+            ki = self._resolve_index(sel, cluster)
+            sel.key_indexes[name] = ki
+            log = self.log[name]
+        elif ki is not self._latest_index:
+            self.indexes.move_to_end(ki.choice)
+            self._latest_index = ki
+        end = self.log_start[name] + len(log)
+        if ki.position < end:
+            ki.catch_up(log[ki.position - self.log_start[name]:])
+            ki.position = end
+        return ki
+
+    def _resolve_index(self, sel: SelectorSet, cluster: ClusterModel) -> KeyIndex:
+        """``sel``'s index in ``cluster`` through the LRU: its own, another set's of the same choice, or new."""
         name = cluster.name
         log = self.log.setdefault(name, [])
+        if name not in self.log_limit:
+            self.log_limit[name] = max(4096, 2 * len(cluster.devices))
         start = self.log_start.setdefault(name, 0)
         end = start + len(log)
         known = self.index_of.get(sel.key)
@@ -114,14 +149,15 @@ class SelectorState:
                 return self._new_index(k, cluster, members(), end)
             self.shared_indexes += not behind
         self.indexes.move_to_end(k)
-        if ki.position < end:
-            ki.catch_up(log[ki.position - start:])
-            ki.position = end
+        self._latest_index = ki
         return ki
 
     def _new_index(self, k: tuple, cluster: ClusterModel, members: list[Device], end: int) -> KeyIndex:
-        ki = self.indexes[k] = KeyIndex(self.engine, cluster, members, end)
-        self.indexes.move_to_end(k)
+        old = self.indexes.pop(k, None)
+        if old is not None:  # fell behind the log: replaced
+            old.evicted = True
+        ki = self.indexes[k] = KeyIndex(self.engine, cluster, members, end, k)
+        self._latest_index = ki
         self._evict_indexes(keep=k)
         return ki
 
@@ -150,7 +186,10 @@ class SelectorState:
             k = next(iter(self.indexes))
             if k == keep:
                 break
-            self.indexes.pop(k)
+            ki = self.indexes.pop(k)
+            ki.evicted = True
+            if ki is self._latest_index:
+                self._latest_index = None
             self._index_gone(k[1])
             self.evicted_indexes += 1
 
@@ -158,33 +197,46 @@ class SelectorState:
         if not any(c == cluster for _, c in self.indexes):
             self.log.pop(cluster, None)
             self.log_start.pop(cluster, None)
+            self.log_limit.pop(cluster, None)
 
-    def note(self, cluster: str, subject, delta: int) -> None:
-        """An availability change in ``cluster``: ``(device, +1/-1)`` or ``(node name, 0)``."""
+    def note_device(self, cluster: str, d: Device, free: bool) -> None:
+        """``d`` became free (``free``) or stopped being free."""
         log = self.log.get(cluster)
-        if log is None:
-            return
-        log.append((subject, delta))
-        limit = max(4096, 2 * len(self.engine.clusters[cluster].devices))
-        if len(log) > limit:
-            # Keep the newer half. An index behind the cut is rebuilt when next used: replaying more changes
-            # than its cluster has devices would cost more than building it afresh.
-            cut = len(log) // 2
-            del log[:cut]
-            self.log_start[cluster] += cut
+        if log is not None:
+            log.append(d.idx << 1 | free)
+            if len(log) > self.log_limit[cluster]:
+                self._cut(cluster, log)
+
+    def note_node(self, cluster: str, node: str) -> None:
+        """``node`` went from unused to used or back (its place in the node order changes)."""
+        log = self.log.get(cluster)
+        if log is not None:
+            log.append(node)
+            if len(log) > self.log_limit[cluster]:
+                self._cut(cluster, log)
+
+    def _cut(self, cluster: str, log: list) -> None:
+        # Keep the newer half. An index behind the cut is rebuilt when next used: replaying more changes than its
+        # cluster has devices would cost more than building it afresh.
+        cut = len(log) // 2
+        del log[:cut]
+        self.log_start[cluster] += cut
 
     # ------------------------------------------------------------------------------------------ node candidates
-    def node_candidates(self, sel: SelectorSet, cluster: ClusterModel, node: Node, build) -> list[Device]:
-        self.touch(sel)
-        per_sel = self.node_cands.setdefault(sel.key, {})
+    def node_candidates(self, sel: SelectorSet, cluster: ClusterModel, node: Node) -> list[Device]:
+        """Devices reachable from ``node`` that ``sel`` does not rule out, in allocation order (static)."""
+        if sel is not self._latest:
+            self.touch(sel)
         k = (cluster.name, node.name)
-        cands = per_sel.get(k)
+        cands = sel.node_cands.get(k)
         if cands is None:
             if self.node_cand_lists >= MAX_NODE_CANDIDATE_LISTS:
-                for lists in self.node_cands.values():
-                    lists.clear()
+                for held in self.sets.values():
+                    held.node_cands = {}
                 self.node_cand_lists = 0
-            cands = per_sel[k] = build()
+            binding_ok = self.engine.features.device_binding_and_status
+            cands = sel.node_cands[k] = [d for d in cluster.node_candidates(node)
+                                         if (binding_ok or not d.binding_conditions) and sel.evaluate(d) is MATCH]
             self.node_cand_lists += 1
         return cands
 

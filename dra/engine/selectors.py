@@ -16,10 +16,15 @@ failing. Compile errors and cost limits stay errors: they are the claim's (or cl
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dra.cel import CELCompileError, CELDevice, CELRuntimeError, SelectorCache, compile_expression
 
 from .model import Device
 from .types import AllocationError, ErrorCode
+
+if TYPE_CHECKING:
+    from .index import KeyIndex
 
 MATCH = True
 NO_MATCH = False
@@ -68,7 +73,7 @@ class SelectorSet:
     every content distinct (so that memo would only grow). ``forget`` drops both when the engine evicts it."""
 
     __slots__ = ("key", "class_name", "class_exprs", "request_exprs", "compiled", "drivers", "codes", "failures",
-                 "cache", "consumable_capacity", "by_content", "size")
+                 "cache", "consumable_capacity", "by_content", "size", "key_indexes", "node_cands")
 
     def __init__(self, key: tuple, class_name: str, class_exprs: tuple[str, ...], request_exprs: tuple[str, ...],
                  cache: SelectorCache, consumable_capacity: bool, size: int = 0):
@@ -95,12 +100,18 @@ class SelectorSet:
         self.failures: dict[int, SelectorFailure] = {}
         # Devices with equal CEL-visible content (same model on many nodes) share one answer: content -> code.
         self.by_content: dict[tuple, tuple[int, SelectorFailure | None]] = {}
+        # Kept by the engine's ``SelectorState`` (on the set itself, so that finding them costs no hash of the
+        # key): cluster -> the key index last resolved for it, and (cluster, node) -> candidate devices.
+        self.key_indexes: dict[str, KeyIndex] = {}
+        self.node_cands: dict[tuple[str, str], list[Device]] = {}
 
     def forget(self) -> None:
         """Drop the memo (the engine evicted this set; a cached plan may still hold it and re-evaluate)."""
         self.codes = bytearray(self.size)
         self.failures = {}
         self.by_content = {}
+        self.key_indexes = {}
+        self.node_cands = {}
 
     def evaluate(self, device: Device) -> object:
         idx = device.idx
