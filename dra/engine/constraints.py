@@ -58,7 +58,14 @@ class Constraint:
         return sub is not None and f"{base}/{sub}" in self.requests
 
     def fresh(self) -> Constraint:
-        return type(self)(self.attr, sorted(self.requests) if self.requests else None, self.index)
+        """A copy with nothing added (one per search of a node): the request set is shared, not rebuilt."""
+        c = self.__class__.__new__(self.__class__)
+        c.attr, c.requests, c.index = self.attr, self.requests, self.index
+        c.clear()
+        return c
+
+    def clear(self) -> None:
+        raise NotImplementedError
 
     # Every kind implements these three.
     def add(self, device: Device) -> bool:
@@ -77,6 +84,9 @@ class MatchAttribute(Constraint):
 
     def __init__(self, attr, requests, index):
         super().__init__(attr, requests, index)
+        self.clear()
+
+    def clear(self) -> None:
         self.value = None
         self.n = 0
 
@@ -112,6 +122,9 @@ class DistinctAttribute(Constraint):
 
     def __init__(self, attr, requests, index):
         super().__init__(attr, requests, index)
+        self.clear()
+
+    def clear(self) -> None:
         self.seen: Counter = Counter()
         self.n = 0
 

@@ -41,6 +41,7 @@ from .types import (
 MAX_PLANS = 1024
 MAX_NODE_FAILURES = 100_000
 MAX_CAPACITY_ADMITS = 200_000
+_EMPTY: Mapping = {}  # read-only
 
 
 class Engine:
@@ -138,21 +139,25 @@ class Engine:
 
     def _available(self, d: Device) -> bool:
         """Could a non-admin request get ``d`` now, as far as the device alone can tell?"""
-        if not self.is_free(d):
+        idx = d.idx
+        if self.excl[idx]:
             return False
         if d.allow_multiple:
-            used = self.cap_used.get(d.idx)
+            used = self.cap_used.get(idx)
             if used:
                 for name, least in d.min_share.items():
                     if d.capacity[name].value - used.get(name, 0) < least:
                         return False
-            if self.active.get(d.idx):
+            if self.active.get(idx):
                 return True  # counters were charged with the first share
+        elif self.active.get(idx):
+            return False
         if d.consumes and self.features.partitionable_devices:
-            uid = d.pool_ref.uid
+            pool = d.pool_ref
+            uid, counter_sets, counters_used = pool.uid, pool.counter_sets, self.counters_used
             for set_name, counters in d.consumes:
-                total = d.pool_ref.counter_sets.get(set_name, {})
-                used = self.counters_used.get((uid, set_name), {})
+                total = counter_sets.get(set_name, _EMPTY)
+                used = counters_used.get((uid, set_name), _EMPTY)
                 for cname, amount in counters.items():
                     if amount > total.get(cname, 0) - used.get(cname, 0):
                         return False
@@ -170,6 +175,10 @@ class Engine:
             key = (rec.cluster, rec.driver, rec.pool, rec.device, rec.share_id)
             (self.unknown_allocated.add if sign > 0 else self.unknown_allocated.discard)(key)
             return
+        self._apply(d, rec, sign)
+
+    def _apply(self, d: Device, rec: AllocatedDevice, sign: int) -> None:
+        """``rec`` (which names ``d``) comes into use (sign 1) or goes."""
         if rec.admin_access:
             return
         self.cluster_version[d.cluster] = self.cluster_version.get(d.cluster, 0) + 1
@@ -289,6 +298,7 @@ class Engine:
         if plan is None:
             plan = build_plan(claims, self.features, lambda name: self.get_class(scope, name), self.selector_set)
             plan.fp = key
+            plan.primary = _primary(plan)
             self._plans[key] = plan
             if len(self._plans) > MAX_PLANS:
                 self._plans.popitem(last=False)
@@ -328,9 +338,9 @@ class Engine:
         for cluster in clusters:
             try:
                 plan = self.plan_for(group.claims, cluster.name)
-                if not any(True for _ in plan.alts):
+                if plan.primary[0] is None:  # no requests
                     return []
-                ki = self.key_index(_primary_alt(plan).sel, cluster)
+                ki = self.key_index(plan.primary[0].sel, cluster)
             except AllocationError as exc:
                 if exc.code == ErrorCode.UNKNOWN_CLASS:
                     continue
@@ -378,7 +388,7 @@ class Engine:
             return self._failure(group, Reason.NO_ELIGIBLE_CLUSTER, "no eligible cluster", clusters, plans,
                                  skipped, [], [], None)
         any_plan = next(iter(plans.values()))
-        if not any(True for _ in any_plan.alts):
+        if any_plan.primary[0] is None:
             # Nothing to allocate (claims without requests): trivially satisfied anywhere.
             cluster = clusters[0]
             return self._success(group, any_plan, cluster, None, [[] for _ in any_plan.claims], {}, None)
@@ -486,20 +496,27 @@ class Engine:
             plan = plans.get(cluster.name)
             if plan is None or not cluster.nodes:
                 continue
-            primary = _primary_alt(plan)
+            primary, need_exclusive, need_shared = plan.primary
             ki = self.key_index(primary.sel, cluster)
-            need = _need_from(plan, primary.sel, ki.multi)
-            pref = 0 if cluster.name == group.preferred_cluster else 1
-            streams.append(_ranked(pref, cluster.name, ki.nodes(need)))
-        for _, _, cname, nname in heapq.merge(*streams):
-            if (cname, nname) in avoid:
+            streams.append((cluster, ki.nodes(need_shared if ki.multi else need_exclusive)))
+        if len(streams) == 1:  # one cluster (most fleets, or a group bound to one): its order is the order
+            cluster, nodes = streams[0]
+            for _, nname in nodes:
+                if avoid and (cluster.name, nname) in avoid:
+                    continue
+                yield cluster, cluster.nodes[nname]
+            return
+        ranked = [_ranked(0 if cluster.name == group.preferred_cluster else 1, cluster.name, nodes)
+                  for cluster, nodes in streams]
+        for _, _, cname, nname in heapq.merge(*ranked):
+            if avoid and (cname, nname) in avoid:
                 continue
             cluster = self.clusters[cname]
             yield cluster, cluster.nodes[nname]
 
     # ------------------------------------------------------------------------------------------ outcomes
     def _success(self, group, plan, cluster, node, results, selected, budget) -> GroupOutcome:
-        outcomes, records = [], []
+        outcomes, records, devices = [], [], []
         node_local = False
         for ci, (cp, picks) in enumerate(zip(plan.claims, results, strict=False)):
             sids = []
@@ -518,13 +535,14 @@ class Engine:
                     if pick.amounts else None
                 rec = AllocatedDevice(cluster.name, d.driver, d.pool, d.name, sid, consumed, pick.alt.admin)
                 records.append(rec)
+                devices.append(d)
             claim_selected = {ri: si for (c, ri), si in selected.items() if c == ci}
             alloc = build_allocation(cp, picks, claim_selected, node, self.features, sids)
             meta = cp.claim.get("metadata") or {}
             outcomes.append(ClaimOutcome(meta.get("name", ""), meta.get("namespace", "") or "",
                                          meta.get("uid", "") or "", alloc))
-        for rec in records:
-            self._apply_record(rec, +1)
+        for d, rec in zip(devices, records, strict=True):
+            self._apply(d, rec, +1)
         diagnostics = {"policy": "BinPack", "search": {"steps": budget.steps if budget else 0}}
         return GroupOutcome(True, key=group.key, cluster=cluster.name,
                             node=node.name if (node is not None and node_local) else None,
@@ -542,6 +560,15 @@ def _ranked(pref: int, cluster: str, nodes):
     """(preference, score, cluster, node) per node, for merging the clusters' node streams in policy order."""
     for score, node in nodes:
         yield pref, score, cluster, node
+
+
+def _primary(plan: GroupPlan) -> tuple:
+    """``GroupPlan.primary``: (the primary alternative or None when there are no requests, its devices needed on
+    one node with exclusive devices, and with devices shared between requests)."""
+    alt = _primary_alt(plan)
+    if alt is None:
+        return None, 0, 0
+    return alt, _need_from(plan, alt.sel, False), _need_from(plan, alt.sel, True)
 
 
 def _primary_alt(plan: GroupPlan):

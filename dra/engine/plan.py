@@ -68,11 +68,14 @@ class ClaimPlan:
 class GroupPlan:
     claims: list[ClaimPlan] = field(default_factory=list)
     fp: tuple = ()  # what the plan was built from (class scope, claim specs): equal fp, equal search
+    # (alternative that narrows the nodes most or None, devices of it needed on a node, the same when devices can
+    # be shared between requests): set by the engine once per plan (``engine._primary``)
+    primary: tuple = ()
 
     def for_claims(self, claims: list[dict]) -> GroupPlan:
         """The same plan for other claims with equal specs (names and uids differ, the search does not)."""
         return GroupPlan([ClaimPlan(claim, claim_ref(claim), cp.requests, cp.constraints, cp.min_devices)
-                          for claim, cp in zip(claims, self.claims, strict=False)], self.fp)
+                          for claim, cp in zip(claims, self.claims, strict=False)], self.fp, self.primary)
 
     @property
     def alts(self):

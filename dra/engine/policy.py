@@ -43,22 +43,22 @@ def order_candidates(search, alt, cands: list[Device], need: int) -> list[Device
         return cands
 
     engine = search.e
-    touched: dict[tuple, bool] = {}
-
-    def set_touched(key: tuple) -> bool:
-        t = touched.get(key)
-        if t is None:
-            used = engine.counters_used.get(key)
-            local = search.loc_counters.get(key)
-            t = touched[key] = bool((used and any(used.values())) or (local and any(local.values())))
-        return t
+    touched: dict[tuple, bool] = {}  # (pool uid, counter set) -> partly used
 
     def partly_used(d: Device) -> int:
         if d.allow_multiple:
             return 0 if (engine.active.get(d.idx) or search.loc_active.get(d.idx)) else 1
         if d.consumes:
             uid = d.pool_ref.uid
-            return 0 if any(set_touched((uid, set_name)) for set_name, _ in d.consumes) else 1
+            for set_name, _ in d.consumes:
+                key = (uid, set_name)
+                t = touched.get(key)
+                if t is None:
+                    used = engine.counters_used.get(key)
+                    local = search.loc_counters.get(key)
+                    t = touched[key] = bool((used and any(used.values())) or (local and any(local.values())))
+                if t:
+                    return 0
         return 1
 
     group_rank: dict[object, int] = {}
@@ -78,5 +78,5 @@ def order_candidates(search, alt, cands: list[Device], need: int) -> list[Device
 
     decorated = [(partly_used(d) if shared_state else 1, group_rank.get(d.locality, 0), pos, d)
                  for pos, d in enumerate(cands)]
-    decorated.sort(key=lambda t: (t[0], t[1], t[2]))
+    decorated.sort()  # positions differ: the device itself is never compared
     return [t[3] for t in decorated]

@@ -123,9 +123,14 @@ class NodeSearch:
                         continue
                     if alt.admin:
                         free = len(cands)
-                    else:
+                    else:  # counted until there are enough
                         avail = self.e.avail
-                        free = sum(avail[d.idx] for d in cands)
+                        free = 0
+                        for d in cands:
+                            if avail[d.idx]:
+                                free += 1
+                                if free >= need:
+                                    break
                     if free >= need:
                         ok = True
                         break
