@@ -280,12 +280,12 @@ class NodeSearch:
         if i == len(devices):
             return self._request(ci, ri + 1)
         self.budget.spend()
-        undo = self._take(ci, alt, devices[i], must=True)
-        if undo is None:
+        taken = self._take(ci, alt, devices[i], must=True)
+        if taken is None:
             return False
         r = self._all(ci, ri, alt, devices, i + 1)
         if r is not True:
-            undo()
+            self._untake(taken)
         return r
 
     def _slot(self, ci, ri, alt, cands, start, need):
@@ -315,19 +315,20 @@ class NodeSearch:
             if alt.sel.evaluate(d) is not MATCH:  # no match, or a selector failed on it (no match either)
                 continue
             self.budget.spend()
-            undo = self._take(ci, alt, d, must=False)
-            if undo is None:
+            taken = self._take(ci, alt, d, must=False)
+            if taken is None:
                 continue
             r = self._slot(ci, ri, alt, cands, pos + 1, need - 1)
             if r is True:
                 return True
-            undo()
+            self._untake(taken)
             if r == SIZE:
                 return SIZE
         return False
 
     def _take(self, ci: int, alt: Alt, d: Device, must: bool):
-        """Try to add ``d`` for ``alt``; returns an undo function, or None if it cannot be added."""
+        """Try to add ``d`` for ``alt``; returns what ``_untake`` needs to take it back, or None if it cannot be
+        added."""
         e, f, idx = self.e, self.f, d.idx
         multi = d.allow_multiple
         if alt.admin:
@@ -376,28 +377,30 @@ class NodeSearch:
         else:
             self.loc_excl.setdefault(idx, set()).add(ci)
         self.results[ci].append(Pick(alt, d, amounts if multi else None, share))
+        return ci, d, amounts if multi else None, charge_counters, added
 
-        def undo():
-            self.results[ci].pop()
-            if multi:
-                assert amounts is not None
-                loc = self.loc_cap[idx]
-                for name, q in amounts.items():
-                    loc[name] -= q.value
-                self.loc_active[idx] -= 1
-                if not self.loc_active[idx]:
-                    del self.loc_active[idx]
-                    del self.loc_cap[idx]
-            else:
-                s = self.loc_excl[idx]
-                s.discard(ci)
-                if not s:
-                    del self.loc_excl[idx]
-            if charge_counters:
-                self._charge(d, -1)
-            for a in added:
-                a.remove(d)
-        return undo
+    def _untake(self, taken: tuple) -> None:
+        """Take back what ``_take`` added."""
+        ci, d, amounts, charge_counters, added = taken
+        idx = d.idx
+        self.results[ci].pop()
+        if amounts is not None:  # a share of a multi-allocatable device
+            loc = self.loc_cap[idx]
+            for name, q in amounts.items():
+                loc[name] -= q.value
+            self.loc_active[idx] -= 1
+            if not self.loc_active[idx]:
+                del self.loc_active[idx]
+                del self.loc_cap[idx]
+        else:
+            s = self.loc_excl[idx]
+            s.discard(ci)
+            if not s:
+                del self.loc_excl[idx]
+        if charge_counters:
+            self._charge(d, -1)
+        for a in added:
+            a.remove(d)
 
     def _counters_fit(self, d: Device) -> bool:
         pool = d.pool_ref
