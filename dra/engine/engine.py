@@ -365,7 +365,8 @@ class Engine:
                 skipped.append({"cluster": name, "reason": "node_not_in_cluster"})
                 continue
             out.append(cluster)
-        out.sort(key=lambda c: (0 if c.name == group.preferred_cluster else 1, c.name))
+        if len(out) > 1:
+            out.sort(key=lambda c: (0 if c.name == group.preferred_cluster else 1, c.name))
         return out, skipped
 
     def _allocate(self, group: ClaimGroup) -> GroupOutcome:

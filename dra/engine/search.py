@@ -28,7 +28,7 @@ from .constraints import Constraint, MatchAttribute, attribute_value
 from .model import Device, Node
 from .plan import ALLOCATION_RESULTS_MAX, Alt, GroupPlan
 from .policy import order_candidates
-from .selectors import MATCH
+from .selectors import MATCH, SelectorSet
 from .types import AllocationError, ErrorCode
 
 SIZE = "size"  # upstream errAllocationResultMaxSizeExceeded: this branch can only overflow the result limit
@@ -80,6 +80,7 @@ class NodeSearch:
         self.cluster = cluster
         self.node = node
         self.budget = budget
+        self._cands: dict[SelectorSet, list[Device]] = {}
         self.loc_excl: dict[int, set[int]] = {}
         self.loc_cap: dict[int, dict] = {}
         self.loc_active: dict[int, int] = {}
@@ -92,7 +93,12 @@ class NodeSearch:
 
     # ------------------------------------------------------------------------------------------ candidates
     def candidates(self, alt: Alt) -> list[Device]:
-        return self.e.node_selector_candidates(self.cluster, self.node, alt.sel)
+        # Requests of a group mostly share selector sets, and the search asks for each several times.
+        sel = alt.sel
+        cands = self._cands.get(sel)
+        if cands is None:
+            cands = self._cands[sel] = self.e.node_selector_candidates(self.cluster, self.node, sel)
+        return cands
 
     def is_available(self, d: Device, alt: Alt) -> bool:
         """Could ``alt`` get ``d`` as far as the device alone tells (in use, counters, capacity left)?"""
@@ -200,7 +206,8 @@ class NodeSearch:
         total_need = sum(a.count for a in involved)
         lists: dict[int, tuple[list[Device], bool]] = {}  # id of a candidate list -> (list, admin)
         for alt in involved:
-            lists.setdefault(id(self.candidates(alt)), (self.candidates(alt), alt.admin))
+            cands = self.candidates(alt)
+            lists.setdefault(id(cands), (cands, alt.admin))
         avail = self.e.avail
         per_list = []  # per candidate list: value -> free devices with that value
         for cands, admin in lists.values():
