@@ -41,7 +41,7 @@ from .types import (
 MAX_PLANS = 1024
 MAX_NODE_FAILURES = 100_000
 MAX_CAPACITY_ADMITS = 200_000
-_EMPTY: Mapping = {}  # read-only
+_EMPTY: dict = {}  # never written: the default of lookups
 
 
 class Engine:

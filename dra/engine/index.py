@@ -83,10 +83,10 @@ class KeyIndex:
         free, ``idx << 1`` when it stopped being free, a node's name when it went from unused to used or back."""
         member, base, devices = self.member, self.base, self.engine.devices
         for entry in changes:
-            if entry.__class__ is str:
-                self._place(entry)  # type: ignore[arg-type]  # a node name
-            elif member[(entry >> 1) - base]:  # type: ignore[operator]  # a device entry
-                self.device_changed(devices[entry >> 1], 1 if entry & 1 else -1)  # type: ignore[operator]
+            if isinstance(entry, str):  # a node name
+                self._place(entry)
+            elif member[(entry >> 1) - base]:
+                self.device_changed(devices[entry >> 1], 1 if entry & 1 else -1)
 
     def device_changed(self, d: Device, delta: int) -> None:
         """``delta`` is +1 when ``d`` became free, -1 when it stopped being free."""
