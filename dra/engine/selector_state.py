@@ -99,6 +99,8 @@ class SelectorState:
                 ki = self.indexes.pop((("set", key), cluster), None)
                 if ki is not None:
                     ki.evicted = True
+                    if ki is self._latest_index:
+                        self._latest_index = None
                     self._index_gone(cluster)
             self.index_of.pop(key, None)
             self._drop_lists(sel)
