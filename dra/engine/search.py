@@ -209,6 +209,21 @@ class NodeSearch:
             cands = self.candidates(alt)
             lists.setdefault(id(cands), (cands, alt.admin))
         avail = self.e.avail
+        if len(lists) == 1:  # the common case: all constrained requests select from the same devices
+            ((cands, admin),) = lists.values()
+            counts: dict = {}  # value -> free devices with it, until one value has enough
+            for d in cands:
+                if d.allow_multiple:
+                    return True  # shared devices can serve several requests: no simple bound
+                if not admin and not avail[d.idx]:
+                    continue
+                v = attribute_value(d, c.attr)
+                if v is None or not isinstance(v, tuple):
+                    continue
+                n = counts[v] = counts.get(v, 0) + 1
+                if n >= total_need:
+                    return True
+            return False
         per_list = []  # per candidate list: value -> free devices with that value
         for cands, admin in lists.values():
             values: dict = {}
@@ -222,8 +237,6 @@ class NodeSearch:
                     continue
                 values.setdefault(v, []).append(d.idx)
             per_list.append(values)
-        if len(per_list) == 1:  # the common case: all constrained requests select from the same devices
-            return any(len(devs) >= total_need for devs in per_list[0].values())
         position = {key: i for i, key in enumerate(lists)}
         for v in set().union(*per_list):
             union = set()
