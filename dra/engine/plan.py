@@ -62,6 +62,7 @@ class ClaimPlan:
     requests: list[RequestPlan]
     constraints: list[Constraint]
     min_devices: int  # lower bound of devices, "All" requests counted as 0 (their count depends on the node)
+    has_all: bool = False  # some alternative asks for all devices: the bound is the node's to tell
 
 
 @dataclass
@@ -74,7 +75,7 @@ class GroupPlan:
 
     def for_claims(self, claims: list[dict]) -> GroupPlan:
         """The same plan for other claims with equal specs (names and uids differ, the search does not)."""
-        return GroupPlan([ClaimPlan(claim, claim_ref(claim), cp.requests, cp.constraints, cp.min_devices)
+        return GroupPlan([ClaimPlan(claim, claim_ref(claim), cp.requests, cp.constraints, cp.min_devices, cp.has_all)
                           for claim, cp in zip(claims, self.claims, strict=False)], self.fp, self.primary)
 
     @property
@@ -137,7 +138,8 @@ def build_plan(claims: list[dict], features: Features, get_class: Callable[[str]
             else:
                 raise AllocationError(ErrorCode.INVALID, f"{ref}, constraint #{i}: empty constraint (unsupported "
                                       "constraint type?)", claim=ref, field=f"spec.devices.constraints[{i}]")
-        plan.claims.append(ClaimPlan(claim, ref, requests, constraints, min_devices))
+        has_all = any(alt.all_mode for rp in requests for alt in rp.alts)
+        plan.claims.append(ClaimPlan(claim, ref, requests, constraints, min_devices, has_all))
     return plan
 
 

@@ -108,8 +108,9 @@ class NodeSearch:
     def preflight(self) -> bool:
         """Cheap necessary conditions; False with ``self.failure`` set when the node cannot work."""
         for cp in self.plan.claims:
+            # Without "All" requests the bound is the plan's, which ``build_plan`` checked already.
             min_devices = 0
-            for rp in cp.requests:
+            for rp in cp.requests if cp.has_all else ():
                 best = None
                 for alt in rp.alts:
                     need = self._need(alt)
