@@ -89,8 +89,8 @@ def _configs(cp: ClaimPlan, selected: dict[int, int]) -> list[dict]:
             entry.update({k: v for k, v in c.items() if k != "requests"})
             config.append(entry)
         class_ranges[name] = (start, len(config))
-    names = _selected_names(cp, selected)
     claim_configs = (((cp.claim.get("spec") or {}).get("devices")) or {}).get("config") or []
+    names = _selected_names(cp, selected) if claim_configs else []
     for c in claim_configs:
         wanted = c.get("requests") or []
         applies = not wanted or any(base in wanted or (sub is not None and sub in wanted) for base, sub in names)
