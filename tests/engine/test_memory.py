@@ -69,8 +69,9 @@ def test_rounds_of_known_selectors_leave_nothing_behind(policy):
     frozen, logged = gc.get_freeze_count(), engine.selector_stats()["logged"]
     for _ in range(20):
         one_round(engine, texts)
-    # What may grow: the bounded log of availability changes that key indexes replay (at most a tuple per
-    # change). Each round makes hundreds of objects (outcomes, allocation results, records): none may stay.
+    # What may grow: the bounded log of availability changes that key indexes replay (an int per device
+    # change, a node's name per node change). Each round makes hundreds of objects (outcomes, allocation
+    # results, records): none may stay.
     logged = engine.selector_stats()["logged"] - logged
     assert 0 < logged < 1_000
     assert gc.get_freeze_count() - frozen <= logged + 50
