@@ -139,6 +139,7 @@ class Sim:
         self.tree = tree_of(nominals, weights, parents)
         self.state = _State(self.tree, View(self.snapshot), None)
         self.state._usage = defaultdict(Fraction)  # the simulation's own ledger, not the database's charges
+        self.state._withheld = []  # no reservation in these cases (the state would read them from the database)
         self.rng = random.Random(seed)
         self.pending: dict[str, list[SimClaim]] = defaultdict(list)
         self.running: list[tuple[int, int, SimClaim]] = []  # (end minute, id, claim)
