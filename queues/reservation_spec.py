@@ -28,25 +28,9 @@ MAX_DEVICES = 100_000
 
 def normalize(body: Any, url_name: str | None = None) -> tuple[dict, list[tuple[str, str]]]:
     """(normalized object, field errors). The object is ``{apiVersion, kind, metadata, spec}`` with defaults."""
-    errors: list[tuple[str, str]] = []
     if not isinstance(body, dict):
         return {}, [("", "must be a Reservation object")]
-    if body.get("apiVersion", API_VERSION) != API_VERSION:
-        errors.append(f.unsupported("apiVersion", body.get("apiVersion"), [API_VERSION]))
-    if body.get("kind", KIND) != KIND:
-        errors.append(f.unsupported("kind", body.get("kind"), [KIND]))
-    meta = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
-    name = meta.get("name") or url_name
-    if not name:
-        errors.append(f.required("metadata.name"))
-    else:
-        errors += f.check_dns_label(name, "metadata.name")
-        if url_name and name != url_name:
-            errors.append(f.invalid("metadata.name", name, f"must match the name in the URL ({url_name!r})"))
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    for key, value in (("metadata.labels", labels), ("metadata.annotations", annotations)):
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            errors.append(f.invalid(key, value, "must be a map of strings"))
+    name, labels, annotations, errors = queue_spec.header(body, KIND, url_name)
     raw = body.get("spec")
     if not isinstance(raw, dict):
         return {}, errors + [f.invalid("spec", raw, "must be an object") if raw is not None

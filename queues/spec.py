@@ -34,15 +34,14 @@ MAX_QUOTAS = 64
 MAX_NAMESPACES = 1024
 
 
-def normalize(body: Any, url_name: str | None = None) -> tuple[dict, list[tuple[str, str]]]:
-    """(normalized object, field errors). The object is ``{apiVersion, kind, metadata, spec}`` with defaults."""
+def header(body: dict, kind: str, url_name: str | None) -> tuple[str | None, Any, Any, list[tuple[str, str]]]:
+    """(name, labels, annotations, field errors) of a fleet-wide draservice.io object's apiVersion, kind and
+    metadata (a Queue's, a Reservation's): the name a DNS label matching the URL's, maps of strings."""
     errors: list[tuple[str, str]] = []
-    if not isinstance(body, dict):
-        return {}, [("", "must be a Queue object")]
     if body.get("apiVersion", API_VERSION) != API_VERSION:
         errors.append(f.unsupported("apiVersion", body.get("apiVersion"), [API_VERSION]))
-    if body.get("kind", KIND) != KIND:
-        errors.append(f.unsupported("kind", body.get("kind"), [KIND]))
+    if body.get("kind", kind) != kind:
+        errors.append(f.unsupported("kind", body.get("kind"), [kind]))
     meta = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
     name = meta.get("name") or url_name
     if not name:
@@ -55,6 +54,14 @@ def normalize(body: Any, url_name: str | None = None) -> tuple[dict, list[tuple[
     for key, value in (("metadata.labels", labels), ("metadata.annotations", annotations)):
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             errors.append(f.invalid(key, value, "must be a map of strings"))
+    return name, labels, annotations, errors
+
+
+def normalize(body: Any, url_name: str | None = None) -> tuple[dict, list[tuple[str, str]]]:
+    """(normalized object, field errors). The object is ``{apiVersion, kind, metadata, spec}`` with defaults."""
+    if not isinstance(body, dict):
+        return {}, [("", "must be a Queue object")]
+    name, labels, annotations, errors = header(body, KIND, url_name)
     raw = body.get("spec", {})
     if raw is None:
         raw = {}
