@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 MAX_LIST = 5000  # one page at most, whatever limit asks (the client pages on with continue)
 
 
+PATCH_ATTEMPTS = 5  # a patch without a precondition retried on a concurrent write (kube-apiserver retries too)
+
+
 class StrategicMergePatchParser(JSONParser):
     media_type = patch.STRATEGIC
 
@@ -305,6 +308,30 @@ class ResourceView(APIView):
             rendered, code, warnings = ssa.serve(self, request, kw)
             return self._respond(rendered, code, warnings)
         ssa.write_options(request.query_params, False)
+        # A patch that names no resourceVersion applies to the object as it is when written: a concurrent
+        # write in between (a worker deciding the claim) is retried on the fresh object, as kube-apiserver's
+        # GuaranteedUpdate does, a bounded number of times; one that names a version gets its 409.
+        for attempt in range(PATCH_ATTEMPTS):
+            try:
+                return self._patch_once(request, kw, content_type)
+            except Exception as exc:  # the service's stale-ETag refusal, as this door says it: a Conflict
+                error = exc if isinstance(exc, KubeError) else translate(exc, self.resource.qualified)
+                if error is None or error.code != 409 or error.reason != "Conflict" \
+                        or self._names_version(request, content_type) or attempt == PATCH_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _names_version(request, content_type: str) -> bool:
+        """Whether the patch carries a precondition: If-Match, a JSON patch (it may test the version), or a
+        ``metadata.resourceVersion`` in a merge patch."""
+        if request.headers.get("If-Match") or content_type == patch.JSON_PATCH:
+            return True
+        data = request.data if isinstance(request.data, dict) else {}
+        meta = data.get("metadata")
+        return isinstance(meta, dict) and meta.get("resourceVersion") not in (None, "")
+
+    def _patch_once(self, request, kw, content_type: str):
         obj = self.store.get(kw.get("namespace"), kw["name"])
         before = self.store.render(obj, kw["version"])
         ssa.attach(self.resource, [before])
