@@ -56,13 +56,7 @@ class _Compiled:
         self.compiler = qs.query.get_compiler(using=using)
         self.sql, params = self.compiler.as_sql()
         self.params = list(params)
-        # Which parameter is which stand-in: each must appear exactly once.
-        self.slots = []
-        for i, stand_in in enumerate(stand_ins):
-            where = [k for k, p in enumerate(self.params) if type(p) is type(stand_in) and p == stand_in]
-            if len(where) != 1:
-                raise ValueError(f"Prepared: stand-in {i} appears {len(where)} times in the parameters")
-            self.slots.append(where[0])
+        self.slots = _slots(self.params, stand_ins)
         select, klass_info = self.compiler.select, self.compiler.klass_info
         self.model = klass_info["model"]
         fields = klass_info["select_fields"]
@@ -91,6 +85,57 @@ class _Compiled:
                 setattr(obj, attr, row[pos])
             out.append(obj)
         return out
+
+
+class PreparedValues:
+    """``Prepared`` for a ``values_list`` queryset: ``rows(*values)`` returns its tuples (``flat``: the first
+    column of each), with the fields' converters applied, as the queryset would."""
+
+    def __init__(self, build: Callable[..., QuerySet], stand_ins: Sequence[Any] = (), *, flat: bool = False):
+        self._build = build
+        self._stand_ins = tuple(stand_ins)
+        self._flat = flat
+        self._local = threading.local()
+
+    def rows(self, *values: Any, using: str = "default") -> list:
+        cache = self._local.__dict__.setdefault("by_alias", {})
+        compiled = cache.get(using)
+        if compiled is None:
+            compiled = cache[using] = _CompiledValues(self._build(*self._stand_ins), self._stand_ins, using)
+        rows = compiled.run(values)
+        return [row[0] for row in rows] if self._flat else rows
+
+
+class _CompiledValues:
+    def __init__(self, qs: QuerySet, stand_ins: tuple, using: str):
+        self.using = using
+        self.compiler = qs.query.get_compiler(using=using)
+        self.sql, params = self.compiler.as_sql()
+        self.params = list(params)
+        self.slots = _slots(self.params, stand_ins)
+        self.converters = self.compiler.get_converters([s[0] for s in self.compiler.select[0:self.compiler.col_count]])
+
+    def run(self, values: tuple) -> list[tuple]:
+        params = list(self.params)
+        for slot, value in zip(self.slots, values, strict=True):
+            params[slot] = value
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(self.sql, params)
+            rows = cursor.fetchall()
+        if self.converters:
+            return [tuple(r) for r in self.compiler.apply_converters(rows, self.converters)]
+        return rows
+
+
+def _slots(params: list, stand_ins: tuple) -> list[int]:
+    """Which parameter is which stand-in: each must appear exactly once."""
+    slots = []
+    for i, stand_in in enumerate(stand_ins):
+        where = [k for k, p in enumerate(params) if type(p) is type(stand_in) and p == stand_in]
+        if len(where) != 1:
+            raise ValueError(f"Prepared: stand-in {i} appears {len(where)} times in the parameters")
+        slots.append(where[0])
+    return slots
 
 
 def set_prefetched(obj: Model, related_name: str, objects: Sequence[Model], back: str | None = None) -> None:

@@ -20,8 +20,9 @@ from draservice.celery import app
 log = logging.getLogger(__name__)
 
 # Tasks the runner runs when woken (the others run inline, as without a runner). Allocation is the one a
-# request must not wait for: a round may take a while, and many requests ask for one.
-ON_DEMAND = ("claims.tasks.allocate_pending",)
+# request must not wait for: a round may take a while, and many requests ask for one. The plan follows the
+# rounds, after them, so that a release's placement does not wait for it.
+ON_DEMAND = ("claims.tasks.allocate_pending", "scheduler.tasks.plan")
 # The notify runner's: webhook deliveries, in a thread of their own so that a slow receiver (up to the delivery
 # deadline per attempt) never delays allocation -- what the notify Celery queue and its worker do with a broker.
 NOTIFY_ON_DEMAND = ("draservice.tasks.deliver_due",)

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # One task keeps taking batches while there is work, up to this long; then it hands over to a fresh task
 # so that a busy queue does not starve the other tasks of the worker.
 MAX_TASK_SECONDS = 20.0
+PLAN_TASK = "scheduler.tasks.plan"
 
 
 @shared_task(name="claims.tasks.allocate_pending", ignore_result=True)
@@ -73,25 +74,20 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
             break
     if totals["rounds"]:
         log.info("allocation: %s", totals)
-        _replan()  # the rounds started or held claims: the queues' first planDepth may have moved
+        # The rounds started or held claims: the queues' first planDepth may have moved. The plan is advice and
+        # its own task, so that a release's placement does not wait for it, and many releases in a row share one
+        # pass (debounced: at most one waits in the broker).
+        draservice_dispatch.request_task(PLAN_TASK, debounce=True)
     if totals["pending"]:
         request_pass()  # a claim short of room or quota may reclaim: not only at the beat's next period
     return totals
 
 
-def _replan() -> None:
-    try:
-        done = plan.refresh()
-        if done is not None and done.woken:
-            dispatch.request_allocation()
-    except Exception:  # noqa: BLE001 -- the plan is advice: a failed pass leaves the last one, retried by beat
-        log.exception("plan pass failed")
-
-
-@shared_task(name="scheduler.tasks.plan", ignore_result=True)
+@shared_task(name=PLAN_TASK, ignore_result=True)
 def plan_pass() -> int:
     """The plan (``scheduler.services.plan``), when due: at most every ``PLAN_INTERVAL`` unless the queues'
     first ``planDepth`` claims changed. Claims it starts now by backfill get a round."""
+    draservice_dispatch.task_started(PLAN_TASK)
     done = plan.refresh()
     if done is not None and done.woken:
         dispatch.request_allocation()

@@ -93,6 +93,7 @@ class Engine:
         # state (diagnostics' per-shape device counts, ``explained``) is valid while it stands still.
         self.cluster_version: dict[str, int] = {}
         self.explained = ExplainCache()
+        self._explain = True  # this allocate call explains its failure (``allocate(explain=...)``)
         # Per-device work one failure explanation may do (``explain_walk``); past it the explanation is sampled.
         self.explain_checks = MAX_EXPLAIN_CHECKS
         self.explain_evaluations = MAX_EXPLAIN_EVALUATIONS
@@ -311,7 +312,11 @@ class Engine:
         return plan.for_claims(claims)
 
     # ------------------------------------------------------------------------------------------ allocate
-    def allocate(self, group: ClaimGroup, *, raise_errors: bool = True) -> GroupOutcome:
+    def allocate(self, group: ClaimGroup, *, raise_errors: bool = True, explain: bool = True) -> GroupOutcome:
+        """``explain=False``: a failure carries only its reason (not told apart from an invalid pool's unless a
+        node said so), not the per-request explanation: for callers that only ask whether the group fits, such as
+        the plan's candidate times."""
+        self._explain = explain
         try:
             return self._allocate(group)
         except AllocationError as exc:
@@ -442,7 +447,7 @@ class Engine:
         if node_errors and (group.node is not None or len(node_errors) == examined):
             raise node_errors[0]
         if any(e.code == ErrorCode.POOL_INVALID for e in node_errors) or \
-                (group.node is None and self._relevant_invalid_pool(clusters, plans)):
+                (group.node is None and self._explain and self._relevant_invalid_pool(clusters, plans)):
             # Upstream reports this per node; fleet-wide it is the reason when nothing fit anywhere.
             return self._failure(group, Reason.INVALID_POOLS, "invalid resource pools were encountered", clusters,
                                  plans, skipped, node_log, node_errors, budget)
@@ -551,6 +556,8 @@ class Engine:
                             message=f"allocated on {cluster.name}/{node.name}" if node is not None else "allocated")
 
     def _failure(self, group, reason, message, clusters, plans, skipped, node_log, node_errors, budget):
+        if not self._explain:
+            return GroupOutcome(False, key=group.key, reason=reason, message=message, diagnostics={"reason": reason})
         diagnostics = explain(self, group, clusters, plans, skipped, node_log, node_errors, budget, reason)
         summary = diagnostics.get("summary") or message
         return GroupOutcome(False, key=group.key, reason=diagnostics.get("reason", reason), message=summary,

@@ -129,7 +129,7 @@ def _earliest(engine, state: _State, plan: list[Planned], item: Waiting, times: 
     # Planned groups' ends free devices too: a group may start when one before it is done.
     for t in times:
         state.move(plan, t, None if item.seconds is None else t + item.seconds)
-        outcome = engine.allocate(item.group, raise_errors=False)
+        outcome = engine.allocate(item.group, raise_errors=False, explain=False)  # only whether it fits
         if outcome.allocated:
             engine.release(outcome.devices)
             return Planned(item.group.key, t, None if item.seconds is None else t + item.seconds,

@@ -26,10 +26,16 @@ from django.utils import timezone
 
 from claims.models import Phase
 from dra.engine.timeline import may_backfill
+from draservice.prepared import PreparedValues
 from scheduler.models import PlannedStart
 from scheduler.services import plan
 
 ISO = "%Y-%m-%dT%H:%M:%SZ"
+# What still waits of the plan (a planned claim allocated or released since the pass promises nothing), read by
+# every round that places something: compiled once.
+_PROMISES = PreparedValues(lambda: PlannedStart.objects.exclude(start_at=None).filter(claim__phase=Phase.PENDING)
+                           .values_list("claim_id", "claim__namespace__name", "claim__name", "queue", "start_at",
+                                        "devices"))
 
 
 @dataclasses.dataclass
@@ -52,10 +58,7 @@ class Backfill:
 
     def _load(self) -> None:
         self.loaded = True
-        # Only what still waits: a planned claim allocated or released since the pass promises nothing.
-        rows = (PlannedStart.objects.exclude(start_at=None).filter(claim__phase=Phase.PENDING)
-                .values_list("claim_id", "claim__namespace__name", "claim__name", "queue", "start_at", "devices"))
-        for claim_id, ns, name, queue, start, devices in rows:
+        for claim_id, ns, name, queue, start, devices in _PROMISES.rows():
             if start is None:
                 continue  # excluded above; for the type checker
             promise = _Promise(claim_id, f"{ns}/{name}", queue, start)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from claims.models import PendingWake
 from claims.services import taking
+from draservice.prepared import PreparedValues
 from gangs import dispatch as gang_dispatch
 from gangs.models import Gang, GangPhase
 from queues.services import usage as u
@@ -33,19 +34,23 @@ from scheduler.services import holds
 HOLDING_REASONS = ("NoDomainFits", "MembersDoNotFit")
 
 
+# Read by every claims round: compiled once (compiling the queryset cost more than running it).
+_HELD = PreparedValues(lambda: Gang.objects.filter(phase=GangPhase.PENDING).exclude(hold_queue="")
+                       .values_list("hold_queue", "held_nodes", "hold_need"))
+_TRIED = PreparedValues(lambda: Gang.objects.filter(phase=GangPhase.PENDING).exclude(hold_queue="")
+                        .values_list("attempted_version", flat=True)[:50], flat=True)
+
+
 def held() -> list[tuple[str, list[tuple[str, str]], dict[str, int]]]:
     """(queue, [(cluster, node), ...], {class: devices needed}) of every pending gang that holds."""
-    rows = (Gang.objects.filter(phase=GangPhase.PENDING).exclude(hold_queue="")
-            .values_list("hold_queue", "held_nodes", "hold_need"))
-    return [(queue, [(c, n) for c, n in nodes or []], dict(need or {})) for queue, nodes, need in rows]
+    return [(queue, [(c, n) for c, n in nodes or []], dict(need or {})) for queue, nodes, need in _HELD.rows()]
 
 
 def kick_stale() -> bool:
     """Ask for a gang pass when a gang that holds was last tried before the fleet last changed (called as a
     claims round starts, which every release asks for): the release that freed a holding gang's last device
     places it within moments, not at the next periodic pass. One query when no gang holds."""
-    tried = list(Gang.objects.filter(phase=GangPhase.PENDING).exclude(hold_queue="")
-                 .values_list("attempted_version", flat=True)[:50])
+    tried = _TRIED.rows()
     if not tried:
         return False
     version = taking.fleet_version()

@@ -16,9 +16,11 @@ rule (``scheduler.services.backfill``).
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -33,6 +35,7 @@ from claims.services import fleet, wake
 from claims.services.engines import session as engine_session
 from dra.cel import MAX_SELECTOR_COST
 from dra.engine.timeline import Ending, Planned, Waiting, plan_starts
+from draservice.prepared import Prepared, PreparedValues
 from queues import spec as queue_spec
 from queues.services import order as queue_order
 from queues.services.position import PRIORITY_SQL
@@ -69,21 +72,78 @@ def interval() -> float:
     return float(getattr(settings, "PLAN_INTERVAL", 10.0))
 
 
+def _head_query(name: str, queue, depth: int):
+    """The query of queue ``name``'s first ``depth`` pending claims, in its order."""
+    namespaces = (queue.spec.get("namespaces") or []) if queue else []
+    return (ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
+            .order_by(RawSQL(PRIORITY_SQL, [queue.max_priority]).desc(), F("created_at").asc(), "id")[:depth])
+
+
+def _head_rows_query(name: str, queue, depth: int):
+    # diagnostics, the largest column, is never read by the plan
+    return _head_query(name, queue, depth).select_related("namespace").defer("diagnostics")
+
+
+def _head_ids_sql(name: str, queue, depth: int) -> tuple[str, tuple]:
+    return _head_query(name, queue, depth).values_list("id", flat=True).query.sql_with_params()
+
+
+def _planning(tree: Tree):
+    """(name, queue, depth) of each queue that plans (``planDepth`` above 0)."""
+    for name, queue in tree.queues.items():
+        depth = depth_of(queue)
+        if depth > 0:
+            yield name, queue, depth
+
+
+# The head queries, compiled once per (queue, namespaces, priority cap, depth): the pass runs after every
+# allocation task, and compiling its queries cost more CPU than running them.
+_COMPILED: dict[tuple, object] = {}
+MAX_COMPILED = 512
+
+
+def _key(name: str, queue, depth: int) -> tuple:
+    return (name, tuple((queue.spec.get("namespaces") or []) if queue else ()),
+            queue.max_priority if queue else None, depth)
+
+
+def _compiled(key: tuple, build):
+    found = _COMPILED.get(key)
+    if found is None:
+        if len(_COMPILED) >= MAX_COMPILED:
+            _COMPILED.clear()
+        found = _COMPILED[key] = build()
+    return found
+
+
 def heads(tree: Tree) -> dict[str, list[ResourceClaim]]:
     """Queue name -> its first ``planDepth`` pending claims, in its order (one query per queue)."""
     out: dict[str, list[ResourceClaim]] = {}
-    for name, queue in tree.queues.items():
-        depth = depth_of(queue)
-        if depth <= 0:
-            continue
-        namespaces = (queue.spec.get("namespaces") or []) if queue else []
-        rows = list(ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
-                    .select_related("namespace")
-                    .order_by(RawSQL(PRIORITY_SQL, [queue.max_priority]).desc(), F("created_at").asc(), "id")
-                    [:depth])
+    for name, queue, depth in _planning(tree):
+        query = _compiled(("rows", *_key(name, queue, depth)),
+                          partial(Prepared, partial(_head_rows_query, name, queue, depth), ()))
+        rows = query.rows()
         if rows:
             out[name] = rows
     return out
+
+
+def _wanted(tree: Tree) -> set[tuple[int, str, int]]:
+    """(claim id, queue, position) of every queue's first ``planDepth`` claims: ids only, so that a pass that is
+    not due decodes no claim."""
+    out: set[tuple[int, str, int]] = set()
+    with connection.cursor() as cursor:
+        for name, queue, depth in _planning(tree):
+            sql = _compiled(("ids", *_key(name, queue, depth)), partial(_head_ids_sql, name, queue, depth))
+            cursor.execute(*sql)
+            out.update((cid, name, i + 1) for i, (cid,) in enumerate(cursor.fetchall()))
+    return out
+
+
+def _stored() -> list[tuple[int, str, int, datetime]]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT claim_id, queue, position, computed_at FROM {PlannedStart._meta.db_table}")
+        return cursor.fetchall()
 
 
 @dataclass
@@ -98,22 +158,21 @@ def refresh(force: bool = False, now: datetime | None = None) -> Pass | None:
         return None
     now = now or timezone.now()
     tree = Tree.load()
-    first = heads(tree)
-    wanted = {(c.id, name, i + 1) for name, rows in first.items() for i, c in enumerate(rows)}
     if not force:
-        stored = list(PlannedStart.objects.values_list("claim_id", "queue", "position", "computed_at"))
+        wanted = _wanted(tree)
+        stored = _stored()
         same = {(c, q, p) for c, q, p, _ in stored} == wanted
         last = max((at for *_, at in stored), default=None)
         if same and (not wanted or (last is not None and (now - last).total_seconds() < interval())):
             return None
+    first = heads(tree)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [PLAN_LOCK])
             if not cursor.fetchone()[0]:
                 return None  # another worker is planning now
         rows = _compute(tree, first, now)
-        PlannedStart.objects.all().delete()
-        PlannedStart.objects.bulk_create(rows)
+        _rewrite(rows)
         # Claims held off a head's node that the plan starts now backfill there: decide them again at once
         # (they were tried, and nothing released wakes them).
         woken = wake.wake_claims([r.claim_id for r in rows if r.start_at is not None and r.start_at <= now
@@ -128,8 +187,7 @@ def _compute(tree: Tree, first: dict[str, list[ResourceClaim]], now: datetime) -
         groups = queue_order.order(groups)
         # The heads holding nodes first: the round keeps their nodes from the claims behind them unless those
         # end before the heads' planned starts (backfill), which is what planning them after the heads gives.
-        holding = set(PendingWake.objects.exclude(hold_node="").filter(claim_id__in=list(position))
-                      .values_list("claim_id", flat=True))
+        holding = set(_HOLDING.rows()) & set(position)
         groups.sort(key=lambda g: g.claims[0].id not in holding)
     if not groups:
         return []
@@ -151,13 +209,36 @@ def _compute(tree: Tree, first: dict[str, list[ResourceClaim]], now: datetime) -
     return [_row(g.claims[0], position[g.claims[0].id], p, now) for g, p in zip(groups, planned, strict=True)]
 
 
+_COLUMNS = ("claim_id", "queue", "position", "cluster", "node", "devices", "start_at", "end_at", "computed_at")
+
+
+def _rewrite(rows: list[PlannedStart]) -> None:
+    """The whole plan replaced by ``rows``: two statements, written without the ORM's per-pass compile."""
+    table = PlannedStart._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {table}")
+        if rows:
+            one = "(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"
+            values = [v for r in rows for v in (r.claim_id, r.queue, r.position, r.cluster, r.node,
+                                                json.dumps(r.devices), r.start_at, r.end_at, r.computed_at)]
+            cursor.execute(f"INSERT INTO {table} ({', '.join(_COLUMNS)}) VALUES {', '.join([one] * len(rows))}",
+                           values)
+
+
+# The claims holding a node (at most one head per queue and the preemptors', so few): compiled once.
+_HOLDING = PreparedValues(lambda: PendingWake.objects.exclude(hold_node="").values_list("claim_id", flat=True),
+                          flat=True)
+# The running claims with a walltime, and their devices: compiled once (the pass runs after the rounds).
+_LEASED = PreparedValues(lambda: DeviceAllocation.objects.filter(claim__phase=Phase.ALLOCATED,
+                                                                claim__lease_expires_at__isnull=False)
+                         .values_list("id", "claim_id", "claim__lease_expires_at"))
+
+
 def _endings(rows: dict, pad: timedelta) -> list[Ending]:
     """The running claims' walltime ends, with the devices each frees: the engine's own records of them (those
     it counts in use), so that the plan moves exactly what the engine holds."""
     by_claim: dict[int, tuple[datetime, list]] = {}
-    leased = (DeviceAllocation.objects.filter(claim__phase=Phase.ALLOCATED, claim__lease_expires_at__isnull=False)
-              .values_list("id", "claim_id", "claim__lease_expires_at"))
-    for row_id, claim_id, expires in leased:
+    for row_id, claim_id, expires in _LEASED.rows():
         device = rows.get(row_id)
         if device is not None and expires is not None:
             by_claim.setdefault(claim_id, (expires, []))[1].append(device)

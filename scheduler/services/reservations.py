@@ -28,6 +28,7 @@ from django.utils import timezone
 from claims.models import Phase, ResourceClaim
 from claims.services import queueing
 from dra import windows
+from draservice.prepared import Prepared
 from queues import queues_sql
 from queues import reservation_spec as spec_mod
 from queues.models import QuotaCharge, Reservation
@@ -60,10 +61,14 @@ class Booking:
         return self.occ.start <= now < self.occ.end
 
 
+# Read by every claims round: compiled once (compiling the queryset cost more than running it).
+_BOOKED = Prepared(lambda: Reservation.objects.only("name", "spec", "held"), ())
+
+
 def bookings(now: datetime) -> dict[str, Booking]:
     """Every reservation with an occurrence left: its current or next one, and the nodes held for it."""
     out = {}
-    for r in Reservation.objects.only("name", "spec", "held"):
+    for r in _BOOKED.rows():
         occ = windows.current_or_next(spec_mod.parsed_window(r.spec), now)
         if occ is None:
             continue
