@@ -48,7 +48,6 @@ class Shares:
         # brings its own, kept on its virtual clock).
         remembering = any(queue_spec.half_life(q.spec) for q in tree.queues.values())
         self.decayed: dict[str, float] = decayed if decayed is not None else decay.read() if remembering else {}
-        self.total_decayed = sum(self.decayed.values())
 
     def add(self, qid: int, cls: str, n: int) -> None:
         self.used[(qid, cls)] += n
@@ -58,14 +57,21 @@ class Shares:
         """Whether ``wants`` ((class, devices) pairs) takes queue ``qid`` beyond its nominal of a class."""
         return any(self.used[(qid, cls)] + n > self.nominal.get((qid, cls), Fraction(0)) for cls, n in wants)
 
+    def capacity(self) -> float:
+        """``C``, what a queue's past use is measured against (``queues.fair_share``): the devices the dominant
+        shares are parts of (every class's use and nominal quota), summed over the classes as the decayed usage
+        sums device-seconds over them; at least 1."""
+        return float(max(sum(self.total.values(), Fraction(0)), Fraction(1)))
+
     def ranked(self, queue) -> Fraction | float:
         """What the queues are ordered by (lowest first): the dominant share over the weight, or with a
         half-life the effective share that mixes in past use (``queues.fair_share``)."""
         weight = Fraction(queue.weight).limit_denominator(1000)
-        if not queue_spec.half_life(queue.spec):
+        half_life = queue_spec.half_life(queue.spec)
+        if not half_life:
             return self.dominant(queue.id) / weight
-        return fair_share.effective_share(float(self.dominant(queue.id)), self.decayed.get(queue.name, 0.0),
-                                          self.total_decayed, float(weight))
+        history = fair_share.history_share([(self.decayed.get(queue.name, 0.0), float(half_life))], self.capacity())
+        return fair_share.effective_share(float(self.dominant(queue.id)), history, float(weight))
 
     def dominant(self, qid: int) -> Fraction:
         best = Fraction(0)

@@ -11,9 +11,9 @@
 
 Fair-share strategies compare shares where the two queues meet: the preemptor's queue and the victim's, or
 their ancestors directly under their lowest common ancestor (siblings at that level). A node's share is what
-its subtree uses beyond the node's nominal over its weight (the same denominator, the contested unit's total,
-is left out on both sides; a queue with a half-life mixes in its decayed past use, as the fair-share order
-does). ``LessThanOrEqualToFinalShare``: the preemptor's share with the claim admitted is
+its subtree uses beyond the node's nominal, over the contested unit's total, over its weight; a queue with a
+half-life mixes in its subtree's decayed past use measured against the order's capacity, as the fair-share
+order does. ``LessThanOrEqualToFinalShare``: the preemptor's share with the claim admitted is
 at most the victim queue's share without the victim; ``LessThanInitialShare``: strictly less than the victim
 queue's share before. Strategies are tried in order: the victims are found with the first alone, and only if
 that finds no set, with the first or the second. Each is checked as victims are taken (the victim queue's
@@ -85,15 +85,16 @@ class FairShares:
     part of (the unit's use and nominal summed over the queues, as the fair-share order takes it). A queue that
     remembers its past use (``fairSharing.halfLifeSeconds``) is weighed by the effective share the order uses
     (``queues.fair_share``), its subtree's decayed usage ``decayed`` (queue name -> device-seconds) mixed in;
-    the others by what they borrow now, over the same total."""
+    the others by what they borrow now, over the same total. ``capacity``: what past use is measured against,
+    the order's (``queues.services.order.Shares.capacity``) so that both weigh a queue's history alike."""
 
     def __init__(self, tree: Tree, nominal: dict[int, Fraction], total: Fraction = Fraction(1),
-                 decayed: dict[str, float] | None = None) -> None:
+                 decayed: dict[str, float] | None = None, capacity: float = 1.0) -> None:
         self.by_id = {q.id: q for q in tree.queues.values()}
         self.nominal = nominal
         self.total = max(total, Fraction(1))
         self.decayed = decayed or {}
-        self.total_decayed = sum(self.decayed.values())
+        self.capacity = capacity
         self.children: dict[int | None, list[int]] = defaultdict(list)
         for q in tree.queues.values():
             self.children[q.parent_id].append(q.id)
@@ -131,8 +132,10 @@ class FairShares:
         queue = self.by_id[node]
         if not queue_spec.half_life(queue.spec):
             return now / weight
-        past = sum(self.decayed.get(self.by_id[q].name, 0.0) for q in self._subtree(node))
-        return fair_share.effective_share(float(now), past, self.total_decayed, float(weight))
+        remembered = [(self.decayed.get(self.by_id[q].name, 0.0), float(queue_spec.half_life(self.by_id[q].spec)))
+                      for q in self._subtree(node)]
+        history = fair_share.history_share(remembered, self.capacity)
+        return fair_share.effective_share(float(now), history, float(weight))
 
     def _subtree(self, node: int) -> list[int]:
         out, stack = [], [node]

@@ -47,14 +47,13 @@ from dra.engine.quantity import parse_quantity
 from dra.engine.types import AllocatedDevice
 from queues import spec as queue_spec
 from queues.models import Preemption, PreemptionState, Queue, QuotaCharge
+from queues.services import order, webhooks
 from queues.services import usage as u
-from queues.services import webhooks
 from queues.services.position import PRIORITY_SQL
 from queues.services.resolve import Tree, effective_priority, queue_of
 from queues.services.usage import requested_devices
 from scheduler.services import allocation, gang_victims, policy
 from scheduler.services.grouping import Group
-from usage.services import decay
 
 log = logging.getLogger(__name__)
 # Why a pending claim may reclaim: the fleet has no room for it (or only on nodes held for a queue's head), or a
@@ -213,8 +212,12 @@ def candidates(claim: ResourceClaim, need: int, cls: str, tree: Tree, coming: di
     if rule.strategies:  # must borrow, fair-share preemption: what may be taken depends on the shares as it goes
         incoming = Fraction(need + (coming or {}).get((name, cls), 0)) if unit[0] == "devices" else Fraction(0)
         total = sum(used.values(), Fraction(0)) + sum(nominal.values(), Fraction(0))
-        remembering = any(queue_spec.half_life(q.spec) for q in tree.queues.values())
-        shares = policy.FairShares(tree, nominal, total, decay.read() if remembering else None)
+        decayed, capacity = None, 1.0
+        if any(queue_spec.half_life(q.spec) for q in tree.queues.values()):
+            # The order's decayed usage and capacity: a queue's history weighs in preemption as in the order.
+            known = order.Shares(tree, u.load())
+            decayed, capacity = known.decayed, known.capacity()
+        shares = policy.FairShares(tree, nominal, total, decayed, capacity)
         checks = tuple(policy.strategy_checks(shares, queue.id, incoming, rule.strategies))
     return Found([p[-1] for p in pool], held, used, nominal, queue.id, unit, checks)
 

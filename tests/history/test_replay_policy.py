@@ -3,6 +3,7 @@ half-life says, and a replay uses the queue weights in force at each moment (the
 Also the door: admins only, bad bodies are 400/422 naming the field."""
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from datetime import timedelta
@@ -76,8 +77,10 @@ def test_decayed_usage_ranks_queues_as_the_half_life_says(admin_client, django_c
     assert during["b"]["rank"] < during["a"]["rank"]
     after = sample(day, 26, start)  # two hours after the burst: a's past use still counts, b ranks ahead
     assert after["b"]["rank"] < after["a"]["rank"]
-    assert after["a"]["effectiveShare"] == pytest.approx(0.5 / 1, rel=1e-6)  # all of the remembered use is a's
     assert after["a"]["decayedUsage"] == pytest.approx(8 * DAY * 2 ** (-2 * HOUR / DAY), rel=1e-6)
+    # Nothing runs and neither has a nominal: C is its floor, 1 device, and a's history (8 x 2^(-1/12) x ln 2 =
+    # 5.2 times the scale) is clamped to 1.
+    assert after["a"]["effectiveShare"] == pytest.approx(0.5, rel=1e-6)
 
     hour = with_half_life(HOUR)
     later = sample(hour, 48, start)  # 24 h after the burst: 24 half-lives
@@ -95,8 +98,6 @@ def test_decayed_usage_ranks_queues_as_the_half_life_says(admin_client, django_c
     assert idle["a"]["rank"] < idle["b"]["rank"]  # equal shares: by name, as today
 
 
-@pytest.mark.xfail(strict=True, reason="queues.fair_share mixes in U_q / ΣU: with b's decayed usage 0, a's share of it "
-                   "stays 1 however little a remembers, so a short half-life never forgets a burst")
 def test_a_one_hour_half_life_forgets_a_burst_within_a_day(admin_client, django_capture_on_commit_callbacks):
     load_fleet({"c1": [("h100", 1)]})
     for name in ("a", "b"):
@@ -108,6 +109,9 @@ def test_a_one_hour_half_life_forgets_a_burst_within_a_day(admin_client, django_
     later = sample(run_replay(admin_client, django_capture_on_commit_callbacks, start, start + timedelta(days=2)),
                    48, start)
     assert abs(later["a"]["effectiveShare"] - later["b"]["effectiveShare"]) <= 0.01  # the issue's "equal (±1 %)"
+    # 24 half-lives after the burst, against C = 1 device (nothing runs, no nominal): U ln 2 / (C h) of it, half.
+    assert later["a"]["effectiveShare"] == pytest.approx(0.5 * 8 * DAY * 2 ** -24 * math.log(2) / HOUR, rel=1e-6)
+    assert later["b"]["effectiveShare"] == 0
 
 
 def test_a_replay_uses_the_weight_in_force_at_each_moment(admin_client, ns_client,

@@ -225,12 +225,15 @@ def test_fair_share_preemption_converges_to_3_to_1_at_weights_1_to_3(admin_clien
     assert reclaim.run()["victims"] == 0
 
 
-def test_a_queue_that_used_the_fleet_before_gives_way_further(admin_client, h100_fleet):
-    """Both remember their use; fa used the whole fleet for a day before (its decayed usage is all of theirs):
-    its effective share is half its history whatever it runs now, so fb takes all 16 GPUs and fa takes none
-    back (with no memory they meet at 8 and 8, above)."""
-    a, b, noticed = converge(admin_client, (1, 1), past=16 * 86400.0)
-    assert (a, b) == (0, 16)
+@pytest.mark.parametrize(("days", "split"), [(1, (2, 14)), (2, (0, 16))])
+def test_a_queue_that_used_the_fleet_before_gives_way_further(admin_client, h100_fleet, days, split):
+    """Both remember their use (half-life a day); fa used the whole fleet (C = 16 running, no nominal) for
+    ``days`` days before. One day: fa's history is 16 x 86400 ln 2 / (16 x 86400) = ln 2, so with x GPUs of fb's
+    running fa's share is (16 - x) / 32 + ln 2 / 2 and fb's x / 32: fb takes while (x + 1) / 32 <= (15 - x) / 32 +
+    0.35 (to 13), then while strictly below fa's before (to 14), and fa takes nothing back. Two days: the history
+    is more than the scale, clamped to 1, and fb takes all 16 (with no memory they meet at 8 and 8, above)."""
+    a, b, noticed = converge(admin_client, (1, 1), past=days * 16 * 86400.0)
+    assert (a, b) == split
     assert max(noticed.values()) == 1
     assert reclaim.run()["victims"] == 0
 
