@@ -1,4 +1,5 @@
-"""The policy audit trail: who changed a Queue, a Price or a fleet-wide DeviceClass, when, and what changed.
+"""The policy audit trail: who changed a Queue, a Reservation, a Price or a fleet-wide DeviceClass or
+DeviceTaintRule, when, and what changed.
 
 The services that write those objects call ``record`` inside the transaction of the change (so every door —
 ``/api/v1``, ``/k8s``, the dashboard, a management command — is covered by the one call, and a write that is
@@ -20,7 +21,8 @@ from django.utils import timezone
 from draservice.models import AuditEvent
 
 CREATE, UPDATE, DELETE = "Create", "Update", "Delete"
-KINDS = ("Queue", "Price", "DeviceClass", "DeviceTaintRule")
+KINDS = ("Queue", "Reservation", "Price", "DeviceClass", "DeviceTaintRule")
+SHOWN = 50  # the newest events a dashboard page shows of one object
 _request: contextvars.ContextVar[Any] = contextvars.ContextVar("audit_request", default=None)
 _named: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("audit_actor", default=None)
 
@@ -97,3 +99,12 @@ def rendered(event: AuditEvent) -> dict:
             "actor": {"name": event.actor, "kind": event.actor_kind},
             "object": {"kind": event.kind, "name": event.name}, "operation": event.operation,
             "changes": event.changes}
+
+
+def events(kind: str, name: str | None = None, limit: int = SHOWN) -> list[dict]:
+    """The newest ``limit`` events of ``kind``/``name`` (every object of the kind: ``name`` None), newest first,
+    rendered, with ``at`` (the datetime) for templates. One statement (the object index)."""
+    found = AuditEvent.objects.filter(kind=kind)
+    if name is not None:
+        found = found.filter(name=name)
+    return [rendered(e) | {"at": e.at} for e in found.order_by("-id")[:limit]]

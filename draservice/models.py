@@ -92,9 +92,9 @@ class WebhookEvent(models.Model):
 
 
 class AuditEvent(models.Model):
-    """One change of a policy object (a Queue, a Price, a fleet-wide DeviceClass or DeviceTaintRule): who made
-    it, when, and what changed (``draservice.audit``). Written by the owning app's service in the transaction
-    of the change, so a rolled-back write (a dry run, a failed check) leaves none."""
+    """One change of a policy object (a Queue, a Reservation, a Price, a fleet-wide DeviceClass or
+    DeviceTaintRule): who made it, when, and what changed (``draservice.audit``). Written by the owning app's
+    service in the transaction of the change, so a rolled-back write (a dry run, a failed check) leaves none."""
 
     at = models.DateTimeField()
     actor = models.CharField(max_length=160)  # "token:<name>", "user:<username>" or "system"

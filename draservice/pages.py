@@ -6,6 +6,8 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 
+from draservice.permissions import access_for
+
 # Who may act, not just look. Staff, or anyone granted the model permission explicitly in the admin, so a
 # team can hand out "may release claims" without making someone staff. Everybody else is read-only.
 RELEASE_PERMISSION = "claims.change_resourceclaim"
@@ -32,6 +34,8 @@ def page(request, template: str, section: str, context: dict | None = None, stat
         "can_write": can_release(request.user) or can_taint(request.user),
         "can_release": can_release(request.user),
         "can_taint": can_taint(request.user),
+        # Admins (staff) see what names tokens and people or every queue's figures: the audit trail, replays.
+        "is_admin": access_for(request).is_admin,
     }
     ctx.update(context or {})
     return render(request, template, ctx, status=status)

@@ -68,10 +68,15 @@ STATUS: dict[type[ServiceError], int] = {
 }
 
 
+def status_of(exc: ServiceError) -> int:
+    """The HTTP status of a domain exception (the dashboard's forms answer with it too)."""
+    return next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
+
+
 def api_exception(exc: ServiceError) -> exceptions.APIException:
     """A domain exception as the HTTP error both doors render: field errors keep their fields (title "Invalid
     object" unless the service named one), a message is the detail under the status's own title."""
-    code = next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
+    code = status_of(exc)
     if isinstance(exc, Throttled):
         return exceptions.Throttled(wait=exc.wait, detail=exc.detail)
     if exc.errors:

@@ -26,6 +26,7 @@ urlpatterns = [
     path("api/v1/", include("usage.api.urls")),
     re_path(r"^api/v1/auditevents/?$", AuditEventListView.as_view(), name="auditevent-list"),
     path("usage/", include("usage.urls")),
+    path("replays/", include("scheduler.urls")),
     path("", include("frontend.urls")),
 ]
 

@@ -11,13 +11,13 @@ from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
+import yaml
 from django.db.models import Count, Min
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from dra import windows
 from draservice import audit
-from draservice.models import AuditEvent
 from queues import reservation_spec
 from queues import spec as queue_spec
 from queues.models import Preemption, Queue, Reservation
@@ -27,7 +27,6 @@ from queues.services import reservations, status, usage
 from queues.services.order import Shares
 from queues.services.resolve import Tree, claims_of_queue_q
 
-HISTORY_SHOWN = 50  # the newest audit events on a queue's page
 PENDING_SAMPLE = 500  # pending claims read per queue for the per-class counts
 HEAD_SAMPLE = 20  # the oldest pending claims a queue's head is looked for among
 
@@ -62,9 +61,7 @@ def queue_page(name: str, show_history: bool) -> dict | None:
     row = next((r for r in queue_rows() if r["queue"].name == name), None)
     if row is None:
         return None
-    events = (list(AuditEvent.objects.filter(kind=queue_spec.KIND, name=name).order_by("-id")[:HISTORY_SHOWN])
-              if show_history else [])
-    return {"row": row, "history": [audit.rendered(e) | {"at": e.at} for e in events]}
+    return {"row": row, "changes": audit.events(queue_spec.KIND, name) if show_history else []}
 
 
 def _amounts(q: Queue, st: dict) -> dict[tuple, tuple[Fraction, Fraction]]:
@@ -176,6 +173,17 @@ def queue_fields(claims: list[ResourceClaim]) -> dict[int, dict]:
                          "eta": max(0.0, (when - now).total_seconds()) if when else None,
                          "message": estimate.get("message", ""), "reason": estimate.get("reason", "")}
     return out
+
+
+def reservation_page(name: str, show_history: bool) -> dict | None:
+    """A reservation's page: the object as the API renders it (its status: conditions, what it holds, its use)
+    and, for admins, its newest changes. None: no such reservation."""
+    r = Reservation.objects.filter(name=name).first()
+    if r is None:
+        return None
+    obj = reservations.rendered(r)
+    return {"r": r, "status": obj["status"], "yaml": yaml.safe_dump(obj, sort_keys=False, width=120),
+            "changes": audit.events(reservation_spec.KIND, name) if show_history else []}
 
 
 def reservation_timeline(days: int) -> dict:

@@ -6,6 +6,7 @@ from django.http import Http404
 from django.views.decorators.http import require_GET
 
 from draservice.pages import page
+from draservice.permissions import access_for
 from queues import dashboard
 
 
@@ -18,12 +19,21 @@ def queue_list(request):
 @login_required
 @require_GET
 def queue_detail(request, name: str):
-    """One queue: its figures from the tree, and (staff: the trail names tokens and people) its policy changes."""
-    found = dashboard.queue_page(name, show_history=request.user.is_staff)
+    """One queue: its figures from the tree, and (admins: the trail names tokens and people) its policy changes."""
+    found = dashboard.queue_page(name, show_history=access_for(request).is_admin)
     if found is None:
         raise Http404("no such queue")
-    return page(request, "queues/detail.html", "queues",
-                {"title": f"Queue {name}", "name": name, "staff": request.user.is_staff, **found})
+    return page(request, "queues/detail.html", "queues", {"title": f"Queue {name}", "name": name, **found})
+
+
+@login_required
+@require_GET
+def reservation_detail(request, name: str):
+    """One reservation: its status and object, and (admins) its changes."""
+    found = dashboard.reservation_page(name, show_history=access_for(request).is_admin)
+    if found is None:
+        raise Http404("no such reservation")
+    return page(request, "queues/reservation.html", "queues", {"title": f"Reservation {name}", **found})
 
 
 @login_required

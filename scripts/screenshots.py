@@ -137,6 +137,7 @@ def shoot(base: str, out: str, info: dict, width: int, height: int) -> list[str]
         ("history-gpu", f"/history/gpus/{gpu_key}/", "body[data-charts-ready=true]"),
         ("gangs", "/gangs/", None),
         ("queues", "/queues/", None),
+        ("replays", "/replays/", None),
     ]
     os.makedirs(out, exist_ok=True)
     written = []

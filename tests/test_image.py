@@ -227,6 +227,18 @@ def test_image_covers_every_package_and_package_data_pyproject_ships():
     assert not missing, f"the Dockerfile's COPY lines leave out {len(missing)} shipped files, e.g. {missing[:5]}"
 
 
+def test_every_apps_templates_and_static_files_ship():
+    """An app's pages need their templates in the wheel: a templates folder pyproject's package-data does not
+    name is left out of `pip install .` (the Queues pages' were)."""
+    shipped = shipped_files()
+    tops = {p.split("/")[0] for p in shipped}
+    present = {str(p.relative_to(ROOT)).replace(os.sep, "/") for top in tops for folder in ("templates", "static")
+               for p in (ROOT / top / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert any(p.startswith("scheduler/templates/") for p in present)
+    missing = sorted(present - shipped)
+    assert not missing, f"pyproject.toml's package-data leaves out {len(missing)} files, e.g. {missing[:5]}"
+
+
 def test_image_has_what_its_commands_need():
     image = app_files()
     # pip install . reads pyproject.toml and its readme; CMD runs gunicorn with its config file; manage.py

@@ -1,9 +1,11 @@
-"""The dashboard's Usage page: device-hours per day stacked by one grouping, and the finance table."""
+"""The dashboard's Usage page: device-hours per day stacked by one grouping, the finance table, and the prices
+with their changes."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from usage.services import reports
+from draservice import audit
+from usage.services import prices, reports
 
 # Range picker: label -> (span, bucket). Each bucket is one aggregate query: at most ~30 per page.
 RANGES = {"7d": (timedelta(days=7), timedelta(days=1)), "30d": (timedelta(days=30), timedelta(days=1)),
@@ -51,3 +53,12 @@ def page_data(range_key: str, group: str, now: datetime) -> dict:
     return {"range": range_key, "ranges": list(RANGES), "group": group, "groups": list(reports.GROUPS),
             "chart": series(window, bucket, group, now), "rows": table["items"], "total": table["total"],
             "since": table["since"], "until": table["until"]}
+
+
+def price_data(show_history: bool) -> dict:
+    """The price table (product, then cluster; the product-wide price first) and, for admins, its newest
+    changes from the audit trail."""
+    table = sorted(prices.table().values(), key=lambda p: (p.product, p.cluster))
+    return {"prices": [{"product": p.product, "cluster": p.cluster, "currency": p.currency,
+                        "perDeviceHour": prices.audited(p)["spec"]["pricePerDeviceHour"]} for p in table],
+            "changes": audit.events(prices.KIND) if show_history else []}

@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from draservice.pages import page
+from draservice.permissions import access_for
 from usage import dashboard
 
 
@@ -17,4 +18,5 @@ def usage_page(request):
     data = dashboard.page_data(request.GET.get("range", ""), request.GET.get("group", ""), timezone.now())
     csv_url = "/api/v1/usage?" + urlencode({"groupBy": f"{data['group']},product", "since": data["since"],
                                             "until": data["until"], "format": "csv"})
-    return page(request, "usage/usage.html", "usage", {"title": "Usage", "csv_url": csv_url, **data})
+    return page(request, "usage/usage.html", "usage", {"title": "Usage", "csv_url": csv_url, **data,
+                                                       **dashboard.price_data(access_for(request).is_admin)})

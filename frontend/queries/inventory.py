@@ -6,6 +6,7 @@ from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 
 from claims.services.figures.accelerators import is_marked
 from dra.cel import CELCompileError, compile_expression
+from draservice import audit
 from frontend.queries.claims import to_yaml
 from inventory.models import Cluster, Device, DeviceClass, DeviceTaintRule, Pool, PoolEvent, ResourceSlice
 from inventory.services.selectors import _evaluate_all, device_groups
@@ -114,14 +115,18 @@ def class_match_counts(classes: list[DeviceClass]) -> tuple[dict[int, int | None
     return counts, state["exhaustive"]
 
 
-def deviceclass_detail(name: str, cluster: str = "") -> dict | None:
+def deviceclass_detail(name: str, cluster: str = "", show_history: bool = False) -> dict | None:
+    """A class (the cluster's own, else the fleet-wide one) and, for admins, the fleet-wide class's changes (the
+    audit trail records those; a cluster's own classes change with its pushes)."""
     qs = DeviceClass.objects.select_related("cluster").filter(name=name)
     dc = (qs.filter(cluster__name=cluster).first() if cluster else None) or qs.filter(cluster__isnull=True).first() \
         or qs.first()
     if dc is None:
         return None
     overrides = list(qs.exclude(pk=dc.pk).values_list("cluster__name", flat=True))
-    return {"dc": dc, "selectors": _selectors(dc.object), "yaml": to_yaml(dc.object), "overrides": overrides}
+    changes = audit.events("DeviceClass", name) if show_history and dc.cluster_id is None else []
+    return {"dc": dc, "selectors": _selectors(dc.object), "yaml": to_yaml(dc.object), "overrides": overrides,
+            "changes": changes}
 
 
 def taintrule_list() -> dict:

@@ -1,6 +1,7 @@
 """Display helpers for the dashboard templates: ages, percentages, Kubernetes quantities, v1 attribute values."""
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -164,3 +165,14 @@ def held(start, end) -> str:
         return ""
     seconds = (end - start).total_seconds()
     return f"{seconds:.1f} s" if seconds < 600 else human_duration(seconds)
+
+
+@register.filter
+def change(value) -> str:
+    """One side of an audit trail change: "—" where the field was absent, text as it is, anything else (a number,
+    a list, an object) as compact JSON, as the API shows it."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "))

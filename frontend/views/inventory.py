@@ -6,6 +6,7 @@ from django.http import Http404
 from django.views.decorators.http import require_GET, require_http_methods
 
 from draservice.pages import is_htmx, page
+from draservice.permissions import access_for
 from frontend.queries import inventory as inv_q
 from inventory.services import selectors as sel_q
 
@@ -43,7 +44,7 @@ def deviceclass_list(request):
 @login_required
 @require_GET
 def deviceclass_detail(request, name):
-    data = inv_q.deviceclass_detail(name, request.GET.get("cluster", ""))
+    data = inv_q.deviceclass_detail(name, request.GET.get("cluster", ""), show_history=access_for(request).is_admin)
     if data is None:
         raise Http404("no such DeviceClass")
     return page(request, "frontend/inventory/deviceclass.html", "deviceclasses", {"title": name, **data})

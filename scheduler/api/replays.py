@@ -24,7 +24,7 @@ class ReplayAccess(BasePermission):
 
     def has_permission(self, request, view) -> bool:
         access = access_for(request)
-        return access.can_write_fleet if request.method == "POST" else access.is_admin
+        return replays.may_start(access) if request.method == "POST" else replays.may_read(access)
 
 
 class ReplayListView(APIView):

@@ -30,6 +30,7 @@ from dra import windows
 from draservice import dispatch
 from draservice.celery import app
 from draservice.errors import Conflict, Invalid, NotFound
+from draservice.permissions import Access
 from draservice.requests import merge_patch
 from queues import reservation_spec
 from queues import spec as queue_spec
@@ -45,6 +46,16 @@ MAX_ACTIVE = 4
 MAX_WINDOW = timedelta(days=7)
 ISO = "%Y-%m-%dT%H:%M:%SZ"
 KINDS = {"queues": (queue_spec, queue_spec.KIND), "reservations": (reservation_spec, reservation_spec.KIND)}
+
+
+def may_read(access: Access) -> bool:
+    """Replays show every queue's figures: admins read them (read-only admin tokens too, staff sessions)."""
+    return access.is_admin
+
+
+def may_start(access: Access) -> bool:
+    """A replay takes a replay worker's CPU: writing admins (admin tokens that are not read-only, staff)."""
+    return access.can_write_fleet
 
 
 def create(body: Any, author: str) -> Replay:
