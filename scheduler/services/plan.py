@@ -1,13 +1,14 @@
 """The plan: each queue's first ``planDepth`` pending claims, and when and where each would start.
 
-A pass (``refresh``) reads each queue's first ``spec.planDepth`` pending claims (default 10) in its order (priority
+A pass (``refresh``) reads each queue's first ``spec.planDepth`` pending claims (default 10; those a round decided
+at least once) in its order (priority
 capped by ``maxPriority``, then age: one windowed query per queue, however long the queue), puts them in the
 scheduler's order across queues (``queues.services.order``; the heads holding nodes first), and lets the engine
 place each in turn on what the running claims' walltime ends free (``dra.engine.timeline``: Slurm's conservative
 backfill plan; a running claim with no walltime never ends for the plan). A walltime end counts from the lease's
 expiry plus the expiry sweep's period and a round's latency (``PLAN_ROUND_LATENCY_SECONDS``): the devices are free
 for a round only then, so a planned start is a time the claim can in fact start by. The whole plan is rewritten
-set-based (one delete, one bulk insert), one row per claim (``scheduler.models.PlannedStart``).
+set-based (one delete, one insert), one row per claim (``scheduler.models.PlannedStart``).
 
 When: at most every ``PLAN_INTERVAL`` seconds, or sooner when the queues' first ``planDepth`` claims are no
 longer those planned (an arrival ahead of them, a start, a release); the check costs the per-queue queries.
@@ -73,9 +74,13 @@ def interval() -> float:
 
 
 def _head_query(name: str, queue, depth: int):
-    """The query of queue ``name``'s first ``depth`` pending claims, in its order."""
+    """The query of queue ``name``'s first ``depth`` pending claims, in its order. Only claims a round has
+    decided at least once: a round decides a new claim first (it may fit now), within the round's cost budget,
+    and a plan pass must not be the first to pay for a claim whose selectors are expensive (the pass runs on
+    the allocation workers)."""
     namespaces = (queue.spec.get("namespaces") or []) if queue else []
-    return (ResourceClaim.objects.filter(phase=Phase.PENDING).filter(claims_of_queue_q(name, namespaces))
+    return (ResourceClaim.objects.filter(phase=Phase.PENDING, attempts__gt=0)
+            .filter(claims_of_queue_q(name, namespaces))
             .order_by(RawSQL(PRIORITY_SQL, [queue.max_priority]).desc(), F("created_at").asc(), "id")[:depth])
 
 

@@ -120,6 +120,7 @@ def test_a_plan_pass_costs_the_same_statements_for_10_and_100_pending(admin_clie
         while ResourceClaim.objects.filter(phase=Phase.PENDING).count() < total:
             n = ResourceClaim.objects.count()
             submit(admin_client, f"w{n}", 1, "60s")
+        allocate_round()  # the plan covers claims a round has decided (they wait: "big" holds the node)
         plan.refresh(force=True)  # the engine and the fleet view are warm: count a steady pass
         with CaptureQueriesContext(connection) as ctx:
             done = plan.refresh(force=True)
@@ -130,3 +131,19 @@ def test_a_plan_pass_costs_the_same_statements_for_10_and_100_pending(admin_clie
         assert starts == [first] * 8 + [first + timedelta(seconds=60) + plan.margin()] * 2
         counts.append(len(ctx.captured_queries))
     assert counts[0] == counts[1], counts
+
+
+def test_a_claim_no_round_has_decided_is_not_planned_yet(admin_client):
+    """A plan pass must not be the first to pay for a new claim's selectors (a round decides it first, within
+    its cost budget): a claim created without a round is left out of the plan until a round has decided it."""
+    load_fleet({"c1": [("h100", 1)]})
+    submit(admin_client, "big", 8, "300s")
+    allocate_round()
+    submit(admin_client, "new", 1, "60s")
+    ResourceClaim.objects.filter(name="new").update(attempts=0, attempted_version=None)  # as if never taken
+    plan.refresh(force=True)
+    assert not PlannedStart.objects.filter(claim__name="new").exists()
+    allocate_round()
+    assert get("new").attempts == 1 and get("new").phase == Phase.PENDING
+    plan.refresh(force=True)
+    assert PlannedStart.objects.get(claim__name="new").start_at == get("big").lease_expires_at + plan.margin()
