@@ -53,7 +53,16 @@ def remove_local_runner(runner: LocalRunner) -> None:
 
 
 def debounce_key(name: str) -> str:
-    return f"{notify.key_prefix()}:{name}:queued:{app.conf.task_default_queue or 'celery'}"
+    return f"{notify.key_prefix()}:{name}:queued:{_default_queue()}"
+
+
+def _default_queue() -> str:
+    """``app.conf.task_default_queue``. Read from the configuration's first map when it is there (what a lookup
+    through all of them answers then, without their cost on every claim POST's kick)."""
+    queue = app.conf.changes.get("task_default_queue")
+    if queue is None:
+        queue = app.conf.task_default_queue
+    return queue or "celery"
 
 
 def request_task(name: str, args: tuple | list = (), *, debounce: bool = False) -> None:
