@@ -78,7 +78,7 @@ def claim(name: str) -> dict:
 
 
 # Every module that runs statements on psycopg directly (``draservice.bulk.pg_execute``, imported by name).
-RAW_USERS = ("claims.services.claims", "claims.services.bulk")
+RAW_USERS = ("claims.services.insert", "claims.services.bulk")
 
 
 def _count_raw(queries: Queries) -> None:

@@ -83,10 +83,15 @@ def _exceeded(kind: str, quota: str, limit: int, used: int, adding: int) -> Quot
 def check_pending_claims(namespace: str, adding: int) -> None:
     """Refuse ``adding`` new claims that would take the namespace's pending claims over its cap."""
     limit = pending_claims_limit(namespace)
-    pending = ResourceClaim.objects.filter(namespace__name=namespace, phase=Phase.PENDING)
-    used = pending.values("id")[:limit + 1].count()
+    used = pending_claims_used(namespace, limit)
     if used + adding > limit:
         refuse_pending_claims(limit, used, adding)
+
+
+def pending_claims_used(namespace: str, limit: int) -> int:
+    """The namespace's pending claims, counted no further than past ``limit``."""
+    pending = ResourceClaim.objects.filter(namespace__name=namespace, phase=Phase.PENDING)
+    return pending.values("id")[:limit + 1].count()
 
 
 def pending_claims_limit(namespace: str) -> int:

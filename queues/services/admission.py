@@ -41,6 +41,7 @@ from claims.services import locking, queueing
 from claims.services.engines import engines
 from dra.engine.selectors import MATCH
 from draservice.bulk import bulk_insert
+from queues import queues_sql
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QuotaCharge
 from queues.quantities import quantity
@@ -75,24 +76,12 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
         verdict, unit_charges = state.try_admit(units[i], name)
         verdicts[i] = verdict
         charges.extend(unit_charges)
-    _forget_charges([c.claim_id for c in charges])  # a re-admitted claim (after preemption)
+    if charges:
+        queues_sql.delete_charges([c.claim_id for c in charges])  # a re-admitted claim (after preemption)
     # COPY, not bulk_create: building and adapting a model row per claim is CPU spent under the commit's
     # locks, which every other commit waits for.
     bulk_insert(QuotaCharge, CHARGE_COLUMNS, charges, json_columns=set())
     return verdicts
-
-
-def _forget_charges(claim_ids: list[int]) -> None:
-    """Delete the charges of these claims. On PostgreSQL one array parameter: a round's hundreds of ids compiled
-    into a placeholder each and bound in Python cost more than the delete, which mostly finds nothing."""
-    if not claim_ids:
-        return
-    if connection.vendor != "postgresql":
-        QuotaCharge.objects.filter(claim_id__in=claim_ids).delete()
-        return
-    table = connection.ops.quote_name(QuotaCharge._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {table} WHERE claim_id = ANY(%s)", [claim_ids])
 
 
 def dry_admit(unit, view, now=None, tree: Tree | None = None) -> queueing.Verdict:

@@ -10,12 +10,12 @@ notice row ends ``PreemptionCancelled``, ``finished_at`` set (``draservice_preem
 """
 from __future__ import annotations
 
-from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from claims.services import preemption as claim_preemption
+from queues import queues_sql
 from queues.models import Preemption, PreemptionState, Queue
 from queues.services import webhooks
 
@@ -72,24 +72,11 @@ def whole_gangs(notices: list[Preemption]) -> list[Preemption]:
 def pending_of(preemptor_ids) -> list[Preemption]:
     """The running notices of these preemptors whose victims still hold their devices."""
     ids = list(preemptor_ids)
-    if not ids or not _any_pending(ids):
+    if not ids or not queues_sql.any_pending_preemption(ids):
         return []
     return list(Preemption.objects.filter(state=PreemptionState.PENDING, preemptor_id__in=ids,
                                           victim__phase=Phase.ALLOCATED)
                 .select_related("preemptor__namespace").order_by("id"))
-
-
-def _any_pending(preemptor_ids: list[int]) -> bool:
-    """Whether any running notice names one of these preemptors: on PostgreSQL one array parameter, so that the
-    common answer (none: every claims round asks it for each claim it allocated) is not paid with a query
-    of a placeholder per claim compiled and bound in Python."""
-    if connection.vendor != "postgresql":
-        return True
-    table = connection.ops.quote_name(Preemption._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE state = %s AND preemptor_id = ANY(%s))",
-                       [PreemptionState.PENDING.value, preemptor_ids])
-        return bool(cursor.fetchone()[0])
 
 
 def for_preemptors(claims: list[ResourceClaim], why: str, now=None) -> int:

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from claims.services import claims as claim_services
+from claims.services import insert
 from draservice import bulk
 from queues.models import QuotaCharge
 from scheduler.services.allocation import allocate_round
@@ -31,7 +31,7 @@ def _post(client, name: str, monkeypatch) -> tuple[dict, list[str]]:
         raw.append(sql)
         return execute(sql, params)
 
-    monkeypatch.setattr(claim_services, "pg_execute", counted)
+    monkeypatch.setattr(insert, "pg_execute", counted)
     with CaptureQueriesContext(connection) as ctx:
         body = submit(client, "ci", name)
     return body, [q["sql"] for q in ctx.captured_queries] + raw
