@@ -14,7 +14,6 @@ start and at the end of the window, per process:
   which work for every database of the server: counted, and shown apart. Backends of other databases (other
   tenants of this machine's server) are shown, never counted.
 
-Each phase starts with ``ANALYZE`` of the bench's database (``analyze``), as autovacuum would have it.
 The machine's load average is printed beside every figure: on a shared machine a busy neighbour slows the
 service but does not add to its CPU time (only to its cache misses).
 """
@@ -48,16 +47,6 @@ def raise_cap(port: int, token: str, ns: str, pending: int) -> None:
 
 def reset_cap(port: int, token: str, ns: str) -> None:
     Client(port, token).call("DELETE", QUOTA.format(ns=ns))
-
-
-def analyze() -> None:
-    """Statistics for the planner, before a measured phase (outside its window): what autovacuum keeps in a
-    deployment. The bench's server may run without it (then no table is ever analyzed, and the planner scans
-    the whole change log for a page of it)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
 
 
 def _postgres_processes() -> dict[int, str]:
@@ -173,7 +162,6 @@ def batch_phase(stack, token: str, slots: dict[str, int], n: int, per_post: int,
     ns = "batch"
     n = min(n, int(0.75 * sum(slots.values())))  # room for all of them: the batch measures placing
     raise_cap(stack.port, token, ns, n)
-    analyze()
     trace = Trace(slots=slots)
     bodies = [claim(f"b-{i}", trace.pick(0.0)[0], None) for i in range(n)]
     ledger = CpuLedger(stack)
@@ -222,7 +210,6 @@ def post_phase(stack, token: str, slots: dict[str, int], n: int, clients: int) -
     ns = "post"
     n = min(n, int(0.75 * sum(slots.values())))
     raise_cap(stack.port, token, ns, n)
-    analyze()
     trace = Trace(slots=slots)
     bodies = [claim(f"s-{i}", trace.pick(0.0)[0], None) for i in range(n)]
     local = threading.local()
