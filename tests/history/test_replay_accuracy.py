@@ -57,5 +57,8 @@ def check(admin_client, commits, shape: Shape, tolerance: float) -> None:
                                                         {"name": "b", "spec": {"weight": 1}}]})
     changed = shares(what_if, "replayed")
     print("what-if", changed)
-    assert changed["a"] > replayed["a"] + 0.03, (changed, replayed)
+    # The direction, not a size: how far a moves depends on how contended the 45-second recording was, which a
+    # loaded machine changes (within nominal quotas weights decide nothing). A replay that ignored the
+    # configuration gives the same shares again (it is deterministic), and fails here.
+    assert changed["a"] > replayed["a"] and changed["b"] < replayed["b"], (changed, replayed)
     assert what_if["configurations"][0]["queues"]["a"]["weight"] == 4
