@@ -68,14 +68,7 @@ class _Compiled:
         self.annotations = list(self.compiler.annotation_col_map.items())
 
     def run(self, values: tuple) -> list[Model]:
-        params = list(self.params)
-        for slot, value in zip(self.slots, values, strict=True):
-            params[slot] = value
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(self.sql, params)
-            rows = cursor.fetchall()
-        if self.converters:
-            rows = list(self.compiler.apply_converters(rows, self.converters))
+        rows = _execute(self, values)
         out = []
         for row in rows:
             obj = self.model.from_db(self.using, self.init_list, row[self.start:self.end])
@@ -116,15 +109,21 @@ class _CompiledValues:
         self.converters = self.compiler.get_converters([s[0] for s in self.compiler.select[0:self.compiler.col_count]])
 
     def run(self, values: tuple) -> list[tuple]:
-        params = list(self.params)
-        for slot, value in zip(self.slots, values, strict=True):
-            params[slot] = value
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(self.sql, params)
-            rows = cursor.fetchall()
-        if self.converters:
-            return [tuple(r) for r in self.compiler.apply_converters(rows, self.converters)]
-        return rows
+        return _execute(self, values)
+
+
+def _execute(compiled: _Compiled | _CompiledValues, values: tuple) -> list[tuple]:
+    """Run a compiled statement with ``values`` in its stand-ins' places; its rows, the fields' converters
+    applied."""
+    params = list(compiled.params)
+    for slot, value in zip(compiled.slots, values, strict=True):
+        params[slot] = value
+    with connections[compiled.using].cursor() as cursor:
+        cursor.execute(compiled.sql, params)
+        rows = cursor.fetchall()
+    if compiled.converters:
+        return [tuple(r) for r in compiled.compiler.apply_converters(rows, compiled.converters)]
+    return rows
 
 
 def _slots(params: list, stand_ins: tuple) -> list[int]:
