@@ -87,6 +87,12 @@ class Stack:
                                "-c", str(concurrency), "--without-gossip", "--without-mingle",
                                "--without-heartbeat", "--loglevel", os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")])
 
+    def start_replay_worker(self, queue: str) -> None:
+        """A worker of the replay queue only, as deployed (replays never run on the allocation worker)."""
+        self._spawn("replay", [sys.executable, "-m", "celery", "-A", "draservice", "worker", "-Q", queue, "--pool",
+                               "solo", "-n", "replay@%h", "--without-gossip", "--without-mingle",
+                               "--without-heartbeat", "--loglevel", "WARNING"])
+
     def start_beat(self) -> None:
         schedule = self.logdir / f"{self.prefix}celerybeat-schedule"
         self._spawn("beat", [sys.executable, "-m", "celery", "-A", "draservice", "beat", "--loglevel", "WARNING",
