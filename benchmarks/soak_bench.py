@@ -16,7 +16,7 @@ serve`` (gunicorn), a real ``celery worker`` and ``celery beat`` (lease expiry),
    every 5 s to keep the fleet 70-90 % full;
 3. burst: BENCH_BURST_SECONDS (60) at twice the rate, to report p99 there;
 4. release: the H100 and L4 clusters filled, BENCH_PENDING (4,000) claims pending (2-GPU H100 claims, and last
-   one 1-GPU L4 claim), one L4 GPU released: worker time until that claim is placed;
+   one 1-GPU L4 claim), one L4 GPU released: the worker's CPU (``/proc``) until that claim is placed;
 5. drain: BENCH_DRAIN (20,000) claims over the 4 clusters submitted with the worker stopped, then drained by a
    worker with 1 process, again with 2 processes.
 
@@ -27,6 +27,11 @@ rounds (``claims.AllocationRound``), their mean duration, the rows each read to 
 date (mean and max), and the share of round time spent in statements that take locks other workers may hold
 (claim rows, cluster rows, device and pool advisory locks) -- both as the rounds log them. The drain phase
 reports the same per worker count, with the claims lost at commit to another worker.
+
+Goals (issue 32), judged by CPU where load would inflate wall time: p99 submit->allocated <= 250 ms with the
+offered rate placed; the last minute's placements >= 95 % of minute 2's; worker RSS growth <= 5 % after minute 2;
+no GC collection over 50 ms of CPU; a release with the pending claims places the fitting one with <= 50 ms of
+worker CPU.
 
 Other knobs (environment): BENCH_CLIENTS (32), BENCH_WEB_WORKERS (2), BENCH_WEB_THREADS (32),
 BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (soak,burst,release,drain), BENCH_LOG_LEVEL and
@@ -156,21 +161,25 @@ def goals(results: dict, rate: float) -> list[tuple[bool, str]]:
     if "soak" in results:
         if len(rows) >= 3:
             second, last = rows[1], rows[-1]
-            for key, label in (("placed_per_s", "placement throughput"),
-                               ("worker_cpu_ms_per_claim", "worker CPU per claim")):
-                ok = abs(last[key] - second[key]) <= 0.2 * second[key]
-                # Flat is not enough to be good: the line says what was asked for beside it.
-                out.append((ok, f"{label} flat: last minute {last[key]} within 20 % of the second {second[key]} "
-                                f"(offered {rate:g} claims/s)"))
+            # Issue 32's goals: the last minute places >= 95 % of what minute 2 placed; worker CPU per claim
+            # stays within 20 % (drift); RSS grows <= 5 % after minute 2.
+            ok = last["placed_per_s"] >= 0.95 * second["placed_per_s"]
+            out.append((ok, f"placement keeps up: last minute {last['placed_per_s']} placed/s >= 95 % of minute 2's "
+                            f"{second['placed_per_s']} (offered {rate:g} claims/s)"))
+            key = "worker_cpu_ms_per_claim"
+            ok = abs(last[key] - second[key]) <= 0.2 * second[key]
+            out.append((ok, f"worker CPU per claim flat: last minute {last[key]} ms within 20 % of minute 2's "
+                            f"{second[key]} ms"))
             base = rows[1]["worker_rss_mb"]
             growth = 100 * (results["soak"]["final_worker_rss_mb"] - base) / base if base else float("nan")
-            out.append((growth < 10, f"worker RSS growth after the first two minutes {base} -> "
-                                     f"{results['soak']['final_worker_rss_mb']} MB ({growth:+.1f} %) < 10 %"))
+            out.append((growth <= 5, f"worker RSS growth after the first two minutes {base} -> "
+                                     f"{results['soak']['final_worker_rss_mb']} MB ({growth:+.1f} %) <= 5 %"))
         else:
             out.append((False, "throughput, CPU per claim and RSS flat: not measured (needs --minutes >= 3)"))
+        # Judged by CPU: a collection's wall time is mostly waiting for a core on a loaded machine.
         gc_max, gc_cpu = results["soak"]["max_gc_ms"], results["soak"]["max_gc_cpu_ms"]
-        out.append((gc_max <= 50, f"no GC pause > 50 ms in the worker during the soak (longest {gc_max} ms wall, "
-                                  f"longest CPU time of one collection {gc_cpu} ms)"))
+        out.append((gc_cpu <= 50, f"no GC collection > 50 ms CPU in the worker during the soak (longest "
+                                  f"{gc_cpu} ms CPU; {gc_max} ms wall)"))
         s = results["soak"]
         ok = s["p99_ms"] <= 250 and s["placed_per_s"] >= 0.95 * rate
         burst = results.get("burst", {})
@@ -179,9 +188,11 @@ def goals(results: dict, rate: float) -> list[tuple[bool, str]]:
                         f"{burst.get('placed_per_s', 'n/a')} placed/s)"))
     if "release" in results:
         r = results["release"]
-        out.append((r["worker_ms"] < 50, f"one release with {r['pending']} pending places the fitting claim in "
-                                         f"< 50 ms of worker time ({r['worker_ms']} ms in {r['rounds']} rounds, "
-                                         f"{r['wall_ms']} ms wall)"))
+        out.append((r["worker_cpu_ms"] <= 50, f"one release with {r['pending']} pending places the fitting claim "
+                                              f"with <= 50 ms of worker CPU ({r['worker_cpu_ms']} ms CPU until it "
+                                              f"was seen placed, {r.get('worker_cpu_until_quiet_ms')} ms until "
+                                              f"quiet; rounds {r['worker_ms']} ms wall in {r['rounds']}; "
+                                              f"{r['wall_ms']} ms release to placed)"))
     if "drain" in results:
         d = results["drain"]
         out.append((d["speedup"] >= 1.4, f"{d['claims']} pre-submitted claims: 2 worker processes drain them >= "
@@ -257,7 +268,8 @@ def main() -> int:
             print_soak(results, args.rate)  # now: the phases after it take long, and may be interrupted
         phases.release_everything()
         if "release" in PHASES:
-            results["release"] = phases.release_phase(stack.port, token, nodes["h100"], nodes["l4"], PENDING)
+            results["release"] = phases.release_phase(stack.port, token, nodes["h100"], nodes["l4"], PENDING,
+                                                       stack.pid("worker"))
             print(time.strftime('%H:%M:%S'), "release:", results["release"], flush=True)
             phases.release_everything()
         if "drain" in PHASES:
