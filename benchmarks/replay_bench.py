@@ -34,6 +34,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
 
 from benchmarks._live import Client, Stack, bench_database, recreate_database  # noqa: E402
 from benchmarks._queue_world import gpu_claim, queue_body  # noqa: E402
+from benchmarks._soak_phases import Heartbeats  # noqa: E402
 
 BASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/draservice")
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/9")
@@ -229,6 +230,8 @@ def main() -> int:
     stack.start()
     from django.conf import settings
     stack.start_replay_worker(settings.REPLAY_QUEUE)
+    beats = Heartbeats()  # the cluster's agent: without it the cluster is stale after 5 minutes, nothing placed
+    beats.start()
     try:
         client = Client(stack.port, token)
         if not args.replay_only:
@@ -244,6 +247,7 @@ def main() -> int:
                                                     {"name": "b", "spec": {"weight": 1}}]})
         ok = judge(live, what_if)
     finally:
+        beats.stop()
         stack.stop()
     return 0 if ok or not args.check else 1
 
