@@ -16,6 +16,7 @@ preemption grace periods and reservations' held capacity (a reservation's use is
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import time
@@ -36,6 +37,10 @@ from scheduler.services.replay_trace import Held, Trace, TraceClaim
 from usage.services.decay import decayed as decay_to
 
 ROUND_SECONDS = 0.05
+
+
+def _key(sim: SimClaim) -> tuple:
+    return sim.key
 
 
 class BudgetExceeded(Exception):
@@ -59,6 +64,13 @@ class SimClaim:
     weight: float = 0.0
     shape: str = ""  # the spec as a key: claims of one shape that found no room need not be tried again
     fresh: bool = True  # never tried since it arrived (or was requeued): the next round tries it
+    wants: tuple = ()  # (deviceClassName, devices) it asks for (``usage.requested_devices``)
+    gone: bool = False  # withdrawn by its user
+
+    @property
+    def key(self) -> tuple:
+        """Its place in its queue (a pending list is kept in this order)."""
+        return (-self.priority, self.arrival, self.id)
 
     def group(self) -> ClaimGroup:
         claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -117,7 +129,8 @@ class Replay:
         self.state = self._state()
         self.decay: dict[str, tuple[float, float]] = {q: (v, 0.0) for q, v in decayed0.items()}  # (U, at)
         self.budget, self.cpu0 = budget, time.process_time()
-        self.pending: dict[str, list[SimClaim]] = defaultdict(list)
+        self.pending: dict[str, list[SimClaim]] = defaultdict(list)  # in queue order (``SimClaim.key``)
+        self.fresh: list[SimClaim] = []  # made fresh since the last round
         self.running: list[tuple[float, int, SimClaim]] = []  # (end, id, claim)
         self.background: list[tuple[float, int, Held]] = []
         self.claims: list[SimClaim] = []
@@ -221,10 +234,20 @@ class Replay:
         named = queue_of(c, c.namespace, self.tree) if c.labels is not None else "default"
         sim = SimClaim(len(self.claims) + 1, c, named, 0, c.arrival, c.spec, c.labels, c.created_at)
         sim.priority = effective_priority(sim, self.tree.queues.get(named))
-        sim.shape = json.dumps(c.spec, sort_keys=True)
+        sim.shape = self._shape(c.spec)
+        sim.wants = tuple(u.requested_devices(c.spec))
         self.claims.append(sim)
-        self.pending[named].append(sim)
+        self._queue(sim)
         return sim
+
+    def _queue(self, sim: SimClaim) -> None:
+        sim.fresh = True
+        bisect.insort(self.pending[sim.queue], sim, key=_key)
+        self.fresh.append(sim)
+
+    def _shape(self, spec: dict) -> str:
+        """The spec as a key (one string per distinct spec: a day's claims have a few shapes)."""
+        return json.dumps(spec, sort_keys=True)
 
     def _withdraw(self, sim: SimClaim | None, now: float) -> None:
         """Released or deleted by its user: gone from the queue, or (started in the replay but never in fact)
@@ -232,6 +255,7 @@ class Replay:
         if sim is None:
             return
         if sim.started is None:
+            sim.gone = True
             if sim in self.pending[sim.queue]:
                 self.pending[sim.queue].remove(sim)
         elif not sim.trace.runs:
@@ -269,7 +293,7 @@ class Replay:
 
     def _start(self, sim: SimClaim, now: float) -> str:
         """"Started", or why not ("room", "quota")."""
-        outcome = self.engine.allocate(sim.group(), raise_errors=False)
+        outcome = self.engine.allocate(sim.group(), raise_errors=False, explain=False)
         if not outcome.allocated:
             return "room"
         cluster = outcome.cluster or ""
@@ -306,45 +330,79 @@ class Replay:
 
     # ------------------------------------------------------------------------------------------- the round
     def _round(self, now: float) -> None:
+        """Each queue's pending claims in turn, the queues in fair-share order (``order._rank`` of the queue for
+        its next claim), as the service's round takes them. Only some claims are tried (the fresh ones and
+        ``woken`` others); the others are passed over with no effect, so once no claim is woken any more and
+        only one queue still has fresh claims ahead, the order among queues no longer matters: that queue's
+        fresh claims are tried in its order and the round ends (without walking the backlog every round)."""
         shares = order.Shares(self.tree, self.usage, self.decayed(now))
         queues = {q: items for q, items in self.pending.items() if items}
-        for items in queues.values():
-            items.sort(key=lambda s: (-s.priority, s.arrival, s.id))
-        heap = [order._rank(self.tree, shares, q, u.requested_devices(items[0].spec)) + (q,)
-                for q, items in queues.items()]
+        fresh_left: dict[str, int] = defaultdict(int)
+        for sim in self.fresh:
+            if sim.fresh and sim.started is None and not sim.gone:
+                fresh_left[sim.queue] += 1
+        self.fresh = []
+        ranks: dict[tuple[str, tuple], tuple] = {}  # (queue, wants) -> its rank: until the next success
+
+        def rank(name: str, wants: tuple) -> tuple:
+            found = ranks.get((name, wants))
+            if found is None:
+                found = ranks[(name, wants)] = order._rank(self.tree, shares, name, wants) + (name,)
+            return found
+
+        heap = [rank(q, items[0].wants) for q, items in queues.items()]
         heapq.heapify(heap)
         pos = dict.fromkeys(queues, 0)
-        failed: dict[str, int] = {}  # shape -> successes when it found no room (nothing freed since: skip)
-        blocked: set[tuple[str, str]] = set()  # (queue, shape) the quota refused this round
+        self._failed, self._blocked, self._successes = {}, set(), 0
+        self._shares, self._started_in = shares, set()
         woken = float("inf") if self.wake_all or self.fanout <= 0 else self.fanout * self.freed
         self.freed, self.wake_all = 0, False
-        successes = 0
         while heap:
+            if woken <= 0:
+                ahead = [q for q, n in fresh_left.items() if n > 0]
+                if len(ahead) <= 1:
+                    for sim in queues[ahead[0]][pos[ahead[0]]:] if ahead else ():
+                        if sim.fresh:
+                            sim.fresh = False
+                            self._try(sim, now)
+                    break
             name = heapq.heappop(heap)[-1]
             sim = queues[name][pos[name]]
             pos[name] += 1
-            shape = sim.shape
             tried = sim.fresh or woken > 0
-            if tried and not sim.fresh:
+            if sim.fresh:
+                fresh_left[name] -= 1
+            elif tried:
                 woken -= 1
             sim.fresh = False
-            if tried and failed.get(shape) != successes and (name, shape) not in blocked:
-                why = self._start(sim, now)
-                if why == "Started":
-                    successes += 1
-                    queue = self.tree.queues.get(name)
-                    if queue is not None:
-                        for cls, n in u.requested_devices(sim.spec):
-                            shares.add(queue.id, cls, n)
-                elif why == "room":
-                    failed[shape] = successes
-                else:
-                    blocked.add((name, shape))
+            successes = self._successes
+            if tried:
+                self._try(sim, now)
+            if self._successes != successes:
+                ranks.clear()
             if pos[name] < len(queues[name]):
-                wants = u.requested_devices(queues[name][pos[name]].spec)
-                heapq.heappush(heap, order._rank(self.tree, shares, name, wants) + (name,))
-        for name in queues:
+                heapq.heappush(heap, rank(name, queues[name][pos[name]].wants))
+        for name in self._started_in:
             self.pending[name] = [s for s in self.pending[name] if s.started is None]
+
+    def _try(self, sim: SimClaim, now: float) -> None:
+        """Start ``sim`` unless a claim of its shape found no room since the last start, or its queue's quota
+        refused its shape this round."""
+        shape, name = sim.shape, sim.queue
+        if self._failed.get(shape) == self._successes or (name, shape) in self._blocked:
+            return
+        why = self._start(sim, now)
+        if why == "Started":
+            self._successes += 1
+            self._started_in.add(name)
+            queue = self.tree.queues.get(name)
+            if queue is not None:
+                for cls, n in sim.wants:
+                    self._shares.add(queue.id, cls, n)
+        elif why == "room":
+            self._failed[shape] = self._successes
+        else:
+            self._blocked.add((name, shape))
 
     def _reclaim(self, now: float) -> None:
         """A queue whose head waits within its nominal reclaims from the borrowers (``reclaimWithinCohort``
@@ -355,8 +413,8 @@ class Replay:
             queue = self.tree.queues.get(name)
             if queue is None or (queue.spec.get("preemption") or {}).get("reclaimWithinCohort") == "Never":
                 continue
-            head = min(items, key=lambda s: (-s.priority, s.arrival, s.id))
-            wants = u.requested_devices(head.spec)
+            head = items[0]
+            wants = head.wants
             if len(wants) != 1:
                 continue
             cls, need = wants[0]
@@ -380,8 +438,7 @@ class Replay:
             for v in victims:
                 self._stop(v, now)
                 self.preempted[v.queue] += 1
-                v.fresh = True
-                self.pending[v.queue].append(v)
+                self._queue(v)
             if self._start(head, now) == "Started":
                 items.remove(head)
 
