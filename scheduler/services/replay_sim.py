@@ -145,6 +145,10 @@ class Replay:
         # others, as many as WAKE_FANOUT per device freed since the round before, in queue order; a
         # configuration change wakes them all (as a queue write bumps the fleet's version).
         self.fanout = fanout
+        # Bumped whenever the engine, the usage, the running claims or the configuration change: a queue's head
+        # that reclaimed nothing at one version reclaims nothing at the same version again (``_reclaim``).
+        self.version = 0
+        self.reclaimed_at: dict[str, tuple[int, int]] = {}  # queue -> (its head's id, version) tried
         self.freed = 0
         self.wake_all = True
 
@@ -208,6 +212,7 @@ class Replay:
             self.tree = tree_of(self.trace.epochs[self.epoch][1].get("Queue", {}), self.ids)
             self.state = self._state()
             self.wake_all = True
+            self.version += 1
 
     def half_life(self, queue: str) -> float:
         q = self.tree.queues.get(queue)
@@ -270,6 +275,7 @@ class Replay:
         while self.background and self.background[0][0] <= now:
             _, _, held = heapq.heappop(self.background)
             self.engine.release(held.devices)
+            self.version += 1
             self.freed += len(held.devices)
             self._charge_background(held, -1)
             self._used(held.queue, held.weight * now, now)
@@ -301,6 +307,7 @@ class Replay:
         if verdict.reason != queueing.ADMITTED:
             self.engine.release(outcome.devices)
             return "quota"
+        self.version += 1
         sim.devices, sim.charges, sim.started = list(outcome.devices), charges, now
         sim.first_start = now if sim.first_start is None else sim.first_start
         sim.weight = float(sum(1 for d in outcome.devices if not d.admin_access))
@@ -309,6 +316,7 @@ class Replay:
         return "Started"
 
     def _stop(self, sim: SimClaim, now: float) -> None:
+        self.version += 1
         self.engine.release(sim.devices)
         self.freed += len(sim.devices)
         for ch in sim.charges:
@@ -335,14 +343,38 @@ class Replay:
         ``woken`` others); the others are passed over with no effect, so once no claim is woken any more and
         only one queue still has fresh claims ahead, the order among queues no longer matters: that queue's
         fresh claims are tried in its order and the round ends (without walking the backlog every round)."""
-        shares = order.Shares(self.tree, self.usage, self.decayed(now))
-        queues = {q: items for q, items in self.pending.items() if items}
         fresh_left: dict[str, int] = defaultdict(int)
         for sim in self.fresh:
             if sim.fresh and sim.started is None and not sim.gone:
                 fresh_left[sim.queue] += 1
         self.fresh = []
-        ranks: dict[tuple[str, tuple], tuple] = {}  # (queue, wants) -> its rank: until the next success
+        woken = float("inf") if self.wake_all or self.fanout <= 0 else self.fanout * self.freed
+        self.freed, self.wake_all = 0, False
+        self._failed, self._blocked, self._successes = {}, set(), 0
+        self._shares, self._started_in = None, set()
+        pos = dict.fromkeys(self.pending, 0)
+        if woken > 0 or not self._fresh_only(fresh_left, pos, now):
+            self._merge(woken, fresh_left, pos, now)
+        for name in self._started_in:
+            self.pending[name] = [s for s in self.pending[name] if s.started is None]
+
+    def _fresh_only(self, fresh_left: dict[str, int], pos: dict[str, int], now: float) -> bool:
+        """With no claim woken: when at most one queue has fresh claims ahead, try them (the rest of the round);
+        False when more than one has (their order depends on the queues' ranks)."""
+        ahead = [q for q, n in fresh_left.items() if n > 0]
+        if len(ahead) > 1:
+            return False
+        for sim in self.pending[ahead[0]][pos[ahead[0]]:] if ahead else ():
+            if sim.fresh:
+                sim.fresh = False
+                self._try(sim, now)
+        return True
+
+    def _merge(self, woken: float, fresh_left: dict[str, int], pos: dict[str, int], now: float) -> None:
+        """The round's walk over the queues in rank order (see ``_round``)."""
+        shares = self._shares = order.Shares(self.tree, self.usage, self.decayed(now))
+        queues = {q: items for q, items in self.pending.items() if items}
+        ranks: dict[tuple[str, tuple], tuple] = {}  # (queue, wants) -> its rank: until the next start
 
         def rank(name: str, wants: tuple) -> tuple:
             found = ranks.get((name, wants))
@@ -352,20 +384,9 @@ class Replay:
 
         heap = [rank(q, items[0].wants) for q, items in queues.items()]
         heapq.heapify(heap)
-        pos = dict.fromkeys(queues, 0)
-        self._failed, self._blocked, self._successes = {}, set(), 0
-        self._shares, self._started_in = shares, set()
-        woken = float("inf") if self.wake_all or self.fanout <= 0 else self.fanout * self.freed
-        self.freed, self.wake_all = 0, False
         while heap:
-            if woken <= 0:
-                ahead = [q for q, n in fresh_left.items() if n > 0]
-                if len(ahead) <= 1:
-                    for sim in queues[ahead[0]][pos[ahead[0]]:] if ahead else ():
-                        if sim.fresh:
-                            sim.fresh = False
-                            self._try(sim, now)
-                    break
+            if woken <= 0 and self._fresh_only(fresh_left, pos, now):
+                return
             name = heapq.heappop(heap)[-1]
             sim = queues[name][pos[name]]
             pos[name] += 1
@@ -382,8 +403,6 @@ class Replay:
                 ranks.clear()
             if pos[name] < len(queues[name]):
                 heapq.heappush(heap, rank(name, queues[name][pos[name]].wants))
-        for name in self._started_in:
-            self.pending[name] = [s for s in self.pending[name] if s.started is None]
 
     def _try(self, sim: SimClaim, now: float) -> None:
         """Start ``sim`` unless a claim of its shape found no room since the last start, or its queue's quota
@@ -396,7 +415,7 @@ class Replay:
             self._successes += 1
             self._started_in.add(name)
             queue = self.tree.queues.get(name)
-            if queue is not None:
+            if queue is not None and self._shares is not None:  # None: no queue is ranked again this round
                 for cls, n in sim.wants:
                     self._shares.add(queue.id, cls, n)
         elif why == "room":
@@ -414,6 +433,9 @@ class Replay:
             if queue is None or (queue.spec.get("preemption") or {}).get("reclaimWithinCohort") == "Never":
                 continue
             head = items[0]
+            if self.reclaimed_at.get(name) == (head.id, self.version):
+                continue  # nothing changed since this head reclaimed nothing
+            self.reclaimed_at[name] = (head.id, self.version)
             wants = head.wants
             if len(wants) != 1:
                 continue
