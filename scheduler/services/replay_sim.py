@@ -96,6 +96,25 @@ class _Unit:
         self.placements = [_Placement(claim, allocation, cluster)]
 
 
+class _Shares(order.Shares):
+    """``order.Shares`` that works out a queue's share (``ranked``) once until the next ``add``: a round ranks a
+    queue for each shape of claim it passes, on the same use."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._ranked: dict[int, Fraction | float] = {}
+
+    def add(self, qid: int, cls: str, n: int) -> None:
+        self._ranked.clear()
+        super().add(qid, cls, n)
+
+    def ranked(self, queue) -> Fraction | float:
+        found = self._ranked.get(queue.id)
+        if found is None:
+            found = self._ranked[queue.id] = super().ranked(queue)
+        return found
+
+
 def tree_of(specs: dict[str, dict], ids: dict[str, int]) -> Tree:
     """Unsaved queues from specs; ids kept by name (``ids`` grows for names it has not seen)."""
     queues = {}
@@ -149,6 +168,13 @@ class Replay:
         # that reclaimed nothing at one version reclaims nothing at the same version again (``_reclaim``).
         self.version = 0
         self.reclaimed_at: dict[str, tuple[int, int]] = {}  # queue -> (its head's id, version) tried
+        self.nominals: dict[tuple[str, str], Fraction] = {}  # (queue, class) -> nominal devices, this epoch
+        self._failed: dict[str, int] = {}  # the round's: shape -> starts when it found no room
+        self._blocked: set[tuple[str, str]] = set()  # the round's: (queue, shape) its quota refused
+        self._successes = 0  # the round's starts
+        self._shares: _Shares | None = None  # the round's, while queues are ranked
+        self._started_in: set[str] = set()  # the round's: queues that started a claim
+        self._fresh: dict[str, list[SimClaim]] = {}  # the round's: fresh claims per queue, in its order
         self.freed = 0
         self.wake_all = True
 
@@ -213,6 +239,7 @@ class Replay:
             self.state = self._state()
             self.wake_all = True
             self.version += 1
+            self.nominals = {}
 
     def half_life(self, queue: str) -> float:
         q = self.tree.queues.get(queue)
@@ -343,11 +370,12 @@ class Replay:
         ``woken`` others); the others are passed over with no effect, so once no claim is woken any more and
         only one queue still has fresh claims ahead, the order among queues no longer matters: that queue's
         fresh claims are tried in its order and the round ends (without walking the backlog every round)."""
-        fresh_left: dict[str, int] = defaultdict(int)
-        for sim in self.fresh:
+        fresh: dict[str, list[SimClaim]] = defaultdict(list)  # per queue, in its order
+        for sim in sorted(self.fresh, key=_key):
             if sim.fresh and sim.started is None and not sim.gone:
-                fresh_left[sim.queue] += 1
-        self.fresh = []
+                fresh[sim.queue].append(sim)
+        fresh_left = {q: len(sims) for q, sims in fresh.items()}
+        self.fresh, self._fresh = [], fresh
         woken = float("inf") if self.wake_all or self.fanout <= 0 else self.fanout * self.freed
         self.freed, self.wake_all = 0, False
         self._failed, self._blocked, self._successes = {}, set(), 0
@@ -364,15 +392,15 @@ class Replay:
         ahead = [q for q, n in fresh_left.items() if n > 0]
         if len(ahead) > 1:
             return False
-        for sim in self.pending[ahead[0]][pos[ahead[0]]:] if ahead else ():
-            if sim.fresh:
+        for sim in self._fresh[ahead[0]] if ahead else ():
+            if sim.fresh:  # not passed yet (those the walk passed are no longer fresh)
                 sim.fresh = False
                 self._try(sim, now)
         return True
 
     def _merge(self, woken: float, fresh_left: dict[str, int], pos: dict[str, int], now: float) -> None:
         """The round's walk over the queues in rank order (see ``_round``)."""
-        shares = self._shares = order.Shares(self.tree, self.usage, self.decayed(now))
+        shares = self._shares = _Shares(self.tree, self.usage, self.decayed(now))
         queues = {q: items for q, items in self.pending.items() if items}
         ranks: dict[tuple[str, tuple], tuple] = {}  # (queue, wants) -> its rank: until the next start
 
@@ -440,12 +468,12 @@ class Replay:
             if len(wants) != 1:
                 continue
             cls, need = wants[0]
+            if self._in_use(queue.id, cls) + need > self._nominal(queue, cls):
+                continue
             nominal = {q.id: self._nominal(q, cls) for q in self.tree.queues.values()}
             used = {q.id: self._in_use(q.id, cls) for q in self.tree.queues.values()}
-            if used[queue.id] + need > nominal[queue.id]:
-                continue
-            pool = sorted((s for _, _, s in self.running if s.queue != name and s.queue in self.tree.queues
-                           and used[self.tree.queues[s.queue].id] > nominal[self.tree.queues[s.queue].id]),
+            borrowing = {q.name for q in self.tree.queues.values() if q.name != name and used[q.id] > nominal[q.id]}
+            pool = sorted((s for _, _, s in self.running if s.queue in borrowing),
                           key=lambda s: (-(s.started or 0.0), s.id))
             if not pool:
                 continue
@@ -465,6 +493,12 @@ class Replay:
                 items.remove(head)
 
     def _nominal(self, queue: Queue, cls: str) -> Fraction:
+        found = self.nominals.get((queue.name, cls))
+        if found is None:
+            found = self.nominals[(queue.name, cls)] = self._nominal_of(queue, cls)
+        return found
+
+    def _nominal_of(self, queue: Queue, cls: str) -> Fraction:
         total = Fraction(0)
         for entry in queue.spec.get("quotas") or []:
             if entry.get("deviceClassName") == cls and (entry.get("devices") or {}).get("nominal") is not None:
