@@ -87,6 +87,13 @@ class Stack:
                                "-c", str(concurrency), "--without-gossip", "--without-mingle",
                                "--without-heartbeat", "--loglevel", os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")])
 
+    def start_replay_worker(self, queue: str) -> None:
+        """A replay worker as compose runs it: only the replay queue, one process."""
+        self._spawn("replay-worker", [sys.executable, "-m", "celery", "-A", "draservice", "worker", "-Q", queue,
+                                      "--pool", "solo", "-n", f"replay-{self.port}@%h", "--without-gossip",
+                                      "--without-mingle", "--without-heartbeat", "--loglevel",
+                                      os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")])
+
     def start_beat(self) -> None:
         schedule = self.logdir / f"{self.prefix}celerybeat-schedule"
         self._spawn("beat", [sys.executable, "-m", "celery", "-A", "draservice", "beat", "--loglevel", "WARNING",
