@@ -40,6 +40,7 @@ ROUND_SECONDS = 0.05
 
 
 def _key(sim: SimClaim) -> tuple:
+    """``bisect``'s key: a pending list stays in queue order as claims arrive or are requeued (no sort per round)."""
     return sim.key
 
 
@@ -266,7 +267,7 @@ class Replay:
         named = queue_of(c, c.namespace, self.tree) if c.labels is not None else "default"
         sim = SimClaim(len(self.claims) + 1, c, named, 0, c.arrival, c.spec, c.labels, c.created_at)
         sim.priority = effective_priority(sim, self.tree.queues.get(named))
-        sim.shape = self._shape(c.spec)
+        sim.shape = json.dumps(c.spec, sort_keys=True)
         sim.wants = tuple(u.requested_devices(c.spec))
         self.claims.append(sim)
         self._queue(sim)
@@ -276,10 +277,6 @@ class Replay:
         sim.fresh = True
         bisect.insort(self.pending[sim.queue], sim, key=_key)
         self.fresh.append(sim)
-
-    def _shape(self, spec: dict) -> str:
-        """The spec as a key (one string per distinct spec: a day's claims have a few shapes)."""
-        return json.dumps(spec, sort_keys=True)
 
     def _withdraw(self, sim: SimClaim | None, now: float) -> None:
         """Released or deleted by its user: gone from the queue, or (started in the replay but never in fact)
@@ -371,7 +368,7 @@ class Replay:
         only one queue still has fresh claims ahead, the order among queues no longer matters: that queue's
         fresh claims are tried in its order and the round ends (without walking the backlog every round)."""
         fresh: dict[str, list[SimClaim]] = defaultdict(list)  # per queue, in its order
-        for sim in sorted(self.fresh, key=_key):
+        for sim in sorted({id(s): s for s in self.fresh}.values(), key=_key):
             if sim.fresh and sim.started is None and not sim.gone:
                 fresh[sim.queue].append(sim)
         fresh_left = {q: len(sims) for q, sims in fresh.items()}
@@ -380,13 +377,12 @@ class Replay:
         self.freed, self.wake_all = 0, False
         self._failed, self._blocked, self._successes = {}, set(), 0
         self._shares, self._started_in = None, set()
-        pos = dict.fromkeys(self.pending, 0)
-        if woken > 0 or not self._fresh_only(fresh_left, pos, now):
-            self._merge(woken, fresh_left, pos, now)
+        if woken > 0 or not self._fresh_only(fresh_left, now):
+            self._merge(woken, fresh_left, now)
         for name in self._started_in:
             self.pending[name] = [s for s in self.pending[name] if s.started is None]
 
-    def _fresh_only(self, fresh_left: dict[str, int], pos: dict[str, int], now: float) -> bool:
+    def _fresh_only(self, fresh_left: dict[str, int], now: float) -> bool:
         """With no claim woken: when at most one queue has fresh claims ahead, try them (the rest of the round);
         False when more than one has (their order depends on the queues' ranks)."""
         ahead = [q for q, n in fresh_left.items() if n > 0]
@@ -398,7 +394,7 @@ class Replay:
                 self._try(sim, now)
         return True
 
-    def _merge(self, woken: float, fresh_left: dict[str, int], pos: dict[str, int], now: float) -> None:
+    def _merge(self, woken: float, fresh_left: dict[str, int], now: float) -> None:
         """The round's walk over the queues in rank order (see ``_round``)."""
         shares = self._shares = _Shares(self.tree, self.usage, self.decayed(now))
         queues = {q: items for q, items in self.pending.items() if items}
@@ -412,8 +408,9 @@ class Replay:
 
         heap = [rank(q, items[0].wants) for q, items in queues.items()]
         heapq.heapify(heap)
+        pos = dict.fromkeys(queues, 0)
         while heap:
-            if woken <= 0 and self._fresh_only(fresh_left, pos, now):
+            if woken <= 0 and self._fresh_only(fresh_left, now):
                 return
             name = heapq.heappop(heap)[-1]
             sim = queues[name][pos[name]]
