@@ -88,10 +88,11 @@ class Stack:
                                "--without-heartbeat", "--loglevel", os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")])
 
     def start_replay_worker(self, queue: str) -> None:
-        """A worker of the replay queue only, as deployed (replays never run on the allocation worker)."""
-        self._spawn("replay", [sys.executable, "-m", "celery", "-A", "draservice", "worker", "-Q", queue, "--pool",
-                               "solo", "-n", "replay@%h", "--without-gossip", "--without-mingle",
-                               "--without-heartbeat", "--loglevel", "WARNING"])
+        """A replay worker as compose runs it: only the replay queue, one process."""
+        self._spawn("replay-worker", [sys.executable, "-m", "celery", "-A", "draservice", "worker", "-Q", queue,
+                                      "--pool", "solo", "-n", f"replay-{self.port}@%h", "--without-gossip",
+                                      "--without-mingle", "--without-heartbeat", "--loglevel",
+                                      os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")])
 
     def start_beat(self) -> None:
         schedule = self.logdir / f"{self.prefix}celerybeat-schedule"

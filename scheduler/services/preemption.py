@@ -337,7 +337,7 @@ def _keep(engine, group, admits, kept: list | None, victims: list) -> bool:
 def _placer(engine, group, admits):
     """A check that ``engine`` places ``group`` now (and ``admits`` agrees); the engine is left as it was."""
     def placed() -> bool:
-        outcome = engine.allocate(group, raise_errors=False)
+        outcome = engine.allocate(group, raise_errors=False, explain=False)  # only whether: no explanation
         if not outcome.allocated:
             return False
         engine.release(outcome.devices)

@@ -16,6 +16,7 @@ preemption grace periods and reservations' held capacity (a reservation's use is
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import time
@@ -36,6 +37,11 @@ from scheduler.services.replay_trace import Held, Trace, TraceClaim
 from usage.services.decay import decayed as decay_to
 
 ROUND_SECONDS = 0.05
+
+
+def _key(sim: SimClaim) -> tuple:
+    """``bisect``'s key: a pending list stays in queue order as claims arrive or are requeued (no sort per round)."""
+    return sim.key
 
 
 class BudgetExceeded(Exception):
@@ -59,6 +65,13 @@ class SimClaim:
     weight: float = 0.0
     shape: str = ""  # the spec as a key: claims of one shape that found no room need not be tried again
     fresh: bool = True  # never tried since it arrived (or was requeued): the next round tries it
+    wants: tuple = ()  # (deviceClassName, devices) it asks for (``usage.requested_devices``)
+    gone: bool = False  # withdrawn by its user
+
+    @property
+    def key(self) -> tuple:
+        """Its place in its queue (a pending list is kept in this order)."""
+        return (-self.priority, self.arrival, self.id)
 
     def group(self) -> ClaimGroup:
         claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -82,6 +95,25 @@ class _Placement:
 class _Unit:
     def __init__(self, claim: SimClaim, allocation: dict, cluster: str) -> None:
         self.placements = [_Placement(claim, allocation, cluster)]
+
+
+class _Shares(order.Shares):
+    """``order.Shares`` that works out a queue's share (``ranked``) once until the next ``add``: a round ranks a
+    queue for each shape of claim it passes, on the same use."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._ranked: dict[int, Fraction | float] = {}
+
+    def add(self, qid: int, cls: str, n: int) -> None:
+        self._ranked.clear()
+        super().add(qid, cls, n)
+
+    def ranked(self, queue) -> Fraction | float:
+        found = self._ranked.get(queue.id)
+        if found is None:
+            found = self._ranked[queue.id] = super().ranked(queue)
+        return found
 
 
 def tree_of(specs: dict[str, dict], ids: dict[str, int]) -> Tree:
@@ -117,7 +149,8 @@ class Replay:
         self.state = self._state()
         self.decay: dict[str, tuple[float, float]] = {q: (v, 0.0) for q, v in decayed0.items()}  # (U, at)
         self.budget, self.cpu0 = budget, time.process_time()
-        self.pending: dict[str, list[SimClaim]] = defaultdict(list)
+        self.pending: dict[str, list[SimClaim]] = defaultdict(list)  # in queue order (``SimClaim.key``)
+        self.fresh: list[SimClaim] = []  # made fresh since the last round
         self.running: list[tuple[float, int, SimClaim]] = []  # (end, id, claim)
         self.background: list[tuple[float, int, Held]] = []
         self.claims: list[SimClaim] = []
@@ -132,6 +165,17 @@ class Replay:
         # others, as many as WAKE_FANOUT per device freed since the round before, in queue order; a
         # configuration change wakes them all (as a queue write bumps the fleet's version).
         self.fanout = fanout
+        # Bumped whenever the engine, the usage, the running claims or the configuration change: a queue's head
+        # that reclaimed nothing at one version reclaims nothing at the same version again (``_reclaim``).
+        self.version = 0
+        self.reclaimed_at: dict[str, tuple[int, int]] = {}  # queue -> (its head's id, version) tried
+        self.nominals: dict[tuple[str, str], Fraction] = {}  # (queue, class) -> nominal devices, this epoch
+        self._failed: dict[str, int] = {}  # the round's: shape -> starts when it found no room
+        self._blocked: set[tuple[str, str]] = set()  # the round's: (queue, shape) its quota refused
+        self._successes = 0  # the round's starts
+        self._shares: _Shares | None = None  # the round's, while queues are ranked
+        self._started_in: set[str] = set()  # the round's: queues that started a claim
+        self._fresh: dict[str, list[SimClaim]] = {}  # the round's: fresh claims per queue, in its order
         self.freed = 0
         self.wake_all = True
 
@@ -195,6 +239,8 @@ class Replay:
             self.tree = tree_of(self.trace.epochs[self.epoch][1].get("Queue", {}), self.ids)
             self.state = self._state()
             self.wake_all = True
+            self.version += 1
+            self.nominals = {}
 
     def half_life(self, queue: str) -> float:
         q = self.tree.queues.get(queue)
@@ -222,9 +268,15 @@ class Replay:
         sim = SimClaim(len(self.claims) + 1, c, named, 0, c.arrival, c.spec, c.labels, c.created_at)
         sim.priority = effective_priority(sim, self.tree.queues.get(named))
         sim.shape = json.dumps(c.spec, sort_keys=True)
+        sim.wants = tuple(u.requested_devices(c.spec))
         self.claims.append(sim)
-        self.pending[named].append(sim)
+        self._queue(sim)
         return sim
+
+    def _queue(self, sim: SimClaim) -> None:
+        sim.fresh = True
+        bisect.insort(self.pending[sim.queue], sim, key=_key)
+        self.fresh.append(sim)
 
     def _withdraw(self, sim: SimClaim | None, now: float) -> None:
         """Released or deleted by its user: gone from the queue, or (started in the replay but never in fact)
@@ -232,6 +284,7 @@ class Replay:
         if sim is None:
             return
         if sim.started is None:
+            sim.gone = True
             if sim in self.pending[sim.queue]:
                 self.pending[sim.queue].remove(sim)
         elif not sim.trace.runs:
@@ -246,6 +299,7 @@ class Replay:
         while self.background and self.background[0][0] <= now:
             _, _, held = heapq.heappop(self.background)
             self.engine.release(held.devices)
+            self.version += 1
             self.freed += len(held.devices)
             self._charge_background(held, -1)
             self._used(held.queue, held.weight * now, now)
@@ -269,7 +323,7 @@ class Replay:
 
     def _start(self, sim: SimClaim, now: float) -> str:
         """"Started", or why not ("room", "quota")."""
-        outcome = self.engine.allocate(sim.group(), raise_errors=False)
+        outcome = self.engine.allocate(sim.group(), raise_errors=False, explain=False)
         if not outcome.allocated:
             return "room"
         cluster = outcome.cluster or ""
@@ -277,6 +331,7 @@ class Replay:
         if verdict.reason != queueing.ADMITTED:
             self.engine.release(outcome.devices)
             return "quota"
+        self.version += 1
         sim.devices, sim.charges, sim.started = list(outcome.devices), charges, now
         sim.first_start = now if sim.first_start is None else sim.first_start
         sim.weight = float(sum(1 for d in outcome.devices if not d.admin_access))
@@ -285,6 +340,7 @@ class Replay:
         return "Started"
 
     def _stop(self, sim: SimClaim, now: float) -> None:
+        self.version += 1
         self.engine.release(sim.devices)
         self.freed += len(sim.devices)
         for ch in sim.charges:
@@ -306,45 +362,91 @@ class Replay:
 
     # ------------------------------------------------------------------------------------------- the round
     def _round(self, now: float) -> None:
-        shares = order.Shares(self.tree, self.usage, self.decayed(now))
-        queues = {q: items for q, items in self.pending.items() if items}
-        for items in queues.values():
-            items.sort(key=lambda s: (-s.priority, s.arrival, s.id))
-        heap = [order._rank(self.tree, shares, q, u.requested_devices(items[0].spec)) + (q,)
-                for q, items in queues.items()]
-        heapq.heapify(heap)
-        pos = dict.fromkeys(queues, 0)
-        failed: dict[str, int] = {}  # shape -> successes when it found no room (nothing freed since: skip)
-        blocked: set[tuple[str, str]] = set()  # (queue, shape) the quota refused this round
+        """Each queue's pending claims in turn, the queues in fair-share order (``order._rank`` of the queue for
+        its next claim), as the service's round takes them. Only some claims are tried (the fresh ones and
+        ``woken`` others); the others are passed over with no effect, so once no claim is woken any more and
+        only one queue still has fresh claims ahead, the order among queues no longer matters: that queue's
+        fresh claims are tried in its order and the round ends (without walking the backlog every round)."""
+        fresh: dict[str, list[SimClaim]] = defaultdict(list)  # per queue, in its order
+        for sim in sorted({id(s): s for s in self.fresh}.values(), key=_key):
+            if sim.fresh and sim.started is None and not sim.gone:
+                fresh[sim.queue].append(sim)
+        fresh_left = {q: len(sims) for q, sims in fresh.items()}
+        self.fresh, self._fresh = [], fresh
         woken = float("inf") if self.wake_all or self.fanout <= 0 else self.fanout * self.freed
         self.freed, self.wake_all = 0, False
-        successes = 0
+        self._failed, self._blocked, self._successes = {}, set(), 0
+        self._shares, self._started_in = None, set()
+        if woken > 0 or not self._fresh_only(fresh_left, now):
+            self._merge(woken, fresh_left, now)
+        for name in self._started_in:
+            self.pending[name] = [s for s in self.pending[name] if s.started is None]
+
+    def _fresh_only(self, fresh_left: dict[str, int], now: float) -> bool:
+        """With no claim woken: when at most one queue has fresh claims ahead, try them (the rest of the round);
+        False when more than one has (their order depends on the queues' ranks)."""
+        ahead = [q for q, n in fresh_left.items() if n > 0]
+        if len(ahead) > 1:
+            return False
+        for sim in self._fresh[ahead[0]] if ahead else ():
+            if sim.fresh:  # not passed yet (those the walk passed are no longer fresh)
+                sim.fresh = False
+                self._try(sim, now)
+        return True
+
+    def _merge(self, woken: float, fresh_left: dict[str, int], now: float) -> None:
+        """The round's walk over the queues in rank order (see ``_round``)."""
+        shares = self._shares = _Shares(self.tree, self.usage, self.decayed(now))
+        queues = {q: items for q, items in self.pending.items() if items}
+        ranks: dict[tuple[str, tuple], tuple] = {}  # (queue, wants) -> its rank: until the next start
+
+        def rank(name: str, wants: tuple) -> tuple:
+            found = ranks.get((name, wants))
+            if found is None:
+                found = ranks[(name, wants)] = order._rank(self.tree, shares, name, wants) + (name,)
+            return found
+
+        heap = [rank(q, items[0].wants) for q, items in queues.items()]
+        heapq.heapify(heap)
+        pos = dict.fromkeys(queues, 0)
         while heap:
+            if woken <= 0 and self._fresh_only(fresh_left, now):
+                return
             name = heapq.heappop(heap)[-1]
             sim = queues[name][pos[name]]
             pos[name] += 1
-            shape = sim.shape
             tried = sim.fresh or woken > 0
-            if tried and not sim.fresh:
+            if sim.fresh:
+                fresh_left[name] -= 1
+            elif tried:
                 woken -= 1
             sim.fresh = False
-            if tried and failed.get(shape) != successes and (name, shape) not in blocked:
-                why = self._start(sim, now)
-                if why == "Started":
-                    successes += 1
-                    queue = self.tree.queues.get(name)
-                    if queue is not None:
-                        for cls, n in u.requested_devices(sim.spec):
-                            shares.add(queue.id, cls, n)
-                elif why == "room":
-                    failed[shape] = successes
-                else:
-                    blocked.add((name, shape))
+            successes = self._successes
+            if tried:
+                self._try(sim, now)
+            if self._successes != successes:
+                ranks.clear()
             if pos[name] < len(queues[name]):
-                wants = u.requested_devices(queues[name][pos[name]].spec)
-                heapq.heappush(heap, order._rank(self.tree, shares, name, wants) + (name,))
-        for name in queues:
-            self.pending[name] = [s for s in self.pending[name] if s.started is None]
+                heapq.heappush(heap, rank(name, queues[name][pos[name]].wants))
+
+    def _try(self, sim: SimClaim, now: float) -> None:
+        """Start ``sim`` unless a claim of its shape found no room since the last start, or its queue's quota
+        refused its shape this round."""
+        shape, name = sim.shape, sim.queue
+        if self._failed.get(shape) == self._successes or (name, shape) in self._blocked:
+            return
+        why = self._start(sim, now)
+        if why == "Started":
+            self._successes += 1
+            self._started_in.add(name)
+            queue = self.tree.queues.get(name)
+            if queue is not None and self._shares is not None:  # None: no queue is ranked again this round
+                for cls, n in sim.wants:
+                    self._shares.add(queue.id, cls, n)
+        elif why == "room":
+            self._failed[shape] = self._successes
+        else:
+            self._blocked.add((name, shape))
 
     def _reclaim(self, now: float) -> None:
         """A queue whose head waits within its nominal reclaims from the borrowers (``reclaimWithinCohort``
@@ -355,17 +457,20 @@ class Replay:
             queue = self.tree.queues.get(name)
             if queue is None or (queue.spec.get("preemption") or {}).get("reclaimWithinCohort") == "Never":
                 continue
-            head = min(items, key=lambda s: (-s.priority, s.arrival, s.id))
-            wants = u.requested_devices(head.spec)
+            head = items[0]
+            if self.reclaimed_at.get(name) == (head.id, self.version):
+                continue  # nothing changed since this head reclaimed nothing
+            self.reclaimed_at[name] = (head.id, self.version)
+            wants = head.wants
             if len(wants) != 1:
                 continue
             cls, need = wants[0]
+            if self._in_use(queue.id, cls) + need > self._nominal(queue, cls):
+                continue
             nominal = {q.id: self._nominal(q, cls) for q in self.tree.queues.values()}
             used = {q.id: self._in_use(q.id, cls) for q in self.tree.queues.values()}
-            if used[queue.id] + need > nominal[queue.id]:
-                continue
-            pool = sorted((s for _, _, s in self.running if s.queue != name and s.queue in self.tree.queues
-                           and used[self.tree.queues[s.queue].id] > nominal[self.tree.queues[s.queue].id]),
+            borrowing = {q.name for q in self.tree.queues.values() if q.name != name and used[q.id] > nominal[q.id]}
+            pool = sorted((s for _, _, s in self.running if s.queue in borrowing),
                           key=lambda s: (-(s.started or 0.0), s.id))
             if not pool:
                 continue
@@ -380,12 +485,17 @@ class Replay:
             for v in victims:
                 self._stop(v, now)
                 self.preempted[v.queue] += 1
-                v.fresh = True
-                self.pending[v.queue].append(v)
+                self._queue(v)
             if self._start(head, now) == "Started":
                 items.remove(head)
 
     def _nominal(self, queue: Queue, cls: str) -> Fraction:
+        found = self.nominals.get((queue.name, cls))
+        if found is None:
+            found = self.nominals[(queue.name, cls)] = self._nominal_of(queue, cls)
+        return found
+
+    def _nominal_of(self, queue: Queue, cls: str) -> Fraction:
         total = Fraction(0)
         for entry in queue.spec.get("quotas") or []:
             if entry.get("deviceClassName") == cls and (entry.get("devices") or {}).get("nominal") is not None:

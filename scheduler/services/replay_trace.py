@@ -90,28 +90,32 @@ def load(start: datetime, end: datetime) -> Trace:
     def at(when: datetime) -> float:
         return (when - start).total_seconds()
 
-    rows = list(ClaimHistory.objects.filter(created_at__gte=start, created_at__lt=end))
-    uids = {r.claim_uid for r in rows}
+    # Rows as tuples, not models: a day is tens of thousands of claims and of ledger intervals.
+    fields = ("claim_uid", "namespace", "claim_name", "labels", "spec", "lease_seconds", "created_at")
+    rows = list(ClaimHistory.objects.filter(created_at__gte=start, created_at__lt=end).values_list(*fields))
+    uids = {r[0] for r in rows}
     # Claims that arrived before the window and first ran inside it waited into it: replayed too.
     late = set(UsageInterval.objects.filter(started_at__gte=start, started_at__lt=end).exclude(claim_uid__in=uids)
                .values_list("claim_uid", flat=True).distinct())
-    rows += list(ClaimHistory.objects.filter(claim_uid__in=late))
-    claims = {str(r.claim_uid): TraceClaim(str(r.claim_uid), r.namespace, r.claim_name, r.labels or {}, r.spec or {},
-                                           r.lease_seconds, at(r.created_at), r.created_at) for r in rows}
+    rows += list(ClaimHistory.objects.filter(claim_uid__in=late).values_list(*fields))
+    claims = {str(uid): TraceClaim(str(uid), namespace, name, labels or {}, spec or {}, lease, at(created), created)
+              for uid, namespace, name, labels, spec, lease, created in rows}
     runs: dict[tuple[str, datetime], list] = {}
     background: dict[tuple[str, datetime], Held] = {}
     overlapping = UsageInterval.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=start), started_at__lt=end)
-    for iv in overlapping:
-        uid = str(iv.claim_uid)
-        key = (uid, iv.started_at)
-        ended = None if iv.ended_at is None or iv.ended_at >= end else at(iv.ended_at)
-        if uid in claims and iv.started_at >= start:
-            run = runs.setdefault(key, [at(iv.started_at), ended, 0.0, iv.queue, iv.reservation])
-            run[2] += float(iv.weight)
-        elif iv.started_at < start:
-            held = background.setdefault(key, Held([], iv.queue, iv.reservation, ended, 0.0))
-            held.devices.append(AllocatedDevice(iv.cluster, iv.driver, iv.pool, iv.device, iv.share_id or None))
-            held.weight += float(iv.weight)
+    for uid_, started_at, ended_at, weight, queue, reservation, cluster, driver, pool, device, share in \
+            overlapping.values_list("claim_uid", "started_at", "ended_at", "weight", "queue", "reservation",
+                                    "cluster", "driver", "pool", "device", "share_id"):
+        uid = str(uid_)
+        key = (uid, started_at)
+        ended = None if ended_at is None or ended_at >= end else at(ended_at)
+        if uid in claims and started_at >= start:
+            run = runs.setdefault(key, [at(started_at), ended, 0.0, queue, reservation])
+            run[2] += float(weight)
+        elif started_at < start:
+            held = background.setdefault(key, Held([], queue, reservation, ended, 0.0))
+            held.devices.append(AllocatedDevice(cluster, driver, pool, device, share or None))
+            held.weight += float(weight)
     for (uid, _), (s, e, devices, queue, reservation) in sorted(runs.items(), key=lambda kv: kv[1][0]):
         claims[uid].runs.append(Run(s, e, devices, queue, reservation))
     for ended_uid, when in (ClaimEvent.objects.filter(claim_uid__in=list(claims), type__in=ENDS)
