@@ -1,6 +1,6 @@
 """Replay of a busy day on the live service (issue 39): how long it takes, and whether it delays allocation.
 
-    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/draservice BENCH_BROKER_URL=redis://127.0.0.1:6379/15 \\
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/draservice BENCH_BROKER_URL=redis://127.0.0.1:6379/8 \\
         .venv/bin/python benchmarks/replay_day_bench.py [--canary-every 3] [--check]
 
 What it does:
@@ -47,7 +47,7 @@ from benchmarks._soak import cpu_seconds  # noqa: E402
 
 BASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/draservice")
 BENCH_DB, DB_URL = bench_database(BASE_URL, "replay_day_bench")
-BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/15")
+BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/8")
 WALL_GOAL, CANARY_GOAL = 120.0, 2.0
 
 
