@@ -54,6 +54,11 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
             round_log.record(None, error=exc, seconds=time.perf_counter() - started)
             raise
         if not result.taken:
+            # The rounds' wake-up steps skip the freed devices other workers' steps hold; one of those may have
+            # read this task's claims as undecided and kept the device for later: before ending, wait for them
+            # and offer them again (scheduler.services.wakeups), and decide whom that wakes.
+            if wakeups.wake_for_released(wait=True) and time.monotonic() < deadline:
+                continue
             break
         round_log.record(result)
         totals["rounds"] += 1
