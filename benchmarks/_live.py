@@ -44,13 +44,16 @@ def free_port() -> int:
 
 class Stack:
     """``manage.py serve`` and a ``celery worker`` (optionally ``celery beat``) started from this checkout.
+    ``watch_server=False``: gunicorn alone answers on the port, as API clients reach it in a deployment (the
+    watch server of ``manage.py serve`` would pass every request on, at its own CPU cost).
 
     The broker's Redis database is FLUSHED at start: the benchmark owns it. Logs go to bench-results/<prefix><name>.log.
     """
 
     def __init__(self, broker: str, *, web_workers: int = 2, web_threads: int = 32, concurrency: int = 1,
-                 beat: bool = False, prefix: str = "", env: dict | None = None):
+                 beat: bool = False, prefix: str = "", env: dict | None = None, watch_server: bool = True):
         self.broker, self.web_workers, self.web_threads = broker, web_workers, web_threads
+        self.watch_server = watch_server
         self.concurrency, self.beat, self.prefix = concurrency, beat, prefix
         self.env = dict(os.environ, **(env or {}))
         self.port = free_port()
@@ -64,7 +67,8 @@ class Stack:
 
         redis.Redis.from_url(self.broker).flushdb()
         self._spawn("web", [sys.executable, "manage.py", "serve", "--port", str(self.port), "--workers",
-                            str(self.web_workers), "--threads", str(self.web_threads)])
+                            str(self.web_workers), "--threads", str(self.web_threads)]
+                    + ([] if self.watch_server else ["--no-watch-server"]))
         self.start_worker(self.concurrency)
         if self.beat:
             self.start_beat()

@@ -11,9 +11,11 @@ of up to ``ROUND`` claims, inline), and, for single POSTs, the web side of the r
 GET of each (allocated) and its release (``POST …/release``). Each prints its queries per claim grouped
 by statement, with their database time, and its CPU per claim; ``PROFILE=1`` adds cProfile's top functions.
 
-Knobs: POSTS (300), BATCH (claims per POST of the batch endpoint; 0: single POSTs), ROUND (500), QUEUED
-(pending claims left in the queue before measuring: 0), PROFILE (cProfile on CPU time), PROFILE_SORT
-(cumulative), PROFILE_LINES (35), COUNT (0: no statement counting, whose own CPU is then left out).
+Knobs: PROFILE_DATABASE_URL (another benchmark's database left behind, e.g. soak_bench.py's
+``<name>_soak_bench``, used as it is), POSTS (300), BATCH (claims per POST of the batch endpoint; 0: single
+POSTs), ROUND (500), QUEUED (pending claims left in the queue before measuring: 0), PROFILE (cProfile on CPU
+time), PROFILE_SORT (cumulative), PROFILE_LINES (35), COUNT (0: no statement counting, whose own CPU is then
+left out).
 """
 from __future__ import annotations
 
@@ -31,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
 BASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/draservice")
-if not BASE_URL.endswith("_claims_bench"):  # the e2e benchmark's database, never the one given
+if os.environ.get("PROFILE_DATABASE_URL"):  # another benchmark's database (soak_bench.py's ``..._soak_bench``)
+    os.environ["DATABASE_URL"] = os.environ["PROFILE_DATABASE_URL"]
+elif not BASE_URL.endswith("_claims_bench"):  # the e2e benchmark's database, never the one given
     os.environ["DATABASE_URL"] = BASE_URL + "_claims_bench"
 os.environ["CELERY_BROKER_URL"] = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -74,7 +78,7 @@ def claim(name: str) -> dict:
 
 
 # Every module that runs statements on psycopg directly (``draservice.bulk.pg_execute``, imported by name).
-RAW_USERS = ("claims.services.claims", "claims.services.bulk")
+RAW_USERS = ("claims.services.insert", "claims.services.bulk")
 
 
 def _count_raw(queries: Queries) -> None:
@@ -170,6 +174,10 @@ def main() -> None:
         resp = client.post(url, json.dumps(claim(name)), content_type="application/json")
         assert resp.status_code == 201, resp.content
 
+    # Room for every claim it leaves pending (no worker runs here), given as an admin gives it.
+    resp = client.patch(f"/api/v1/namespaces/{tag}/objectquota", json.dumps(
+        {"spec": {"hard": {"pending-claims": max(5000, POSTS + QUEUED + 1)}}}), content_type="application/json")
+    assert resp.status_code == 200, resp.content
     post("warm-0")
     for i in range(QUEUED):  # a queue of pending claims (never allocated: no worker runs here)
         post(f"q-{i}")

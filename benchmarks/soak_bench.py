@@ -18,7 +18,17 @@ serve`` (gunicorn), a real ``celery worker`` and ``celery beat`` (lease expiry),
 4. release: the H100 and L4 clusters filled, BENCH_PENDING (4,000) claims pending (2-GPU H100 claims, and last
    one 1-GPU L4 claim), one L4 GPU released: the worker's CPU (``/proc``) until that claim is placed;
 5. drain: BENCH_DRAIN (20,000) claims over the 4 clusters submitted with the worker stopped, then drained by a
-   worker with 1 process, again with 2 processes.
+   worker with 1 process, again with 2 processes;
+6. batch (issue 32): BENCH_BATCH_CLAIMS (20,000) claims POSTed to the batch endpoint BENCH_BATCH_SIZE (1,000)
+   at a time from BENCH_BATCH_THREADS (2) clients while the worker places them: the CPU of gunicorn, Celery
+   and PostgreSQL per placed claim (goal 0.5 ms), claims/s beside it;
+7. post (issue 32): BENCH_POSTS (3,000) single POSTs from BENCH_POST_CLIENTS (4) clients: the web's CPU per
+   POST (goal 1.2 ms). How CPU is read: benchmarks/_cost.py.
+
+``--phase batch,post`` (or any list of the phases) runs only those, without the soak. The bench's namespaces
+get room for their pending claims the way an admin gives it (``PATCH …/objectquota``), not from the defaults
+every namespace has. The web server is gunicorn alone (``manage.py serve --no-watch-server``), as API clients
+reach it in a deployment.
 
 Per minute of the soak it prints: claims placed/s, p50/p99 submit->allocated (server side, ``created_at`` ->
 ``allocated_at``), fleet fullness, worker and web CPU per placed claim, worker RSS (all its processes, from
@@ -34,7 +44,7 @@ no GC collection over 50 ms of CPU; a release with the pending claims places the
 worker CPU.
 
 Other knobs (environment): BENCH_CLIENTS (32), BENCH_WEB_WORKERS (2), BENCH_WEB_THREADS (32),
-BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (soak,burst,release,drain), BENCH_LOG_LEVEL and
+BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (soak,burst,release,drain,batch,post; ``--phase`` wins), BENCH_LOG_LEVEL and
 BENCH_CELERY_LOGLEVEL (WARNING: the service's and the worker's logs in bench-results/). Results:
 bench-results/soak.json.
 Everything runs on this one machine: clients, web server, worker, beat and PostgreSQL share its CPUs.
@@ -51,6 +61,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import _cost as cost  # noqa: E402
 from benchmarks import _soak_phases as phases  # noqa: E402
 from benchmarks._live import Stack, bench_database, pct, recreate_database  # noqa: E402
 from benchmarks._soak import SHAPES, Driver, Sampler, Trace, gc_pauses  # noqa: E402
@@ -69,7 +80,12 @@ CLIENTS = int(os.environ.get("BENCH_CLIENTS", "32"))
 WEB_WORKERS = int(os.environ.get("BENCH_WEB_WORKERS", "2"))
 WEB_THREADS = int(os.environ.get("BENCH_WEB_THREADS", "32"))
 CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", "1"))
-PHASES = os.environ.get("BENCH_PHASES", "soak,burst,release,drain").split(",")
+PHASES = os.environ.get("BENCH_PHASES", "soak,burst,release,drain,batch,post").split(",")
+BATCH_CLAIMS = int(os.environ.get("BENCH_BATCH_CLAIMS", "20000"))
+BATCH_SIZE = int(os.environ.get("BENCH_BATCH_SIZE", "1000"))
+BATCH_THREADS = int(os.environ.get("BENCH_BATCH_THREADS", "2"))
+POSTS = int(os.environ.get("BENCH_POSTS", "3000"))
+POST_CLIENTS = int(os.environ.get("BENCH_POST_CLIENTS", "4"))
 GC_LOG = ROOT / "bench-results" / "soak-gc-pauses.log"
 
 
@@ -198,7 +214,7 @@ def goals(results: dict, rate: float) -> list[tuple[bool, str]]:
         out.append((d["speedup"] >= 1.4, f"{d['claims']} pre-submitted claims: 2 worker processes drain them >= "
                                          f"1.4x faster than one ({d['one']['claims_per_s']} -> "
                                          f"{d['two']['claims_per_s']} claims/s, {d['speedup']}x)"))
-    return out
+    return out + cost.goals(results)
 
 
 def soak(stack, token, slots, rate, minutes) -> tuple[dict, Driver]:
@@ -240,10 +256,18 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--rate", type=float, default=100, help="claims/s of the soak (the burst is twice that)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+    parser.add_argument("--phase", help="comma-separated phases to run (default BENCH_PHASES: soak,burst,release,"
+                                        "drain,batch,post); e.g. --phase batch,post without the soak")
     args = parser.parse_args()
+    if args.phase:
+        PHASES[:] = args.phase.split(",")
+    unknown = set(PHASES) - {"soak", "burst", "release", "drain", "batch", "post"}
+    if unknown:
+        sys.exit(f"unknown phase(s): {', '.join(sorted(unknown))}")
     if not BASE_URL.startswith("postgres"):
         sys.exit("soak_bench needs PostgreSQL: set DATABASE_URL=postgresql://...")
-    os.environ.update(DATABASE_URL=DB_URL, CELERY_BROKER_URL=BROKER,
+    # The bench's own connections are named, so that their backends' CPU is not counted as the service's.
+    os.environ.update(DATABASE_URL=f"{DB_URL}?application_name={cost.BENCH_APP}", CELERY_BROKER_URL=BROKER,
                       LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "WARNING"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
     recreate_database(BASE_URL, BENCH_DB)
@@ -252,7 +276,8 @@ def main() -> int:
     GC_LOG.parent.mkdir(exist_ok=True)
     GC_LOG.unlink(missing_ok=True)
     stack = Stack(BROKER, web_workers=WEB_WORKERS, web_threads=WEB_THREADS, concurrency=CONCURRENCY, beat=True,
-                  prefix="soak-", env={"DRASERVICE_GC_PAUSE_LOG": str(GC_LOG)})
+                  prefix="soak-", env={"DRASERVICE_GC_PAUSE_LOG": str(GC_LOG), "DATABASE_URL": DB_URL},
+                  watch_server=False)
     results: dict = {"devices": DEVICES, "slots": slots, "cpus": os.cpu_count(), "web_workers": WEB_WORKERS,
                      "celery_concurrency": CONCURRENCY, "load_average_before": os.getloadavg()}
     heartbeats = phases.Heartbeats()
@@ -261,6 +286,8 @@ def main() -> int:
     driver = None
     try:
         phases.warm_up(stack.port, token)
+        for ns in ("team-0", "team-1", "team-2", "team-3", "fill", "pending", "drain-1", "drain-2"):
+            cost.raise_cap(stack.port, token, ns, max(DRAIN, sum(slots.values())))
         if "soak" in PHASES:
             out, driver = soak(stack, token, slots, args.rate, args.minutes)
             results.update(out)
@@ -275,6 +302,12 @@ def main() -> int:
         if "drain" in PHASES:
             results["drain"] = phases.drain_phase(stack, token, slots, DRAIN)
             print(time.strftime('%H:%M:%S'), "drain:", results["drain"], flush=True)
+        if "batch" in PHASES:
+            results["batch"] = cost.batch_phase(stack, token, slots, BATCH_CLAIMS, BATCH_SIZE, BATCH_THREADS)
+            print(time.strftime('%H:%M:%S'), "batch:", results["batch"], flush=True)
+        if "post" in PHASES:
+            results["post"] = cost.post_phase(stack, token, slots, POSTS, POST_CLIENTS)
+            print(time.strftime('%H:%M:%S'), "post:", results["post"], flush=True)
     finally:
         if driver is not None:
             driver.stop()

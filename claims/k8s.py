@@ -7,8 +7,11 @@ apiVersion/kind of the claims API's objects, templates, and the rebasing of erro
 """
 from __future__ import annotations
 
+import contextlib
 import secrets
 from typing import Any
+
+import orjson
 
 from dra.k8s import claims as k8s_claims
 from dra.k8s.fields import DNS_LABEL, DNS_SUBDOMAIN, V1, Errors, is_label_name_part, is_label_value, name_reason
@@ -133,16 +136,38 @@ def claim_spec_to_v1(spec: Any, api_version: str, path: str) -> dict:
     """Convert, default and validate a ResourceClaimSpec with ``dra.k8s.claims``; the normalized v1 spec.
 
     Raises Invalid whose paths are relative to the request body (``path`` is where the spec sits in it).
+    The outcome is kept per spec as sent (``_SPEC_MEMO``): a pipeline submits the same spec over and over, and
+    converting and validating it (its selectors compiled) was most of a claim POST's own work. Each caller gets a
+    spec of its own.
     """
     if spec is None:
         spec = {}
     if not isinstance(spec, dict):
         raise Invalid([(path, "must be an object")])
-    claim = {"apiVersion": api_version, "kind": "ResourceClaim", "metadata": {"name": "x"}, "spec": spec}
-    v1, errors = k8s_claims.normalize_claim(claim)
+    try:
+        key: bytes | None = api_version.encode() + b"\0" + orjson.dumps(spec)
+    except (orjson.JSONEncodeError, TypeError, AttributeError):  # what JSON does not hold (an int over 64 bits)
+        key = None
+    hit = _SPEC_MEMO.get(key) if key is not None else None
+    if hit is None:
+        claim = {"apiVersion": api_version, "kind": "ResourceClaim", "metadata": {"name": "x"}, "spec": spec}
+        v1, errors = k8s_claims.normalize_claim(claim)
+        out = {} if errors else (v1.get("spec") or {})
+        if key is not None:
+            if len(_SPEC_MEMO) >= SPEC_MEMO_MAX:
+                _SPEC_MEMO.clear()
+            with contextlib.suppress(orjson.JSONEncodeError, TypeError):
+                _SPEC_MEMO[key] = (b"" if errors else orjson.dumps(out), errors)
+    else:
+        encoded, errors = hit
+        out = {} if errors else orjson.loads(encoded)
     if errors:
         raise Invalid([_rebase(field, reason, path) for field, reason in errors])
-    return v1.get("spec") or {}
+    return out
+
+
+SPEC_MEMO_MAX = 4096
+_SPEC_MEMO: dict[bytes, tuple[bytes, Errors]] = {}  # api version + spec as sent -> (v1 spec, errors)
 
 
 def _rebase(field: str, reason: str, path: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ import os
 import time
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import task_postrun, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
 
@@ -52,3 +52,17 @@ def _log_gc_pauses(**kwargs) -> None:
             os.write(fd, f"{time.time():.3f} {os.getpid()} {info['generation']} {ms:.2f} {cpu:.2f}\n".encode())
 
     gc.callbacks.append(callback)
+
+
+@task_postrun.connect
+def _close_old_connections(task=None, **kwargs) -> None:
+    """After a task, what Django does after a request: close the database connections past ``CONN_MAX_AGE`` or
+    unusable (an error left them broken). Celery's own fixup would close every connection before and after every
+    task (``CELERY_DB_REUSE_MAX``, settings.py): a new PostgreSQL backend per task, its catalog caches loaded again.
+    Not for a task run eagerly, inside the caller's request or transaction."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    from django.db import close_old_connections, connection
+
+    if not connection.in_atomic_block:
+        close_old_connections()

@@ -133,6 +133,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes the database connections before and after EVERY task unless this is set (it reads
+# no CONN_MAX_AGE): a worker then opened a PostgreSQL connection per task, and each one started a backend that
+# loaded its catalog caches anew, on both sides of the socket. Set, the fixup closes them every 2 x this many
+# tasks only; draservice.celery closes them after a task as Django does after a request (past CONN_MAX_AGE, or
+# unusable).
+CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BEAT_SCHEDULE: dict = {}  # filled by the apps' tasks modules (see claims/apps.py)
 
 # --- Product knobs ----------------------------------------------------------------------------
@@ -189,6 +195,11 @@ PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 # Prefix of every Redis key and pub/sub channel the service uses. Empty: derived from the database (host,
 # port, name), so deployments sharing a Redis do not wake or silence each other (claims.notify.key_prefix).
 REDIS_KEY_PREFIX = os.environ.get("REDIS_KEY_PREFIX", "")
+# A process asks the broker for a debounced task (an allocation round after a claim POST, a release) at once, and
+# then at most once more per this many seconds for everything committed meanwhile (draservice.dispatch): under a
+# stream of POSTs most of them skip the broker's round trip; a claim waits this long for its round at most.
+# 0: every commit asks.
+DISPATCH_COALESCE_SECONDS = float(os.environ.get("DISPATCH_COALESCE_SECONDS", "0.01"))
 # Keep the demo fleet's fake clusters fresh (a beat task heartbeats them). Off everywhere but where the demo was
 # asked for (`make run` -> `manage.py serve --demo`): in production it would let claims land on fake nodes.
 DEMO_FLEET = env_bool("DEMO_FLEET", False)

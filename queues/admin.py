@@ -1,6 +1,7 @@
 """Django admin: queues are read here; the API (validation, ETags) writes them."""
 from django.contrib import admin
 
+from claims.services.taking import bump_fleet_version
 from queues.models import Queue, QuotaCharge
 
 
@@ -12,6 +13,12 @@ class QueueAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        # As every queue write does (queues.services.queues): claims are tried again, and the processes that keep
+        # the queues they read at a fleet version (resolve.Tree.at) read them again.
+        bump_fleet_version()
 
 
 @admin.register(QuotaCharge)

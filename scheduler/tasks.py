@@ -54,6 +54,8 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
             round_log.record(None, error=exc, seconds=time.perf_counter() - started)
             raise
         if not result.taken:
+            if _woke_before_ending(deadline):
+                continue
             break
         round_log.record(result)
         totals["rounds"] += 1
@@ -67,6 +69,8 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
             # Everything we took belongs to groups another worker is busy with: let it finish.
             idle_spins += 1
             if idle_spins > 20:
+                if _woke_before_ending(deadline):
+                    continue
                 break
             time.sleep(0.05)
         if time.monotonic() > deadline:
@@ -81,6 +85,20 @@ def allocate_pending(batch_size: int = allocation.DEFAULT_BATCH, max_seconds: fl
     if totals["pending"]:
         request_pass()  # a claim short of room or quota may reclaim: not only at the beat's next period
     return totals
+
+
+def _woke_before_ending(deadline: float) -> bool:
+    """The task's last wake-up step, before it ends: True when it woke claims and there is time to take them.
+
+    The rounds' wake-up steps skip the freed devices other workers' steps hold, and such a step may have read this
+    task's claims as undecided and kept the device for later: this one waits for those rows and offers them
+    again (``scheduler.services.wakeups``). Past the deadline, the claims it woke go to the next task."""
+    if not wakeups.wake_for_released(wait=True):
+        return False
+    if time.monotonic() < deadline:
+        return True
+    dispatch.request_allocation()
+    return False
 
 
 @shared_task(name=PLAN_TASK, ignore_result=True)

@@ -24,13 +24,15 @@ from dra.k8s.fields import ts
 from draservice.prepared import Prepared, set_prefetched
 
 
-def queue_status(claims: list, estimate: bool = False, position: bool = True) -> dict[int, dict]:
+def queue_status(claims: list, estimate: bool = False, position: bool = True,
+                 stamp: str | None = None) -> dict[int, dict]:
     """Queue fields of ``claims``' status (queue, positionInQueue, estimate), from the queues app (this door
     renders above it). ``estimate``: also the start-time estimate (costlier: a single claim's read asks for
     it, lists and create answers do not); ``position``: also ``positionInQueue`` (a window over the queue's
     pending claims: reads ask for it, create answers do not -- a claim just created joins its queue's tail,
-    and ranking the whole queue on every POST made submission cost grow with the queue)."""
-    return queueing.queue_status(claims, estimate, position)
+    and ranking the whole queue on every POST made submission cost grow with the queue); ``stamp``: see
+    ``queueing.queue_status``."""
+    return queueing.queue_status(claims, estimate, position, stamp)
 
 
 def _metadata(obj, namespace: str) -> dict:
@@ -146,8 +148,10 @@ def render_claims(claims) -> list[dict]:
 
 def render_new_claims(claims: list[ResourceClaim]) -> list[dict]:
     """Claims just created (nothing reserves them yet), their queue looked up once for all. Not their
-    ``positionInQueue``: they joined their queue's tail, and a read (GET, list) ranks them."""
-    queues = queue_status(claims, position=False)
+    ``positionInQueue``: they joined their queue's tail, and a read (GET, list) ranks them. Their queue is
+    resolved against the queues as of the fleet state their insert read (``fleet_stamp``, set by the create on
+    PostgreSQL): a web process keeps the queues it read at a stamp until a queue write moves it."""
+    queues = queue_status(claims, position=False, stamp=getattr(claims[0], "fleet_stamp", None) if claims else None)
     return [render_claim(c, [], queues.get(c.id, {})) for c in claims]
 
 

@@ -16,9 +16,10 @@ processes see the change within ``CACHE_SECONDS``. A ResourcePoolStatusRequest i
 against the namespace of the namespace token that created it (the first of its namespaces), a cluster token's
 against the default caps, an admin's against none.
 
-Cost per create: one COUNT over a partial index, bounded by the cap (``LIMIT``). The check runs before the
-insert without a lock, so concurrent creates can pass the cap by at most their number (as a ResourceQuota
-can be passed by racing admissions before its status catches up): a cap, not an accounting.
+Cost per create: one COUNT over a partial index, bounded by the cap (``LIMIT``); on PostgreSQL inside the
+create's INSERT statement (no round trip of its own). The check runs at the insert without a lock, so
+concurrent creates can pass the cap by at most their number (as a ResourceQuota can be passed by racing
+admissions before its status catches up): a cap, not an accounting.
 """
 from __future__ import annotations
 
@@ -81,11 +82,27 @@ def _exceeded(kind: str, quota: str, limit: int, used: int, adding: int) -> Quot
 
 def check_pending_claims(namespace: str, adding: int) -> None:
     """Refuse ``adding`` new claims that would take the namespace's pending claims over its cap."""
-    limit = hard(namespace)[PENDING_CLAIMS]
-    pending = ResourceClaim.objects.filter(namespace__name=namespace, phase=Phase.PENDING)
-    used = pending.values("id")[:limit + 1].count()
+    limit = pending_claims_limit(namespace)
+    used = pending_claims_used(namespace, limit)
     if used + adding > limit:
-        raise _exceeded("resourceclaims", PENDING_CLAIMS, limit, used, adding)
+        refuse_pending_claims(limit, used, adding)
+
+
+def pending_claims_used(namespace: str, limit: int) -> int:
+    """The namespace's pending claims, counted no further than past ``limit``."""
+    pending = ResourceClaim.objects.filter(namespace__name=namespace, phase=Phase.PENDING)
+    return pending.values("id")[:limit + 1].count()
+
+
+def pending_claims_limit(namespace: str) -> int:
+    """The namespace's ``pending-claims`` cap. The claims' writer on PostgreSQL counts the pending claims in its
+    INSERT statement itself (``claims.services.claims``: no statement of its own per create) and refuses with
+    ``refuse_pending_claims``."""
+    return hard(namespace)[PENDING_CLAIMS]
+
+
+def refuse_pending_claims(limit: int, used: int, adding: int) -> None:
+    raise _exceeded("resourceclaims", PENDING_CLAIMS, limit, used, adding)
 
 
 def pool_status_owner(access) -> str:

@@ -5,10 +5,10 @@ Every public function is one transaction. Work for the allocator is requested on
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
@@ -17,7 +17,6 @@ from django.utils import timezone
 
 from claims import dispatch, k8s
 from claims.models import (
-    ClaimEvent,
     DeviceAllocation,
     Namespace,
     Phase,
@@ -26,11 +25,11 @@ from claims.models import (
     ResourceClaimTemplate,
 )
 from claims.placement import LEASE_TTL, MAX_LEASE, MIN_LEASE, parse_annotations, parse_duration
-from claims.services import bulk, caps, external, history, queueing, renewal, wake, walltime
+from claims.services import bulk, caps, external, history, insert, queueing, renewal, wake, walltime
 from claims.services import events as ev
 from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
-from draservice.bulk import mark_saved, pg_execute
+from draservice.bulk import mark_saved
 from draservice.errors import AlreadyExists, Conflict, Invalid
 from draservice.etag import check_precondition
 from draservice.prepared import Prepared
@@ -112,27 +111,51 @@ def create_claims(ns_name: str, objects: list[dict], *, paths: list[str] | None 
     """Create claims in one transaction: all or none. ``paths`` locate each object in the request body."""
     if len(objects) > MAX_BATCH:
         raise Invalid([("items", f"must have at most {MAX_BATCH} items")])
-    # 403 past the namespace's pending-claims cap; before any transaction (a refusal leaves nothing to undo).
-    caps.check_pending_claims(ns_name, len(objects))
+    # 403 past the namespace's pending-claims cap: more claims than it allows at all, at once; the pending ones
+    # counted, on PostgreSQL by the INSERT statement itself (``claims.services.insert``), else before any write
+    # (either way refused outside the transaction block below, so that a caller's transaction stays usable).
+    limit = caps.pending_claims_limit(ns_name)
+    if len(objects) > limit:
+        caps.refuse_pending_claims(limit, caps.pending_claims_used(ns_name, limit), len(objects))
     paths = paths or [""] * len(objects)
     if connection.vendor == "postgresql" and len(objects) == 1 and not connection.in_atomic_block:
-        # One claim on PostgreSQL: ONE statement writes the claim and its event (see _insert_pg), and a
+        # One claim on PostgreSQL: ONE statement writes the claim and its event (see claims.services.insert), and a
         # statement is atomic by itself, so no BEGIN/COMMIT round trips. A name already taken inserts nothing;
         # the namespace's first claim creates the namespace in a transaction of its own (below).
-        return _create_claims(ns_name, objects, paths)
-    with transaction.atomic(savepoint=False):  # inside a caller's transaction, no savepoint round trips
-        return _create_claims(ns_name, objects, paths)
+        made = _create_claims(ns_name, objects, paths)
+    else:
+        with transaction.atomic(savepoint=False):  # inside a caller's transaction, no savepoint round trips
+            made = _create_claims(ns_name, objects, paths)
+    if isinstance(made, _OverCap):
+        # Raised out here: through the block above it would leave a caller's transaction unusable (it wrote
+        # nothing to undo).
+        caps.refuse_pending_claims(made.limit, made.used, made.adding)
+    assert isinstance(made, list)
+    return made
 
 
-def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[ResourceClaim]:
+@dataclass(frozen=True)
+class _OverCap:
+    """The INSERT found the namespace's pending claims at their cap and inserted nothing."""
+
+    limit: int
+    used: int
+    adding: int
+
+
+def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[ResourceClaim] | _OverCap:
     if connection.vendor == "postgresql":
         errors = k8s.check_dns_label(ns_name, "metadata.namespace")
         if errors:
             raise Invalid(errors)
-        # The namespace row is looked up by the INSERT itself (one statement, see _insert_pg); a stand-in
+        # The namespace row is looked up by the INSERT itself (one statement, see claims.services.insert); a stand-in
         # carries the name until then.
         ns = Namespace(name=ns_name)
     else:
+        limit = caps.pending_claims_limit(ns_name)
+        used = caps.pending_claims_used(ns_name, limit)
+        if used + len(objects) > limit:
+            return _OverCap(limit, used, len(objects))
         ns = get_namespace_for_write(ns_name)
     now = timezone.now()
     claims: list[ResourceClaim] = []
@@ -154,14 +177,19 @@ def _create_claims(ns_name: str, objects: list[dict], paths: list[str]) -> list[
     # own; only when a row was refused is the culprit named.
     if connection.vendor == "postgresql":  # ON CONFLICT DO NOTHING: no savepoint, no aborted transaction
         events = _created_events(claims)
-        ids, ns_row = _insert_pg(ns_name, claims, events)
+        limit = caps.pending_claims_limit(ns_name)
+        ids, ns_row, used, stamp = insert.claims_and_events(ns_name, claims, events, limit)
         if ns_row is None:  # the namespace's first object: create the namespace, then insert again
             with transaction.atomic(savepoint=False):
                 get_namespace_for_write(ns_name)
-                ids, ns_row = _insert_pg(ns_name, claims, events)
+                ids, ns_row, used, stamp = insert.claims_and_events(ns_name, claims, events, limit)
             if ns_row is None:
                 raise Conflict(f'namespace "{ns_name}" was deleted concurrently')
+        if used + len(claims) > limit:  # nothing was inserted: 403, as a ResourceQuota refuses
+            return _OverCap(limit, used, len(claims))
         ns = ns_row
+        for c in claims:
+            c.fleet_stamp = stamp  # type: ignore[attr-defined]  # what the answer's queue is resolved at
         if len(ids) != len(claims):
             taken = [(n, p) for n, p in names if n not in ids]
             _check_names_free(ns, taken)  # raises 409 naming them
@@ -201,60 +229,6 @@ def _created_events(claims: list[ResourceClaim]) -> list:
         out.append(ev.event(c, ev.CREATED, "Created", message,
                             {"lease": c.lease_seconds} if c.lease_seconds else None))
     return out
-
-
-def _insert_pg(ns_name: str, claims: list[ResourceClaim], events: list) -> tuple[dict[str, int], Namespace | None]:
-    """PostgreSQL: the claims AND their Created events in ONE statement, the namespace's id looked up in it.
-
-    Returns ({name: id} of the claims inserted, the namespace row or None when it does not exist; then
-    nothing was inserted). Names already taken are skipped (ON CONFLICT DO NOTHING); compare what came back.
-    """
-    now = timezone.now()
-    bulk.set_auto_times(claims, now)
-    bulk.set_auto_times(events, now)
-    single = len(claims) == 1
-    sql = _INSERT_SQL.get(single)  # the same text for every one-claim POST, and for every batch
-    if sql is None:
-        sql = _INSERT_SQL[single] = _insert_sql(claims, events)
-    params = [ns_name, *bulk.insert_params(claims, _CLAIM_FROM_CTE), *bulk.insert_params(events, _EVENT_FROM_CTE)]
-    cursor = pg_execute(sql, params)
-    try:
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    if not rows:
-        return {}, None
-    ns_id, labels, created_at = rows[0][:3]
-    ns_row = Namespace.from_db(connection.alias, ["id", "name", "labels", "created_at"],
-                               [ns_id, ns_name, json.loads(labels) if labels else {}, created_at])
-    return {name: pk for *_, pk, name in rows if pk is not None}, ns_row
-
-
-_CLAIM_FROM_CTE = {"namespace_id": "ns.id"}
-_EVENT_FROM_CTE = {"claim_id": "NULL"}
-_INSERT_SQL: dict[bool, str] = {}  # one claim or several -> the statement of _insert_pg
-
-
-def _insert_sql(claims: list[ResourceClaim], events: list) -> str:
-    """The statement of ``_insert_pg`` (its parameters: the namespace name, ``bulk.insert_params`` of the claims,
-    then of the events)."""
-    qn = connection.ops.quote_name
-    c_cols, c_sel, _ = bulk.insert_select(claims, replace=_CLAIM_FROM_CTE)
-    e_cols, e_sel, _ = bulk.insert_select(events, replace=_EVENT_FROM_CTE)
-    claim_uid = e_cols.index(qn("claim_uid"))
-    e_names = [f"e{i}" for i in range(len(e_cols))]
-    e_values = ", ".join(f"{sel} AS {n}" for sel, n in zip(e_sel, e_names, strict=False))
-    e_out = ", ".join("c.id" if col == qn("claim_id") else f"v.{n}" for col, n in zip(e_cols, e_names, strict=False))
-    sql = (f"WITH ns AS (SELECT id, name, labels::text AS labels, created_at FROM {qn(Namespace._meta.db_table)} "
-           f"WHERE name = %b::text), "
-           f"c AS (INSERT INTO {qn(ResourceClaim._meta.db_table)} ({', '.join(c_cols)}) "
-           f"SELECT {', '.join(c_sel)} FROM ns ON CONFLICT DO NOTHING "
-           "RETURNING id, name, uid, labels, spec, lease_seconds, created_at), "
-           f"e AS (INSERT INTO {qn(ClaimEvent._meta.db_table)} ({', '.join(e_cols)}) "
-           f"SELECT {e_out} FROM (SELECT {e_values}) AS v JOIN c ON c.uid = v.{e_names[claim_uid]}), "
-           f"{history.insert_cte('c', 'ns')} "
-           f"SELECT ns.id, ns.labels, ns.created_at, c.id, c.name FROM ns LEFT JOIN c ON true")
-    return sql
 
 
 def _check_duplicates(names: list[tuple[str, str]]) -> dict[str, str]:

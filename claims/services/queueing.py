@@ -10,7 +10,8 @@ The provider is asked, at write time only:
 - ``check_label_change(claim, labels)`` when a claim's labels are replaced;
 - ``preemptors_gone(claims, why)`` in the transaction that releases (or deletes) pending claims: the
   preemption notices they gave are cancelled there (their victims keep their devices);
-- ``queue_status(claims, estimate, position)`` when the claims app's doors render a status: the queue fields.
+- ``queue_status(claims, estimate, position, stamp)`` when the claims app's doors render a status: the queue
+  fields.
 
 Everything else about queues is asked from above, not through here: the scheduler orders its rounds, holds
 nodes for queue heads and admits units between ``commit.verify`` and ``commit.write`` with the queues'
@@ -49,7 +50,8 @@ class Provider(Protocol):
 
     def preemptors_gone(self, claims: list[Any], why: str) -> int: ...
 
-    def queue_status(self, claims: list[Any], estimate: bool, position: bool) -> dict[int, dict]: ...
+    def queue_status(self, claims: list[Any], estimate: bool, position: bool,
+                     stamp: str | None = None) -> dict[int, dict]: ...
 
 
 _provider: Provider | None = None
@@ -78,10 +80,14 @@ def preemptors_gone(claims: list[Any], why: str) -> int:
     return _provider.preemptors_gone(claims, why) if _provider and claims else 0
 
 
-def queue_status(claims: list[Any], estimate: bool = False, position: bool = True) -> dict[int, dict]:
+def queue_status(claims: list[Any], estimate: bool = False, position: bool = True,
+                 stamp: str | None = None) -> dict[int, dict]:
     """claim id -> the queue fields of its status (queue, positionInQueue, the start-time estimate), for the
-    claims app's doors to render; {} without a provider."""
-    return _provider.queue_status(claims, estimate, position) if _provider and claims else {}
+    claims app's doors to render; {} without a provider. ``stamp``: the fleet state's stamp (``FleetState``'s
+    version, which every queue write moves, and the transaction that wrote it) read before this call: queues as
+    they were then or later will do, so the provider may answer from what it read at that stamp (a claim's
+    create answer: no read of the queues)."""
+    return _provider.queue_status(claims, estimate, position, stamp) if _provider and claims else {}
 
 
 # ``POST /api/v1/simulate`` against the stored fleet runs the scheduler's cycle after the engine (queue

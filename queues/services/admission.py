@@ -41,6 +41,7 @@ from claims.services import locking, queueing
 from claims.services.engines import engines
 from dra.engine.selectors import MATCH
 from draservice.bulk import bulk_insert
+from queues import queues_sql
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QuotaCharge
 from queues.quantities import quantity
@@ -75,8 +76,8 @@ def admit(units: list, view, now) -> dict[int, queueing.Verdict]:
         verdict, unit_charges = state.try_admit(units[i], name)
         verdicts[i] = verdict
         charges.extend(unit_charges)
-    admitted = [c.claim_id for c in charges]
-    QuotaCharge.objects.filter(claim_id__in=admitted).delete()  # a re-admitted claim (after preemption)
+    if charges:
+        queues_sql.delete_charges([c.claim_id for c in charges])  # a re-admitted claim (after preemption)
     # COPY, not bulk_create: building and adapting a model row per claim is CPU spent under the commit's
     # locks, which every other commit waits for.
     bulk_insert(QuotaCharge, CHARGE_COLUMNS, charges, json_columns=set())

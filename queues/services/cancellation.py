@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from claims.services import preemption as claim_preemption
+from queues import queues_sql
 from queues.models import Preemption, PreemptionState, Queue
 from queues.services import webhooks
 
@@ -70,7 +71,10 @@ def whole_gangs(notices: list[Preemption]) -> list[Preemption]:
 
 def pending_of(preemptor_ids) -> list[Preemption]:
     """The running notices of these preemptors whose victims still hold their devices."""
-    return list(Preemption.objects.filter(state=PreemptionState.PENDING, preemptor_id__in=list(preemptor_ids),
+    ids = list(preemptor_ids)
+    if not ids or not queues_sql.any_pending_preemption(ids):
+        return []
+    return list(Preemption.objects.filter(state=PreemptionState.PENDING, preemptor_id__in=ids,
                                           victim__phase=Phase.ALLOCATED)
                 .select_related("preemptor__namespace").order_by("id"))
 

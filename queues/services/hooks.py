@@ -19,8 +19,9 @@ class QueueHooks:
     def preemptors_gone(self, claims: list, why: str) -> int:
         return cancellation.for_preemptors(claims, f"is gone ({why})")
 
-    def queue_status(self, claims: list, estimate: bool, position: bool) -> dict[int, dict]:
-        return order.positions(claims, estimate, position)
+    def queue_status(self, claims: list, estimate: bool, position: bool,
+                     stamp: str | None = None) -> dict[int, dict]:
+        return order.positions(claims, estimate, position, stamp)
 
 
 def _relabelled(claim, labels: dict):

@@ -153,11 +153,12 @@ def fair_share_ranks(queues: list, shares: Shares) -> dict[int, int]:
     return {q.id: i for i, q in enumerate(sorted(queues, key=key), start=1)}
 
 
-def positions(claims: list, with_estimate: bool = False, with_position: bool = True) -> dict[int, dict]:
+def positions(claims: list, with_estimate: bool = False, with_position: bool = True,
+              stamp: str | None = None) -> dict[int, dict]:
     """claim id -> queue status fields: ``queue``, and for pending claims, ``with_position``,
     ``positionInQueue`` (1-based) and, ``with_estimate``, the start-time estimate
-    (``queues.services.estimate``)."""
-    tree = Tree.load()
+    (``queues.services.estimate``). ``stamp``: the fleet state's stamp read before (``Tree.at``)."""
+    tree = Tree.at(stamp) if stamp else Tree.load()
     out: dict[int, dict] = {}
     wanted: dict[str, list] = defaultdict(list)
     for c in claims:

@@ -39,6 +39,23 @@ class Tree:
         by_namespace = {ns: q.name for q in queues.values() for ns in q.spec.get("namespaces") or []}
         return cls(queues=queues, by_namespace=by_namespace)
 
+    @classmethod
+    def at(cls, stamp: str) -> Tree:
+        """The tree as of the fleet state ``stamp`` (``claims.FleetState``'s version and the transaction that
+        wrote it, read by the caller before this call) or later. Every queue write moves the fleet version in
+        its own transaction (``bump_fleet_version``: queues, their namespaces, redirects), so a tree read after
+        the stamp was read holds every queue write up to it; the writer's transaction is in the stamp because a
+        version alone repeats after a rollback. Kept per process, one stamp at a time, so that the claims' writer
+        answers with a claim's queue without reading the queues (it reads the stamp in its INSERT). READ ONLY:
+        the tree is shared by every thread of the process."""
+        global _at
+        hit = _at
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        tree = cls.load()
+        _at = (stamp, tree)
+        return tree
+
     @property
     def redirects(self) -> dict[str, object]:
         """name -> deleted at, of queues deleted with ``?force=true``."""
@@ -58,6 +75,9 @@ class Tree:
     def is_leaf(self, name: str) -> bool:
         queue = self.queues.get(name)
         return queue is not None and not any(q.parent_id == queue.id for q in self.queues.values())
+
+
+_at: tuple[str, Tree] | None = None  # Tree.at's (stamp, tree)
 
 
 def ensure_default() -> Queue:

@@ -38,7 +38,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from claims.models import ResourceClaim
-from claims.placement import claim_group
+from claims.placement import claim_group, node_pin
 from claims.services import commit, fleet, locking, taking, wake
 from claims.services.engines import EngineSession
 from claims.services.engines import session as engine_session
@@ -181,7 +181,7 @@ def _decide_in_turns(session: EngineSession, view, groups: list[Group], version,
     result.rows_read = fleet.rows_read_last()
     engine = session.engine_for(view, rows)
     use_turns = turns.enabled()
-    memo: dict[str, list[str]] = {}  # a queue repeats claim shapes: ask the engine once per shape
+    memo = _clusters_memo(engine)  # a queue repeats claim shapes: ask the engine once per shape
     parts = (turns.partition(groups, lambda g: _device_clusters(engine, view, g, memo), lambda g: g.by_quota)
              if use_turns else [turns.Part((), list(groups))])
     result.parts = len(parts)
@@ -217,14 +217,30 @@ def _decide_in_turns(session: EngineSession, view, groups: list[Group], version,
             pool_warnings.raise_selector_errors(pool_warnings.selector_errors_of(outcomes), view.cluster_versions)
 
 
+CLUSTERS_MEMO_MAX = 10_000
+
+
+def _clusters_memo(engine) -> dict[str, list[str]]:
+    """``_device_clusters``' answers, kept on the engine: they come from static facts only (the engine's
+    ``device_clusters``), and a fleet view that changes any of them (an inventory, a staleness, a label, the
+    classes) gets a new engine. Asking again for every shape in every round cost more than the rest of the
+    partition."""
+    memo = getattr(engine, "_clusters_memo", None)
+    if memo is None or len(memo) > CLUSTERS_MEMO_MAX:
+        memo = engine._clusters_memo = {}
+    return memo
+
+
 def _device_clusters(engine, view: fleet.FleetView, group: Group, memo: dict[str, list[str]]) -> list[str]:
     """The clusters whose devices the engine may give ``group`` (every cluster when it cannot tell)."""
     if group.blocked:
         return []
-    cg = engine_group(group, view)
-    shape = _shape(cg, None) if len(group.claims) == 1 else None  # which clusters: the walltime does not matter
+    # Which clusters: what the engine's question is made of (the walltime does not matter), the question itself
+    # built only for a shape not seen yet in the round.
+    shape = _inputs(group) if len(group.claims) == 1 else None
     if shape is not None and shape in memo:
         return memo[shape]
+    cg = engine_group(group, view)
     try:
         with metered(CostMeter(GROUP_COST_BUDGET)):
             clusters = engine.device_clusters(cg)
@@ -264,7 +280,7 @@ def _run_engine(session: EngineSession, engine, view: fleet.FleetView, groups: l
             outcomes.append(DEFERRED)
             continue
         cg = engine_group(group, view, screen.avoid(group))
-        shape = _shape(cg, group.claims[0].lease_seconds) if len(group.claims) == 1 else None
+        shape = _shape(group.claims[0], cg, group.claims[0].lease_seconds) if len(group.claims) == 1 else None
         hit = failed.get(shape) if shape else None
         if hit is not None and hit[0] == successes:
             outcomes.append(_same_failure(hit[1], hit[2], group.claims[0]))
@@ -304,13 +320,31 @@ def _over_budget(cg: ClaimGroup, exc: CostBudgetExhausted) -> GroupOutcome:
     return GroupOutcome(allocated=False, key=cg.key, reason=CEL_BUDGET, message=message, error=error)
 
 
-def _shape(cg, walltime: int | None) -> str:
+def _shape(claim: ResourceClaim, cg, walltime: int | None) -> str:
     # The nodes it avoids are part of it: a queue head decided again gives its held node up (queue_holds), so an
     # alike claim's failure before it (held off that node) is not its answer. So is its walltime: the screens
     # let a claim onto held capacity by when it ends (backfill, reservations), so an alike claim that ends
     # later (or never) being held off is not the answer of one that ends sooner.
-    return json.dumps([cg.claims[0]["spec"], cg.allowed_clusters, cg.preferred_cluster, cg.node,
-                       sorted(cg.avoid_nodes), walltime], sort_keys=True)
+    return _spec_key(claim) + json.dumps([cg.allowed_clusters, cg.preferred_cluster, cg.node,
+                                          sorted(cg.avoid_nodes), walltime])
+
+
+def _inputs(group: Group) -> str:
+    """What ``engine_group`` makes the question of a one-claim group from, as one string (the fleet view's
+    cluster labels are the round's)."""
+    claim = group.claims[0]
+    return _spec_key(claim) + json.dumps([claim.allowed_cluster_selector, claim.preferred_cluster,
+                                          node_pin(claim.annotations), group.pin_cluster, group.pin_node],
+                                         sort_keys=True)
+
+
+def _spec_key(claim: ResourceClaim) -> str:
+    """The claim's spec as canonical JSON, kept on the claim for its round: a group's shape is asked for twice
+    (its clusters, its decision)."""
+    key = getattr(claim, "_spec_key", None)
+    if key is None:
+        key = claim._spec_key = json.dumps(claim.spec, sort_keys=True)  # type: ignore[attr-defined]
+    return key
 
 
 def _same_failure(outcome, like: ResourceClaim, claim: ResourceClaim):

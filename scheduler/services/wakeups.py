@@ -19,6 +19,11 @@ The woken claims are taken by the same round. A claim that is not woken is never
   next round wakes the next ones in order, so a device nobody can use walks the queue ``WAKE_FANOUT`` claims a round;
   the allocation task keeps running rounds while they take claims. The row goes once the device is in use or
   no candidate it serves is left in the window;
+* the allocation task ends only after a wake-up step that waited for the rows other workers' steps hold
+  (``wait=True``): a step that skipped a row may have been the last to look at it after this task's
+  decisions. (Worker B's step locks an offer and reads its woken claims as undecided, so it keeps it for
+  later; worker A commits their decisions, its next step skips the row B still holds and takes nothing, and
+  both tasks ended: the device stayed free while claims it serves waited, until the beat's round.);
 * the periodic backstop (``backstop``, a beat entry in ``scheduler.schedule``) wakes, oldest first, a few
   candidates whose counters were reached but that no device was offered to (beyond the window, or rows
   dropped with their worker), so every such claim is decided again within a bounded time.
@@ -54,15 +59,17 @@ def fanout() -> int:
     return max(1, int(getattr(settings, "WAKE_FANOUT", 4)))
 
 
-def wake_for_released() -> int:
+def wake_for_released(wait: bool = False) -> int:
     """Offer released devices to the claims they can serve (see the module docstring); returns claims woken.
+    ``wait``: wait for the offers other workers' wake-up steps hold instead of skipping them (the allocation
+    task's last step, so that no offer is left with decisions no step has seen).
     Batches of offers nobody wants are dropped and the next batch read, up to ``OFFER_BATCHES``: a round that
     wakes and takes nothing ends the allocation task, which would leave the offers behind them until the next
     release or the beat's retry. After offers (devices were released since), the releases' counts are folded
     into their counters now and then (``wake.roll_up_soon``), so reading a counter stays cheap."""
     woken, after, offered = 0, 0, False
     for _ in range(OFFER_BATCHES):
-        n, last, read = _offer_batch(after)
+        n, last, read = _offer_batch(after, wait)
         woken, offered = woken + n, offered or read
         if woken or last is None:
             break
@@ -72,11 +79,11 @@ def wake_for_released() -> int:
     return woken
 
 
-def _offer_batch(after: int) -> tuple[int, int | None, bool]:
+def _offer_batch(after: int, wait: bool = False) -> tuple[int, int | None, bool]:
     """(claims woken, the last offer's id when the batch was full, else None, whether any offer was read) for
-    the offers after ``after``."""
+    the offers after ``after``. Every step locks in id order, so one that waits deadlocks with no other."""
     with transaction.atomic():
-        offers = list(ReleasedDevice.objects.select_for_update(skip_locked=True).filter(id__gt=after)
+        offers = list(ReleasedDevice.objects.select_for_update(skip_locked=not wait).filter(id__gt=after)
                       .order_by("id")[:OFFERS_PER_ROUND])
         if not offers:
             return 0, None, False

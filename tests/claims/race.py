@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from django.db import connection
 
-from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim
+from claims.models import DeviceAllocation, PendingWake, Phase, ReleasedDevice, ResourceClaim
+from claims.services import wake
 from dra.engine.quantity import Q
 from inventory.models import Device, ResourceSlice
+from queues.services.resolve import PRIORITY_LABEL, QUEUE_LABELS
 from scheduler.services import allocation
 from tests.claims.fleet import gpu_claim, load_fleet
 
@@ -154,3 +156,16 @@ def unexplained_idle_gpus() -> tuple[dict[str, int], set[str]]:
     free = free_whole_gpus_by_node()
     held_nodes = nodes_held_for_queue_heads()
     return {node: n for node, n in free.items() if node not in held_nodes or n > 1}, held_nodes
+
+
+def wake_state() -> str:
+    """What the wake-up machinery holds after settling, for a failure message: the freed devices still offered
+    (and whom they woke last), the candidates no device was offered to (counters reached), the pending reasons.
+    A free GPU with no offer left and no candidate was dropped, or never offered; one with an offer was skipped."""
+    offers = [(o.device, sorted(ResourceClaim.objects.filter(id__in=o.woken).values_list("name", "reason")))
+              for o in ReleasedDevice.objects.order_by("id")[:10]]
+    keys = [wake.ANY] + [wake.cluster_key(c) for c in
+                         Device.objects.values_list("cluster__name", flat=True).distinct()]
+    waiting = wake.candidates(keys, 512, QUEUE_LABELS, PRIORITY_LABEL)
+    reasons = Counter(ResourceClaim.objects.filter(phase=Phase.PENDING).values_list("reason", flat=True))
+    return f"offers left {offers}; candidates never offered a device: {len(waiting)}; pending by reason {dict(reasons)}"

@@ -22,6 +22,7 @@ from tests.claims.race import (
     submit,
     unexplained_idle_gpus,
     wait_settled,
+    wake_state,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -64,5 +65,5 @@ def test_four_racing_workers_never_allocate_a_device_twice(admin_client, live_br
     # head. Until the engine was told to pass over held nodes (issue 14), a 1-GPU claim put first on a held node
     # was undone there and waited for some release while another node had a free GPU: GPUs stayed idle.
     unexplained, held_nodes = unexplained_idle_gpus()
-    assert not unexplained, f"GPUs free while claims wait: {unexplained}; held for heads: {held_nodes}"
+    assert not unexplained, f"GPUs free while claims wait: {unexplained}; held for heads: {held_nodes}; {wake_state()}"
     assert phases[Phase.ALLOCATED] > 300 and phases[Phase.PENDING] > 500

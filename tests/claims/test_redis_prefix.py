@@ -76,6 +76,7 @@ def test_claim_changes_wake_only_their_own_deployment(settings, broker):
 
 
 def test_allocation_kicks_are_debounced_per_deployment(settings, broker, monkeypatch):
+    settings.DISPATCH_COALESCE_SECONDS = 0  # every request asks Redis (coalescing: the test below)
     client = redis.Redis.from_url(broker)
     keys = {}
     for name in ("test-a", "test-b"):
@@ -93,3 +94,22 @@ def test_allocation_kicks_are_debounced_per_deployment(settings, broker, monkeyp
     dispatch.task_started()  # B's task starts: only B's key goes
     assert client.exists(keys["test-a"]) and not client.exists(keys["test-b"])
     client.delete(keys["test-a"])
+
+
+def test_a_stream_of_kicks_asks_redis_at_once_then_once_for_the_rest_of_the_window(settings, broker, monkeypatch):
+    settings.DISPATCH_COALESCE_SECONDS = 0.3
+    deployment(settings, f"test-coalesce-{time.monotonic_ns()}")  # a key no earlier request of this process used
+    asked: list[float] = []
+    monkeypatch.setattr(dispatch_core, "_claim_debounce", lambda name, key: asked.append(time.monotonic()) or False)
+    dispatch.request_allocation()
+    assert len(asked) == 1  # the first: at once, in the caller's thread
+    for _ in range(5):
+        dispatch.request_allocation()
+    last_request = time.monotonic()
+    assert len(asked) == 1  # the others wait for the window's end
+    time.sleep(0.6)
+    assert len(asked) == 2 and asked[1] >= last_request  # one more, after every request it stands for
+    assert asked[1] - asked[0] >= 0.3 - 0.01
+    time.sleep(0.4)
+    dispatch.request_allocation()  # a quiet window later: at once again
+    assert len(asked) == 3
