@@ -53,7 +53,7 @@ def record(client, shape: Shape, allocate_round) -> tuple:
     while (elapsed := time.monotonic() - began) < shape.seconds:
         changed = False
         for q in QUEUES:
-            for _ in range(_poisson(rng, rate * shape.tick)):
+            for _ in range(poisson(rng, rate * shape.tick)):
                 n += 1
                 name = f"{q}{n}"
                 resp = client.post(f"/api/v1/namespaces/team-{q}/resourceclaims",
@@ -75,7 +75,7 @@ def record(client, shape: Shape, allocate_round) -> tuple:
     return start, timezone.now()
 
 
-def _poisson(rng: random.Random, mean: float) -> int:
+def poisson(rng: random.Random, mean: float) -> int:
     count, threshold, product = 0, pow(2.718281828459045, -mean), rng.random()
     while product > threshold:
         count += 1
@@ -87,4 +87,4 @@ def shares(results: dict, side: str) -> dict[str, float]:
     return {q["name"]: q[side]["shareOfDeviceHours"] or 0.0 for q in results["queues"] if q["name"] in QUEUES}
 
 
-__all__ = ["GPU", "QUEUES", "Shape", "make_queues", "record", "shares"]
+__all__ = ["GPU", "QUEUES", "Shape", "make_queues", "poisson", "record", "shares"]

@@ -34,6 +34,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "draservice.settings")
 
 from benchmarks._live import Client, Stack, bench_database, recreate_database  # noqa: E402
 from benchmarks._queue_world import gpu_claim, queue_body  # noqa: E402
+from benchmarks._replay_world import poisson  # noqa: E402
 from benchmarks._soak_phases import Heartbeats  # noqa: E402
 
 BASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/draservice")
@@ -86,14 +87,6 @@ def make_queues(client: Client, gpus: int) -> None:
                           preemption={"reclaimWithinCohort": "Any", "graceSeconds": 0})
         status, out = client.call("POST", "/api/v1/queues", body)
         assert status == 201, (status, out)
-
-
-def poisson(rng: random.Random, mean: float) -> int:
-    count, threshold, product = 0, pow(2.718281828459045, -mean), rng.random()
-    while product > threshold:
-        count += 1
-        product *= rng.random()
-    return count
 
 
 def record(client: Client, gpus: int, seconds: float, load_factor: float, hold: tuple[float, float],
