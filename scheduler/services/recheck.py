@@ -59,7 +59,7 @@ def run(limit: int = 2000) -> int:
         return len(_cancel(notices, decided, locked))
 
 
-def place_running(kept: list, limit: int = 2000) -> set[int]:
+def place_running(kept: list, limit: int = 2000, engine=None) -> set[int]:
     """Before a pass decides anything: every pending preemptor whose notices run is placed in the worker's
     cached engine on its victims' devices (released), kept in ``kept`` until ``preemption.restore``, as the
     round will place it once they move. A preemptor decided in this pass then counts only the room left over:
@@ -67,7 +67,8 @@ def place_running(kept: list, limit: int = 2000) -> set[int]:
     passes took a victim each. A preemptor that does not fit there, or that a gang or a quota (not room) holds
     back, keeps its victims' devices counted as used: nobody else is given that room. Before them, the claims
     whose victims were requeued lately and that no round has placed yet (``promised``). Returns the ids of the
-    claims it placed: the pass does not decide for them (their room is there)."""
+    claims it placed: the pass does not decide for them (their room is there). ``engine``: the pass's (default:
+    the worker's cached one)."""
     notices = list(Preemption.objects.filter(state=PreemptionState.PENDING, victim__phase=Phase.ALLOCATED)
                    .exclude(preemptor_id=None).order_by("id")[:limit])
     by_preemptor: dict[int, list[int]] = defaultdict(list)
@@ -75,7 +76,7 @@ def place_running(kept: list, limit: int = 2000) -> set[int]:
         if p.preemptor_id is not None:
             by_preemptor[p.preemptor_id].append(p.victim_id)
     view = fleet.current_view()
-    engine = cached_engine(view)
+    engine = engine or cached_engine(view)
     devices = preemption.victim_devices([ResourceClaim(id=v) for ids in by_preemptor.values() for v in ids])
     placed: set[int] = set()
     for claim, _ in promised(set(by_preemptor)):  # their room is free already: theirs first

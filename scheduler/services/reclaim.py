@@ -19,7 +19,7 @@ from django.db.models import Exists, F, Min, OuterRef
 from django.db.models.expressions import RawSQL
 
 from claims.models import Phase, ResourceClaim
-from claims.services import wake
+from claims.services import fleet, wake
 from gangs.services import preempted as gang_requeue
 from queues.models import Preemption, PreemptionState
 from queues.services.position import PRIORITY_SQL
@@ -46,8 +46,14 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
     decided = 0
     hopeless: dict = {}  # see preemption.choose_victims
     kept: list = []  # see preemption.confirm_with_engine
+    # One engine for the whole pass, not brought up to date again before ``restore``: a release another worker
+    # committed meanwhile, applied to it while a preemptor is kept on the released device, was undone by the
+    # restore (it gives the victim its device back), and the worker's engine then saw that device in use for
+    # as long as it lived: a free GPU nobody was placed on, claims of both queues waiting beside it.
+    engine = recheck.cached_engine(fleet.current_view())
     try:
-        promised = recheck.place_running(kept)  # the room notices free is their preemptors', not this pass's
+        # The room notices free is their preemptors', not this pass's.
+        promised = recheck.place_running(kept, engine=engine)
         coming = _coming(tree, (waiting - {None}) | promised)
         for claim in preemptors(tree, waiting, limit):
             if claim.id in promised:
@@ -57,7 +63,7 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
                 continue
             decided += 1
             before = len(kept)
-            victims = preemption.choose_victims(claim, tree, coming, hopeless, kept)
+            victims = preemption.choose_victims(claim, tree, coming, hopeless, kept, engine)
             if victims:
                 out["preemptions"] += 1
                 marked = preemption.mark(claim, victims, tree)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import base64
 
 import pytest
+from django.db import transaction
+from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from claims.models import ClaimEvent, DeviceAllocation, Phase, ResourceClaim
+from claims.services import preemption as claim_preemption
+from claims.services import wake
 from draservice.models import DeliveryStatus, WebhookDelivery
 from queues.models import Preemption, PreemptionState
 from scheduler.services import preemption, reclaim
@@ -285,3 +289,34 @@ def test_overlapping_passes_give_a_claim_its_victims_once(admin_client, h100_fle
     second = preemption.choose_victims(waiting, tree, {}, {})
     assert second and second[0].id not in set(Preemption.objects.values_list("victim_id", flat=True))
     assert preemption.mark(waiting, second, tree) == 0  # b4 has its victim: no second one
+
+
+def test_a_release_by_another_worker_during_a_pass_leaves_the_engine_right(admin_client, h100_fleet, monkeypatch):
+    """A pass keeps running preemptors placed in the worker's engine on their victims' devices until it ends.
+    Another worker requeues one of those victims meanwhile (its device is free in the database). The pass's
+    engine must not take that release in before it puts things back: taken in, the put-back gave the victim its
+    device again, and the worker's engine saw a free GPU in use for as long as it lived (the queue scenarios'
+    fair share: 15 of 16 GPUs in use for good, claims of both queues waiting). After the pass, the preemptor
+    whose victim went is placed on the freed GPU by the next round."""
+    team_b_reclaims_from_team_a(admin_client, grace=30)
+    assert reclaim.run(limit=3)["victims"] == 3  # b7 has no notice yet: the next pass decides for it
+    first = Preemption.objects.select_related("victim", "preemptor").order_by("id").first()
+    place_running = reclaim.recheck.place_running
+
+    def then_another_worker_requeues(kept, *args, **kwargs):
+        placed = place_running(kept, *args, **kwargs)
+        with transaction.atomic():
+            victim = ResourceClaim.objects.select_for_update().get(id=first.victim_id)
+            claim_preemption.requeue([victim], "requeued by another worker", timezone.now())
+        return placed
+
+    monkeypatch.setattr(reclaim.recheck, "place_running", then_another_worker_requeues)
+    out = reclaim.run(limit=3)
+    assert out["victims"] == 1, out  # b7's
+    monkeypatch.undo()
+    assert not DeviceAllocation.objects.filter(claim_id=first.victim_id).exists()
+    wake.wake_claims([first.preemptor_id])
+    allocate_round(batch_size=1)  # the oldest eligible: the requeued victim, held off for its preemptor or not
+    rounds(1)
+    placed = ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count()
+    assert placed == 16, f"{placed} of 16 GPUs in use after the round: the engine saw a free one as used"
