@@ -16,7 +16,7 @@ from django.db import connection, models
 from django.utils import timezone
 
 
-def pg_execute(sql: str, params: list) -> psycopg.Cursor:
+def pg_execute(sql: str, params: list | dict) -> psycopg.Cursor:
     """Run on Django's connection (inside its transaction) with server-side binding; the caller closes the
     cursor.
 

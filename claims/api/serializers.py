@@ -18,7 +18,7 @@ from claims.models import (
     ResourceClaimTemplate,
     UtilisationSnapshot,
 )
-from claims.services import queueing
+from claims.services import insert, queueing
 from claims.services.consumers import API_VERSION as CONSUMER_API_VERSION
 from dra.k8s.fields import ts
 from draservice.prepared import Prepared, set_prefetched
@@ -88,7 +88,9 @@ def render_claim(claim: ResourceClaim, reservations: list | None = None, queue: 
                            "renewTime": ts(claim.lease_renewed_at)}
     if claim.preemption:
         status["preemption"] = {k: claim.preemption[k] for k in PREEMPTION_FIELDS if claim.preemption.get(k)}
-    status.update(queue if queue is not None else queue_status([claim], estimate).get(claim.id, {}))
+    if queue is None:  # resolved at the fleet stamp the claim's read carries, if it does (``load_claim``)
+        queue = queue_status([claim], estimate, stamp=getattr(claim, "fleet_stamp", None)).get(claim.id, {})
+    status.update(queue)
     return {"apiVersion": k8s.V1, "kind": "ResourceClaim", "metadata": meta, "spec": claim.spec, "status": status}
 
 
@@ -98,9 +100,11 @@ def claims_queryset(qs):
 
 # The reads of one claim (GET, and the writes that answer with the claim): what ``claims_queryset`` loads, with
 # the querysets compiled once (draservice.prepared). Stand-ins: no namespace or name holds a NUL, no id is < 0.
-# ``reserved``: whether any reservation exists (most claims have none), so that their read is skipped then.
+# ``reserved``: whether any reservation exists (most claims have none), so that their read is skipped then;
+# ``fleet_stamp``: what the answer's queue is resolved at (``render_claim``).
 _CLAIM_BY_NAME = Prepared(lambda ns, name: ResourceClaim.objects.select_related("namespace", "owner")
-                          .annotate(reserved=Exists(Reservation.objects.filter(claim_id=OuterRef("pk"))))
+                          .annotate(reserved=Exists(Reservation.objects.filter(claim_id=OuterRef("pk"))),
+                                    fleet_stamp=insert.stamp_expression())
                           .filter(namespace__name=ns, name=name).order_by(), ("\x00ns", "\x00name"))
 _RESERVATIONS = Prepared(lambda claim_id: Reservation.objects.select_related("consumer").filter(claim_id=claim_id),
                          (-7_000_000_001,))

@@ -129,6 +129,25 @@ def update_and_insert(objs: list, fields: list[str], new: list) -> None:
     pg_execute(f"WITH updated AS ({update_sql}) {insert_sql}", update_params + insert_params).close()
 
 
+def update_and_insert_ctes(objs: list, fields: list[str], new: list) -> tuple[str, dict]:
+    """PostgreSQL: ``update_and_insert`` as two data-modifying WITH queries (``updated``, ``inserted``) for a
+    caller's statement of named parameters (``pg_execute`` with a dict): (the CTEs' text, their parameters
+    ``bulk_<n>``). A release so writes its claim, its event and frees its devices in one statement."""
+    set_auto_times(new)
+    update_sql, update_params = _update_sql(objs, fields)
+    insert_sql, insert_params = _insert_sql(new)
+    key = (update_sql, insert_sql)
+    text = _named_ctes.get(key)
+    if text is None:
+        parts = f"updated AS ({update_sql}), inserted AS ({insert_sql})".split("%b")
+        text = _named_ctes[key] = "".join(part + (f"%(bulk_{i})b" if i < len(parts) - 1 else "")
+                                          for i, part in enumerate(parts))
+    return text, {f"bulk_{i}": value for i, value in enumerate(update_params + insert_params)}
+
+
+_named_ctes: dict[tuple[str, str], str] = {}  # (update, insert) statement -> the CTEs with named parameters
+
+
 def set_auto_times(objs: list, now=None) -> None:
     """Fill ``auto_now_add`` / ``auto_now`` fields that are not set yet (what ``save()`` would do)."""
     if not objs:

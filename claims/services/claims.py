@@ -29,7 +29,7 @@ from claims.services import bulk, caps, external, history, insert, queueing, ren
 from claims.services import events as ev
 from claims.services.conditions import RELEASED, RELEASING, is_true, set_allocated_condition, set_condition
 from draservice import notify
-from draservice.bulk import mark_saved
+from draservice.bulk import mark_saved, pg_execute
 from draservice.errors import AlreadyExists, Conflict, Invalid
 from draservice.etag import check_precondition
 from draservice.prepared import Prepared
@@ -325,10 +325,12 @@ _LOCKED = Prepared(lambda pk: ResourceClaim.objects.select_for_update(of=("self"
 
 
 # The same lock by name, with the owner and whether anything reserves the claim (what the API's answer renders:
-# most claims have no reservation, and their read is then skipped). Stand-ins: no name holds a NUL.
+# most claims have no reservation, and their read is then skipped), and the fleet stamp its queue is resolved
+# at. Stand-ins: no name holds a NUL.
 _LOCKED_BY_NAME = Prepared(lambda ns, name: ResourceClaim.objects.select_for_update(of=("self",))
                            .select_related("namespace", "owner")
-                           .annotate(reserved=Exists(Reservation.objects.filter(claim_id=OuterRef("pk"))))
+                           .annotate(reserved=Exists(Reservation.objects.filter(claim_id=OuterRef("pk"))),
+                                     fleet_stamp=insert.stamp_expression())
                            .filter(namespace__name=ns, name=name).order_by(),
                            ("\x00ns", "\x00name"))
 
@@ -363,17 +365,25 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
             c.conditions = set_condition(c.conditions, RELEASING, False, reason, message, now)
         events.append(ev.event(c, ev.LEASE_EXPIRED if reason == LEASE_EXPIRED else ev.RELEASED, reason, message,
                                {"wasAllocated": had, "cluster": c.cluster or None, "node": c.node or None}))
-    # The rows and their events (as ev.record writes them) in one statement on PostgreSQL.
-    bulk.update_and_insert(live, ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at",
-                                  "resource_version", "updated_at", "conditions"], events)
-    if free_devices([c.id for c in live], now):  # counted for the wake-ups: only claims they could serve wake
-        transaction.on_commit(dispatch.request_allocation)
+    # The rows, their events (as ev.record writes them) and the freeing of their devices: one statement on
+    # PostgreSQL (a round trip, and the driver's and PostgreSQL's per-statement CPU, fewer on every release).
     ids = [c.id for c in live]
+    if connection.vendor == "postgresql":
+        freed = free_devices(ids, now, also=bulk.update_and_insert_ctes(live, _RELEASED_FIELDS, events))
+    else:
+        bulk.update_and_insert(live, _RELEASED_FIELDS, events)
+        freed = free_devices(ids, now)
+    if freed:  # counted for the wake-ups: only claims they could serve wake
+        transaction.on_commit(dispatch.request_allocation)
     transaction.on_commit(lambda: notify.publish(ids))
     return live
 
 
-def free_devices(claim_ids: list[int], now) -> Counter:
+_RELEASED_FIELDS = ["phase", "reason", "message", "allocation", "released_at", "lease_expires_at", "resource_version",
+                    "updated_at", "conditions"]
+
+
+def free_devices(claim_ids: list[int], now, also: tuple[str, dict] | None = None) -> Counter:
     """Free the devices of claims whose rows the caller has locked, for every way a claim gives its devices
     back (a release, a preemption's requeue): delete their DeviceAllocation rows and their wake rows
     (``wake.forget``), close their usage intervals (``ledger.close_intervals``; same transaction: the ledger
@@ -384,7 +394,8 @@ def free_devices(claim_ids: list[int], now) -> Counter:
     concurrent releases never wait on each other here. On PostgreSQL one
     statement (the others as data-modifying WITH queries, which run whether or not the main query reads them):
     every release runs it, and each statement costs the web a round trip and the driver's and Django's
-    per-statement CPU."""
+    per-statement CPU. ``also``: more data-modifying WITH queries and their named parameters to run in that
+    statement (PostgreSQL; ``bulk.update_and_insert_ctes``)."""
     if connection.vendor != "postgresql":
         rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
         devices = list(rows.filter(admin_access=False).values_list("cluster", "driver", "pool", "device"))
@@ -396,14 +407,20 @@ def free_devices(claim_ids: list[int], now) -> Counter:
         wake.offer(devices)
         return freed
     table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH forgotten AS ({wake.forget_sql()}), {usage_sql.close_intervals_ctes()}, "
-                       f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) "
-                       "RETURNING cluster, driver, pool, device, admin_access), "
-                       f"{wake.released_sql('freed')}, {wake.offer_sql('freed')} "
-                       "SELECT cluster, count(*) FROM freed GROUP BY cluster",
-                       {"ids": claim_ids, "now": now, **wake.wake_params()})
+    more, params = also if also is not None else ("", {})
+    # Server-side binding (pg_execute): the statement is prepared on the connection after a few runs, so
+    # PostgreSQL does not parse and plan its many CTEs on every release.
+    cursor = pg_execute(f"WITH {more + ', ' if more else ''}forgotten AS ({wake.forget_sql()}), "
+                        f"{usage_sql.close_intervals_ctes()}, "
+                        f"freed AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s) "
+                        "RETURNING cluster, driver, pool, device, admin_access), "
+                        f"{wake.released_sql('freed')}, {wake.offer_sql('freed')} "
+                        "SELECT cluster, count(*) FROM freed GROUP BY cluster",
+                        {"ids": claim_ids, "now": now, **wake.wake_params(), **params})
+    try:
         return Counter(dict(cursor.fetchall()))
+    finally:
+        cursor.close()
 
 
 def release_claim(claim_id: int, *, if_match: str | None = None, reason: str = "Released",

@@ -92,6 +92,8 @@ def test_a_read_asks_for_reservations_only_when_the_claim_has_some(admin_client,
     assert resp.status_code == 200 and "reservedFor" not in resp.json()["status"]
     assert len(_reads_of("claims_resourceclaim", sqls, BY_NAME)) == 1, sqls
     assert not _reads_of("claims_reservation", sqls), sqls
+    # Its queue is resolved at the fleet stamp its read carries: the queues the POST read at it serve.
+    assert not [q for q in sqls if 'FROM "queues_queue" ' in q], sqls
     assert s.render_claim(s.load_claim("team-a", "alone"), []) == s.render_claim(_orm("alone"), [])
     consumer = {"kind": "Consumer", "metadata": {"name": "pod"}, "spec": {"resourceClaims": [
         {"name": "alone", "resourceClaimName": "alone"}]}}
@@ -101,21 +103,29 @@ def test_a_read_asks_for_reservations_only_when_the_claim_has_some(admin_client,
     assert len(_reads_of("claims_reservation", sqls)) == 1, sqls
 
 
-def test_a_release_reads_the_claim_once_and_answers_as_a_read_after_it(admin_client, small_fleet):
+def test_a_release_reads_the_claim_once_and_answers_as_a_read_after_it(admin_client, small_fleet, monkeypatch):
+    from claims.services import claims as claim_services
     from scheduler.services import allocation
 
     assert admin_client.post(f"{NS}/resourceclaims", gpu_claim("one"), format="json").status_code == 201
     assert allocation.allocate_round().taken == 1
+    # Statements on psycopg's cursor (draservice.bulk.pg_execute), which Django's capture does not see.
+    written: list[str] = []
+    pg_execute = claim_services.pg_execute
+    monkeypatch.setattr(claim_services, "pg_execute",
+                        lambda sql, params: written.append(sql) or pg_execute(sql, params))
     released, sqls = _sqls(lambda: admin_client.post(f"{NS}/resourceclaims/one/release"))
     assert released.status_code == 200, released.content
     claim_reads = _reads_of("claims_resourceclaim", sqls)
     assert len(claim_reads) == 1 and BY_NAME in claim_reads[0] and "FOR UPDATE" in claim_reads[0], sqls
     assert not _reads_of("claims_reservation", sqls), sqls  # nothing reserved it: its read says so
-    # The locked read, the freed rows with the wake counters, the queue tree (and the row with its event,
-    # written on psycopg's cursor: draservice.bulk.pg_execute, which Django's capture does not see).
+    # Two statements in all: the locked read (which carries the fleet stamp the answer's queue is resolved at:
+    # no read of the queues), then the row, its event, the freed rows and the wake counters in one.
     statements = [q for q in sqls if "SAVEPOINT" not in q]
-    assert len(statements) == 3, [q[:90] for q in statements]
-    assert any('"claims_freedcount"' in q and '"claims_deviceallocation"' in q for q in statements), statements
+    assert len(statements) == 1 and "claims_fleetstate" in statements[0], [q[:90] for q in statements]
+    assert len(written) == 1, written
+    assert all(f'"{table}"' in written[0] for table in ("claims_resourceclaim", "claims_claimevent",
+                                                        "claims_freedcount", "claims_deviceallocation")), written
     read = admin_client.get(f"{NS}/resourceclaims/one")
     assert released.json() == read.json() and released["ETag"] == read["ETag"]
     assert read.json()["status"]["phase"] == "Released"
