@@ -34,9 +34,8 @@ import logging
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 
-from claims.models import DeviceAllocation, ReleasedDevice, ResourceClaim
+from claims.models import ReleasedDevice, ResourceClaim
 from claims.placement import claim_group
 from claims.services import fleet, wake
 from claims.services.engines import session as engine_session
@@ -105,11 +104,7 @@ def _offer_batch(after: int, wait: bool = False) -> tuple[int, int | None, bool]
 
 
 def _in_use(offers: list[ReleasedDevice]) -> set[tuple[str, str, str, str]]:
-    q = Q()
-    for o in offers:
-        q |= Q(cluster=o.cluster, driver=o.driver, pool=o.pool, device=o.device)
-    return set(DeviceAllocation.objects.filter(q, admin_access=False)
-               .values_list("cluster", "driver", "pool", "device"))
+    return fleet.allocated_among([(o.cluster, o.driver, o.pool, o.device) for o in offers])
 
 
 def _choose(free: list[ReleasedDevice]) -> tuple[dict[int, set[int]], set[int]]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from benchmarks.engine_bench import claim as bench_claim
 from benchmarks.engine_bench import exact, gpu_fleet
 from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim, WakeKey
 from claims.services import claims as claim_services
-from claims.services import commit, wake
+from claims.services import commit, fleet, wake
 from dra.engine import ClaimGroup, Engine
 from scheduler.services import allocation, wakeups
 from tests.claims.fleet import gpu_claim, load_fleet, mig_pair_claim
@@ -376,3 +377,22 @@ def test_on_sqlite_a_release_counts_on_the_counters_and_wakes_the_claim_it_compl
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(settings.BASE_DIR), capture_output=True,
                          text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_the_offers_still_free_are_told_from_those_taken_again_in_one_read(admin_client):
+    """The wake-up step drops an offer whose device a claim took again: of 64 devices asked about (a full batch of
+    offers), exactly those an allocation holds come back, in one statement, an admin-access hold not counted."""
+    load_fleet({"c-h100": [("h100", 1)]})
+    submit(admin_client, *[arch_claim(f"h-{i}", HOPPER) for i in range(3)])
+    run_rounds()
+    held = list(DeviceAllocation.objects.values_list("cluster", "driver", "pool", "device"))
+    assert len(held) == 3
+    cluster, driver, pool, _ = held[0]
+    admin = DeviceAllocation.objects.get(device=held[2][3])
+    admin.admin_access = True
+    admin.save(update_fields=["admin_access"])
+    asked = held + [(cluster, driver, pool, f"not-held-{i}") for i in range(61)]
+    with CaptureQueriesContext(connection) as queries:
+        found = fleet.allocated_among(asked)
+    assert found == set(held[:2]) and len(queries) == 1
+    assert fleet.allocated_among([]) == set()
