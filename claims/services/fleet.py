@@ -322,4 +322,4 @@ def allocated_among(devices: list[tuple[str, str, str, str]]) -> set[tuple[str, 
                        "AS d(cluster, driver, pool, device) USING (cluster, driver, pool, device) "
                        "WHERE NOT a.admin_access",
                        [list(column) for column in zip(*devices, strict=True)])
-        return {tuple(row) for row in cursor.fetchall()}  # type: ignore[misc]
+        return {tuple(row) for row in cursor.fetchall()}
