@@ -49,6 +49,13 @@ def delete_charges(claim_ids: list[int]) -> None:
         cursor.execute(f"DELETE FROM {table} WHERE claim_id = ANY(%s)", [claim_ids])
 
 
+def uncharge_cte() -> str:
+    """PostgreSQL: ``delete_charges`` of the claims ``%(ids)s`` as a data-modifying WITH query (``uncharged``) of
+    the statement that frees their devices."""
+    table = connection.ops.quote_name(QuotaCharge._meta.db_table)
+    return f"uncharged AS (DELETE FROM {table} WHERE claim_id = ANY(%(ids)s))"
+
+
 def any_pending_preemption(preemptor_ids: list[int]) -> bool:
     """Whether a running notice names one of these preemptors (True on SQLite: the caller then reads them). On
     PostgreSQL one array parameter, as ``delete_charges``: every claims round asks it for the claims it allocated,

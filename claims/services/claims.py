@@ -386,28 +386,32 @@ _RELEASED_FIELDS = ["phase", "reason", "message", "allocation", "released_at", "
 def free_devices(claim_ids: list[int], now, also: tuple[str, dict] | None = None) -> Counter:
     """Free the devices of claims whose rows the caller has locked, for every way a claim gives its devices
     back (a release, a preemption's requeue): delete their DeviceAllocation rows and their wake rows
-    (``wake.forget``), close their usage intervals (``ledger.close_intervals``; same transaction: the ledger
-    matches the rows), and count the freed devices for the wake-ups (``wake.released``) and offer each to the
-    first few pending claims it can serve (``wake.offer``: insert-only ``ReleasedDevice`` rows the round's
-    wake-up step reads, ``scheduler.services.wakeups``). Returns the devices freed per cluster. It updates no row
-    another release or move writes (on PostgreSQL: the counts are insert-only ``FreedCount`` rows), so
-    concurrent releases never wait on each other here. On PostgreSQL one
-    statement (the others as data-modifying WITH queries, which run whether or not the main query reads them):
-    every release runs it, and each statement costs the web a round trip and the driver's and Django's
-    per-statement CPU. ``also``: more data-modifying WITH queries and their named parameters to run in that
-    statement (PostgreSQL; ``bulk.update_and_insert_ctes``)."""
+    (``wake.forget``), end their quota charges (``queueing.uncharge``), close their usage intervals
+    (``ledger.close_intervals``; same transaction: the ledger matches the rows), and count the freed devices
+    for the wake-ups (``wake.released``) and offer each to the first few pending claims it can serve
+    (``wake.offer``: insert-only ``ReleasedDevice`` rows the round's wake-up step reads,
+    ``scheduler.services.wakeups``). Returns the devices freed per cluster. It updates no row another release
+    or move writes (on PostgreSQL: the counts are insert-only ``FreedCount`` rows), so concurrent releases never
+    wait on each other here. On PostgreSQL one statement (the others as data-modifying WITH queries, which run
+    whether or not the main query reads them): every release runs it, and each statement costs the web a round
+    trip and the driver's and Django's per-statement CPU. ``also``: more data-modifying WITH queries and their
+    named parameters to run in that statement (PostgreSQL; ``bulk.update_and_insert_ctes``)."""
     if connection.vendor != "postgresql":
         rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
         devices = list(rows.filter(admin_access=False).values_list("cluster", "driver", "pool", "device"))
         freed = Counter(rows.values_list("cluster", flat=True))
         rows.delete()
         wake.forget(claim_ids)
+        queueing.uncharge(claim_ids)
         ledger.close_intervals(claim_ids, now)
         wake.released(freed)
         wake.offer(devices)
         return freed
     table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
     more, params = also if also is not None else ("", {})
+    uncharged = queueing.uncharge_sql()
+    if uncharged:
+        more = f"{more}, {uncharged}" if more else uncharged
     # Server-side binding (pg_execute): the statement is prepared on the connection after a few runs, so
     # PostgreSQL does not parse and plan its many CTEs on every release.
     cursor = pg_execute(f"WITH {more + ', ' if more else ''}forgotten AS ({wake.forget_sql()}), "

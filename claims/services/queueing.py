@@ -11,7 +11,10 @@ The provider is asked, at write time only:
 - ``preemptors_gone(claims, why)`` in the transaction that releases (or deletes) pending claims: the
   preemption notices they gave are cancelled there (their victims keep their devices);
 - ``queue_status(claims, estimate, position, stamp)`` when the claims app's doors render a status: the queue
-  fields.
+  fields;
+- ``uncharge_sql()`` / ``uncharge(claim_ids)`` in the statement (PostgreSQL) or the transaction that frees
+  claims' devices (``claims.services.claims.free_devices``): their quota charges end with their allocation, so
+  the charges held are those of allocated claims and their sum needs no read of the claims.
 
 Everything else about queues is asked from above, not through here: the scheduler orders its rounds, holds
 nodes for queue heads and admits units between ``commit.verify`` and ``commit.write`` with the queues'
@@ -53,6 +56,10 @@ class Provider(Protocol):
     def queue_status(self, claims: list[Any], estimate: bool, position: bool,
                      stamp: str | None = None) -> dict[int, dict]: ...
 
+    def uncharge_sql(self) -> str: ...
+
+    def uncharge(self, claim_ids: list[int]) -> None: ...
+
 
 _provider: Provider | None = None
 
@@ -72,6 +79,18 @@ def check_label_change(claim: Any, labels: dict) -> list[tuple[str, str]]:
     another queue once it is admitted)."""
     return _provider.check_label_change(claim, labels) if _provider else []
 
+
+
+def uncharge_sql() -> str:
+    """A data-modifying WITH query (``uncharged``) ending the quota charges of the claims ``%(ids)s`` whose
+    devices a statement frees (PostgreSQL); "" without a provider."""
+    return _provider.uncharge_sql() if _provider else ""
+
+
+def uncharge(claim_ids: list[int]) -> None:
+    """``uncharge_sql`` elsewhere than on PostgreSQL, in the freeing transaction."""
+    if _provider and claim_ids:
+        _provider.uncharge(claim_ids)
 
 
 def preemptors_gone(claims: list[Any], why: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+from queues import queues_sql
 from queues.services import cancellation, order, reservations, resolve
 
 
@@ -22,6 +23,12 @@ class QueueHooks:
     def queue_status(self, claims: list, estimate: bool, position: bool,
                      stamp: str | None = None) -> dict[int, dict]:
         return order.positions(claims, estimate, position, stamp)
+
+    def uncharge_sql(self) -> str:
+        return queues_sql.uncharge_cte()
+
+    def uncharge(self, claim_ids: list[int]) -> None:
+        queues_sql.delete_charges(claim_ids)
 
 
 def _relabelled(claim, labels: dict):

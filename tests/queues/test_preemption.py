@@ -320,3 +320,48 @@ def test_a_release_by_another_worker_during_a_pass_leaves_the_engine_right(admin
     rounds(1)
     placed = ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count()
     assert placed == 16, f"{placed} of 16 GPUs in use after the round: the engine saw a free one as used"
+
+
+def test_charges_live_exactly_as_long_as_allocations_through_releases_deletes_and_requeues(admin_client,
+                                                                                          h100_fleet):
+    """Two queues competing: team-a borrows, team-b reclaims (4 victims requeued), team-a releases two and
+    deletes one. After each step the charge rows are exactly those of allocated claims, and queue usage, read
+    from the charges alone (no read of the claims), equals what the allocated claims hold."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from claims.services import claims as claim_services
+    from queues.models import Queue, QuotaCharge
+    from queues.services import usage
+
+    def check() -> None:
+        allocated = set(ResourceClaim.objects.filter(phase=Phase.ALLOCATED).values_list("id", flat=True))
+        assert set(QuotaCharge.objects.values_list("claim_id", flat=True)) == allocated
+        with CaptureQueriesContext(connection) as queries:
+            used = usage.load()
+        assert not [q for q in queries if "claims_resourceclaim" in q["sql"]], queries.captured_queries
+        by_queue: dict[str, int] = {}
+        for (queue_id, _, unit, _, _), amount in used.items():
+            if unit == "devices":
+                name = Queue.objects.get(id=queue_id).name
+                by_queue[name] = by_queue.get(name, 0) + int(amount)
+        held = {q: DeviceAllocation.objects.filter(claim__phase=Phase.ALLOCATED, claim__namespace__name=n).count()
+                for q, n in (("team-a", "a"), ("team-b", "b"))}
+        assert {q: by_queue.get(q, 0) for q in held} == held, (by_queue, held)
+
+    team_b_reclaims_from_team_a(admin_client, grace=0)
+    check()
+    victims = 0
+    for _ in range(3):  # grace 0: the victims are requeued, their charges end with their devices
+        victims += reclaim.run()["victims"]
+        check()
+        allocate_round()
+        check()
+    assert victims == 4 and ResourceClaim.objects.filter(namespace__name="b", phase=Phase.ALLOCATED).count() == 8
+    a_claims = list(ResourceClaim.objects.filter(namespace__name="a", phase=Phase.ALLOCATED).order_by("id"))
+    claim_services.release_claim(a_claims[0].id)
+    claim_services.release_claim(a_claims[1].id)
+    claim_services.delete_claim(a_claims[2].id)
+    check()
+    assert QuotaCharge.objects.count() == ResourceClaim.objects.filter(phase=Phase.ALLOCATED).count() == 13, \
+        "16 GPUs held, 3 given back by team-a"
