@@ -1,10 +1,14 @@
-"""Request checks that belong before any view: a NUL character in the URL.
+"""Request checks that belong before any view (a NUL character in the URL), and which requests need a browser's
+middleware at all (``BrowserMiddleware``).
 
 PostgreSQL cannot hold a NUL in text, so ``/api/v1/namespaces/a%00b/...`` or ``?name=a%00b`` would reach a
 query and fail there as a DataError (a 500). No name, label or filter value may contain one, so the
 request is refused here, once for every route (the body's NULs are refused by ``draservice.parsers``).
 """
+from django.conf import settings
+from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpResponseBadRequest
+from django.utils.module_loading import import_string
 
 from draservice.problems import is_api_path, json_problem
 
@@ -38,15 +42,25 @@ def _nul_in_url(request) -> str | None:
     return None
 
 
+# The doors a token is for: the REST API, the Kubernetes door (DRF views, or views that read no caller), the
+# metrics (which read the token first) and the health checks. The dashboard and the admin always get a browser's
+# middleware, whatever headers come with the request.
+TOKEN_DOORS = ("/api/", "/k8s/")
+TOKEN_PATHS = frozenset({"/metrics", "/livez", "/readyz"})
+
+
 def bearer(request) -> bool:
-    """The request names an API token (``Authorization: Bearer …``): DRF's token authentication decides who
-    it is, and a browser session never does (``draservice.auth``)."""
-    return request.META.get("HTTP_AUTHORIZATION", "")[:7].lower() == "bearer "
+    """A request to a token's door that names an API token (``Authorization: Bearer …``): DRF's token
+    authentication decides who it is, and a browser session never does (``draservice.auth``)."""
+    if request.META.get("HTTP_AUTHORIZATION", "")[:7].lower() != "bearer ":
+        return False
+    path = request.path_info
+    return path.startswith(TOKEN_DOORS) or path in TOKEN_PATHS
 
 
 class BrowserMiddleware:
     """The browser's middleware (settings.BROWSER_MIDDLEWARE: session, CSRF, the session's user, messages), run
-    for every request but one that carries a Bearer token.
+    for every request but one that carries a Bearer token to a token's door (``bearer``).
 
     A token request is the token's: the token authenticates it (it never falls back to the session), so it needs
     no session, no CSRF check (a browser cannot attach the header to a forged cross-site request, and the session
@@ -56,10 +70,7 @@ class BrowserMiddleware:
     ``process_view`` hook (the CSRF check) runs for those requests only."""
 
     def __init__(self, get_response):
-        from django.conf import settings
-        from django.contrib.auth.models import AnonymousUser
-        from django.core.handlers.exception import convert_exception_to_response
-        from django.utils.module_loading import import_string
+        from django.contrib.auth.models import AnonymousUser  # here: the auth app's models need the app registry
 
         self.get_response = get_response
         self.anonymous = AnonymousUser()
