@@ -93,6 +93,8 @@ def register_reset(reset: Callable[[], None]) -> None:
 def requested(request) -> list[str] | None:
     """The ``dryRun`` values of a write: the query's (create, update, patch), or for a DELETE also the
     DeleteOptions body's (kubectl sends ``{"dryRun": ["All"]}`` there). None when the write is for real."""
+    if not request.META.get("QUERY_STRING") and request.method != "DELETE":
+        return None  # nothing to parse (a QueryDict for an empty query costs more than this whole check)
     values = request.GET.getlist("dryRun")
     if not values and request.method == "DELETE" and request.body:
         try:

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
+META_KEY = "HTTP_IDEMPOTENCY_KEY"  # HEADER as read from request.META (request.headers builds a map of them all)
 
 
 Refresh = Callable[[dict], dict]
@@ -27,7 +28,7 @@ def create_response(request, scope: str, body, create: Callable[[], tuple[int, d
     """Run ``create`` (which returns (status, body)) at most once per ``scope`` and the request's key, and answer
     as the first time did; a replay is marked ``Idempotent-Replayed: true``. ``location``: the answer names the
     object it created under the request's path. ``atomic`` and ``refresh`` go to ``run``."""
-    code, payload, replayed = run(scope, request.headers.get(HEADER), body, create, atomic=atomic,
+    code, payload, replayed = run(scope, request.META.get(META_KEY), body, create, atomic=atomic,
                                   refresh=refresh)
     response = Response(payload, status=code)
     if replayed:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from claims.api import views
+from claims.api import fastpost, views
 from claims.api.convert import ConvertView
 from claims.api.quota import ObjectQuotaView
 from claims.api.simulate import SimulateView
@@ -10,7 +10,7 @@ CLAIM = f"{NS}/resourceclaims/<str:name>"
 
 # The hot routes first (tried in order; none of the others can match their paths). "batch" before CLAIM.
 urlpatterns = [
-    path(f"{NS}/resourceclaims", views.ClaimListView.as_view(), name="resourceclaim-list"),
+    path(f"{NS}/resourceclaims", fastpost.claim_list_view(), name="resourceclaim-list"),  # DRF's but for most POSTs
     # POST creates a batch; GET/PUT/PATCH/DELETE act on a claim that happens to be named "batch".
     path(f"{NS}/resourceclaims/batch", views.ClaimBatchView.as_view(), {"name": "batch"},
          name="resourceclaim-batch"),

@@ -113,18 +113,25 @@ class ClaimListView(ClaimsBase):
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
                    summary="Create a ResourceClaim (v1, v1beta2 or v1beta1; JSON or YAML)")
     def post(self, request, namespace):
-        body = request.data
-        self.check_object_permissions(request, ClaimAccess.new_claim(body_pin(body)))
-        if isinstance(body, dict) and body.get("kind") == "List":
-            raise FieldError([("kind", "use …/resourceclaims/batch to create several claims")], status_code=400)
+        # Most of these POSTs are answered by claims.api.fastpost without this method's DRF dispatch; both
+        # run create_claim.
+        return create_claim(request, namespace, request.data, self.check_object_permissions)
 
-        def create():
-            return 201, s.render_new_claims(claim_services.create_claims(namespace, [body]))[0]
 
-        # create_claims is one transaction by itself (one statement for one claim on PostgreSQL).
-        with diagnosed(body):
-            return idempotent.create_response(request, f"{namespace}:resourceclaims", body, create, idempotency.run,
-                                              location=True, atomic=False, refresh=s.current_rendering)
+def create_claim(request, namespace: str, body, check_object_permissions) -> Response:
+    """The claim POST once the caller is authenticated, may write the namespace and the body is parsed: the
+    body's own checks (422) before the per-claim access check (403), then the create (Idempotency-Key, Location)."""
+    check_object_permissions(request, ClaimAccess.new_claim(body_pin(body)))
+    if isinstance(body, dict) and body.get("kind") == "List":
+        raise FieldError([("kind", "use …/resourceclaims/batch to create several claims")], status_code=400)
+
+    def create():
+        return 201, s.render_new_claims(claim_services.create_claims(namespace, [body]))[0]
+
+    # create_claims is one transaction by itself (one statement for one claim on PostgreSQL).
+    with diagnosed(body):
+        return idempotent.create_response(request, f"{namespace}:resourceclaims", body, create, idempotency.run,
+                                          location=True, atomic=False, refresh=s.current_rendering)
 
 
 # The methods of one claim, shared by its own view and by the batch view (a claim may be named "batch").
