@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.db.models import Exists, OuterRef
 from rest_framework import serializers
 
-from claims import k8s
+from claims import claims_sql, k8s
 from claims.models import (
     ClaimEvent,
     Consumer,
@@ -18,7 +18,7 @@ from claims.models import (
     ResourceClaimTemplate,
     UtilisationSnapshot,
 )
-from claims.services import insert, queueing
+from claims.services import queueing
 from claims.services.consumers import API_VERSION as CONSUMER_API_VERSION
 from dra.k8s.fields import ts
 from draservice.prepared import Prepared, set_prefetched
@@ -104,7 +104,7 @@ def claims_queryset(qs):
 # ``fleet_stamp``: what the answer's queue is resolved at (``render_claim``).
 _CLAIM_BY_NAME = Prepared(lambda ns, name: ResourceClaim.objects.select_related("namespace", "owner")
                           .annotate(reserved=Exists(Reservation.objects.filter(claim_id=OuterRef("pk"))),
-                                    fleet_stamp=insert.stamp_expression())
+                                    fleet_stamp=claims_sql.fleet_stamp_expression())
                           .filter(namespace__name=ns, name=name).order_by(), ("\x00ns", "\x00name"))
 _RESERVATIONS = Prepared(lambda claim_id: Reservation.objects.select_related("consumer").filter(claim_id=claim_id),
                          (-7_000_000_001,))

@@ -15,7 +15,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from claims import dispatch, k8s
+from claims import claims_sql, dispatch, k8s
 from claims.models import (
     DeviceAllocation,
     Namespace,
@@ -330,7 +330,7 @@ _LOCKED = Prepared(lambda pk: ResourceClaim.objects.select_for_update(of=("self"
 _LOCKED_BY_NAME = Prepared(lambda ns, name: ResourceClaim.objects.select_for_update(of=("self",))
                            .select_related("namespace", "owner")
                            .annotate(reserved=Exists(Reservation.objects.filter(claim_id=OuterRef("pk"))),
-                                     fleet_stamp=insert.stamp_expression())
+                                     fleet_stamp=claims_sql.fleet_stamp_expression())
                            .filter(namespace__name=ns, name=name).order_by(),
                            ("\x00ns", "\x00name"))
 
@@ -368,11 +368,7 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     # The rows, their events (as ev.record writes them) and the freeing of their devices: one statement on
     # PostgreSQL (a round trip, and the driver's and PostgreSQL's per-statement CPU, fewer on every release).
     ids = [c.id for c in live]
-    if connection.vendor == "postgresql":
-        freed = free_devices(ids, now, also=bulk.update_and_insert_ctes(live, _RELEASED_FIELDS, events))
-    else:
-        bulk.update_and_insert(live, _RELEASED_FIELDS, events)
-        freed = free_devices(ids, now)
+    freed = free_devices(ids, now, written=(live, _RELEASED_FIELDS, events))
     if freed:  # counted for the wake-ups: only claims they could serve wake
         transaction.on_commit(dispatch.request_allocation)
     transaction.on_commit(lambda: notify.publish(ids))
@@ -383,7 +379,7 @@ _RELEASED_FIELDS = ["phase", "reason", "message", "allocation", "released_at", "
                     "updated_at", "conditions"]
 
 
-def free_devices(claim_ids: list[int], now, also: tuple[str, dict] | None = None) -> Counter:
+def free_devices(claim_ids: list[int], now, written: tuple[list, list[str], list] | None = None) -> Counter:
     """Free the devices of claims whose rows the caller has locked, for every way a claim gives its devices
     back (a release, a preemption's requeue): delete their DeviceAllocation rows and their wake rows
     (``wake.forget``), end their quota charges (``queueing.uncharge``), close their usage intervals
@@ -394,9 +390,11 @@ def free_devices(claim_ids: list[int], now, also: tuple[str, dict] | None = None
     or move writes (on PostgreSQL: the counts are insert-only ``FreedCount`` rows), so concurrent releases never
     wait on each other here. On PostgreSQL one statement (the others as data-modifying WITH queries, which run
     whether or not the main query reads them): every release runs it, and each statement costs the web a round
-    trip and the driver's and Django's per-statement CPU. ``also``: more data-modifying WITH queries and their
-    named parameters to run in that statement (PostgreSQL; ``bulk.update_and_insert_ctes``)."""
+    trip and the driver's and Django's per-statement CPU. ``written``: (claims, their fields, events) that the
+    caller changed, written first (``bulk.update_and_insert``; on PostgreSQL in that same statement)."""
     if connection.vendor != "postgresql":
+        if written is not None:
+            bulk.update_and_insert(*written)
         rows = DeviceAllocation.objects.filter(claim_id__in=claim_ids)
         devices = list(rows.filter(admin_access=False).values_list("cluster", "driver", "pool", "device"))
         freed = Counter(rows.values_list("cluster", flat=True))
@@ -408,7 +406,7 @@ def free_devices(claim_ids: list[int], now, also: tuple[str, dict] | None = None
         wake.offer(devices)
         return freed
     table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
-    more, params = also if also is not None else ("", {})
+    more, params = bulk.update_and_insert_ctes(*written) if written is not None else ("", {})
     uncharged = queueing.uncharge_sql()
     if uncharged:
         more = f"{more}, {uncharged}" if more else uncharged

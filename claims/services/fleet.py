@@ -15,7 +15,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from claims.models import DeviceAllocation
@@ -302,24 +301,3 @@ def rows_read_last() -> int:
     """Database rows the last ``rows_in_use`` read (benchmarks)."""
     return _rows.rows_read
 
-
-def allocated_among(devices: list[tuple[str, str, str, str]]) -> set[tuple[str, str, str, str]]:
-    """Which of ``devices`` ((cluster, driver, pool, device)) an allocation holds now (admin access aside: it
-    takes nothing). On PostgreSQL one statement over the unique index whatever their number; a query built
-    as an OR of one condition per device cost the wake-up step milliseconds of CPU to compile per batch."""
-    if not devices:
-        return set()
-    if connection.vendor != "postgresql":
-        q = Q()
-        for cluster, driver, pool, device in devices:
-            q |= Q(cluster=cluster, driver=driver, pool=pool, device=device)
-        return set(DeviceAllocation.objects.filter(q, admin_access=False)
-                   .values_list("cluster", "driver", "pool", "device"))
-    table = connection.ops.quote_name(DeviceAllocation._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT a.cluster, a.driver, a.pool, a.device FROM {table} a "
-                       "JOIN unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
-                       "AS d(cluster, driver, pool, device) USING (cluster, driver, pool, device) "
-                       "WHERE NOT a.admin_access",
-                       [list(column) for column in zip(*devices, strict=True)])
-        return {tuple(row) for row in cursor.fetchall()}

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 
 from django.db import connection
-from django.db.models import CharField, Value
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from claims.models import ClaimEvent, FleetState, Namespace, Phase, ResourceClaim
+from claims import claims_sql
+from claims.models import ClaimEvent, Namespace, Phase, ResourceClaim
 from claims.services import bulk, history
 from draservice.bulk import pg_execute
 
@@ -49,22 +48,6 @@ def claims_and_events(ns_name: str, claims: list[ResourceClaim], events: list,
     return {name: pk for *_, pk, name in rows if pk is not None}, ns_row, used, stamp
 
 
-def stamp_sql() -> str:
-    """The fleet state's stamp (``queues.services.resolve.Tree.at``): its version and the transaction that wrote
-    it (a version alone repeats after a rollback). PostgreSQL only (``xmin``)."""
-    return f"SELECT version::text || ':' || xmin::text FROM {connection.ops.quote_name(FleetState._meta.db_table)} " \
-           "WHERE id = 1"
-
-
-def stamp_expression() -> RawSQL | Value:
-    """``stamp_sql`` as an annotation, for the reads whose answer renders a claim's queue (a claim's GET, its
-    release): the answer's queue is then resolved without reading the queues while no queue write moved the
-    stamp. None elsewhere than on PostgreSQL (the queues are read)."""
-    if connection.vendor != "postgresql":
-        return Value(None, output_field=CharField())
-    return RawSQL(stamp_sql(), ())
-
-
 _CLAIM_FROM_CTE = {"namespace_id": "ok.id"}
 _EVENT_FROM_CTE = {"claim_id": "NULL"}
 _INSERT_SQL: dict[bool, str] = {}  # one claim or several -> the statement of _insert_pg
@@ -96,7 +79,7 @@ def _statement(claims: list[ResourceClaim], events: list) -> str:
            f"SELECT {e_out} FROM (SELECT {e_values}) AS v JOIN c ON c.uid = v.{e_names[claim_uid]}), "
            f"{history.insert_cte('c', 'ns')} "
            f"SELECT ns.id, ns.labels, ns.created_at, used.n, "
-           f"({stamp_sql()}), "
+           f"({claims_sql.fleet_stamp_sql()}), "
            "c.id, c.name "
            "FROM ns CROSS JOIN used LEFT JOIN c ON true")
     return sql

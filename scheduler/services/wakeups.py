@@ -35,6 +35,7 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
+from claims import claims_sql
 from claims.models import ReleasedDevice, ResourceClaim
 from claims.placement import claim_group
 from claims.services import fleet, wake
@@ -104,7 +105,7 @@ def _offer_batch(after: int, wait: bool = False) -> tuple[int, int | None, bool]
 
 
 def _in_use(offers: list[ReleasedDevice]) -> set[tuple[str, str, str, str]]:
-    return fleet.allocated_among([(o.cluster, o.driver, o.pool, o.device) for o in offers])
+    return claims_sql.allocated_among([(o.cluster, o.driver, o.pool, o.device) for o in offers])
 
 
 def _choose(free: list[ReleasedDevice]) -> tuple[dict[int, set[int]], set[int]]:

@@ -10,9 +10,10 @@ from django.utils import timezone
 
 from benchmarks.engine_bench import claim as bench_claim
 from benchmarks.engine_bench import exact, gpu_fleet
+from claims import claims_sql
 from claims.models import DeviceAllocation, PendingWake, Phase, ResourceClaim, WakeKey
 from claims.services import claims as claim_services
-from claims.services import commit, fleet, wake
+from claims.services import commit, wake
 from dra.engine import ClaimGroup, Engine
 from scheduler.services import allocation, wakeups
 from tests.claims.fleet import gpu_claim, load_fleet, mig_pair_claim
@@ -393,6 +394,6 @@ def test_the_offers_still_free_are_told_from_those_taken_again_in_one_read(admin
     admin.save(update_fields=["admin_access"])
     asked = held + [(cluster, driver, pool, f"not-held-{i}") for i in range(61)]
     with CaptureQueriesContext(connection) as queries:
-        found = fleet.allocated_among(asked)
+        found = claims_sql.allocated_among(asked)
     assert found == set(held[:2]) and len(queries) == 1
-    assert fleet.allocated_among([]) == set()
+    assert claims_sql.allocated_among([]) == set()
