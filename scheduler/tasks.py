@@ -147,6 +147,8 @@ def place_gangs(max_seconds: float = MAX_TASK_SECONDS) -> dict:
         if attempt.result == "none":
             break
         totals[attempt.result] = totals.get(attempt.result, 0) + 1
+        if attempt.result == "behind" and attempt.gang_id is not None:
+            skip.add(attempt.gang_id)  # after the older gang, by the worker deciding that one
         if attempt.retry_soon:
             if attempt.gang_id is not None:  # always, for these results
                 skip.add(attempt.gang_id)  # not again in this task: its rows are busy or it just lost a race
@@ -164,7 +166,9 @@ def place_gangs(max_seconds: float = MAX_TASK_SECONDS) -> dict:
 def place_gang(gang_id: int) -> str:
     """Try one gang now (a new one: it need not wait for the next pass)."""
     attempt = gang_placement.place_next(gang_id=gang_id)
-    if attempt.retry_soon:
+    if attempt.result != "none":
+        # Retried soon; or it waits behind older gangs, which a pass decides first; or it was decided, and
+        # the younger gangs that waited behind it (``gang_placement._behind``) get their turn now.
         gang_dispatch.request_placement()
     return attempt.result
 

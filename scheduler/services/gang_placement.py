@@ -51,7 +51,7 @@ TERMINAL_ERRORS = allocation.TERMINAL_ERRORS
 @dataclass
 class Attempt:
     gang_id: int | None
-    result: str  # none | placed | added | pending | failed | busy | lost_race
+    result: str  # none | placed | added | pending | failed | busy | lost_race | behind (an older gang first)
     seconds: float = 0.0
 
     @property
@@ -100,6 +100,8 @@ def _prepare(gang_id: int | None, exclude) -> Prepared | Attempt:
         gang = qs.first()
         if gang is None:
             return Attempt(None, "none")
+        if _behind(gang, version, exclude):
+            return Attempt(gang.id, "behind")
         if gang.phase == GangPhase.PENDING and gang.deadline and gang.deadline <= now:
             mcs, _ = member_claims(gang, lock=True)
             fail_timeout(gang, mcs, now)
@@ -112,6 +114,15 @@ def _prepare(gang_id: int | None, exclude) -> Prepared | Attempt:
             return Attempt(gang.id, prepared)
         Gang.objects.filter(pk=gang.pk).update(**taking.taken_mark())
         return prepared
+
+
+def _behind(gang: Gang, version: int, exclude) -> bool:
+    """Whether an older gang is eligible too (another worker has it in hand: taken or being taken; or, for a
+    gang asked for by id, it waits for a pass). Gangs are decided oldest first, and not side by side with an
+    older one: deciding both at once on the same freed nodes, the younger could commit first and take the room
+    the older waited for, since the older holds nodes only after an attempt that finds it short. The worker
+    with the older one decides the younger after it (``place_gangs`` goes on; ``place_gang`` asks for a pass)."""
+    return Gang.objects.filter(eligible(version), id__lt=gang.id).exclude(id__in=list(exclude)).exists()
 
 
 def _tidy(gang: Gang, mcs: list[MemberClaims], version: int, now) -> Prepared | str:
