@@ -88,18 +88,24 @@ def update_rows(objs: list, fields: list[str]) -> None:
 
 
 def _update_sql(objs: list, fields: list[str]) -> tuple[str, list]:
-    """PostgreSQL: the statement and parameters of ``update_rows``."""
-    sql, model_fields = _update_plan(type(objs[0]), tuple(fields))
+    """PostgreSQL: the statement and parameters of ``update_rows``. One row (a release from the API): scalar
+    parameters, as ``insert_select`` binds one row. psycopg looks every list parameter over to choose its
+    array type, per execution: a release's ten one-element arrays cost it more than its statement's text."""
+    single = len(objs) == 1
+    sql, model_fields = _update_plan(type(objs[0]), tuple(fields), single)
+    if single:
+        obj = objs[0]
+        return sql, [*(_column_values(f, objs)[0] for f in model_fields), obj.pk]
     return sql, [[obj.pk for obj in objs], *(_column_values(f, objs) for f in model_fields)]
 
 
 _update_plans: dict[tuple, tuple[str, list]] = {}
 
 
-def _update_plan(model, fields: tuple[str, ...]) -> tuple[str, list]:
-    """(statement, fields) of ``update_rows`` on ``model``'s ``fields``: the same text for every release
-    (built per call before it was kept here)."""
-    plan = _update_plans.get((model, fields))
+def _update_plan(model, fields: tuple[str, ...], single: bool) -> tuple[str, list]:
+    """(statement, fields) of ``update_rows`` on ``model``'s ``fields``, of one row or of several: the same
+    text for every release (built per call before it was kept here)."""
+    plan = _update_plans.get((model, fields, single))
     if plan is None:
         qn = connection.ops.quote_name
         table, pk = qn(model._meta.db_table), qn(model._meta.pk.column)
@@ -107,11 +113,17 @@ def _update_plan(model, fields: tuple[str, ...]) -> tuple[str, list]:
         sets, selects = [], []
         for i, f in enumerate(model_fields):
             array, cast = _pg_type(f)
-            selects.append(f"unnest(%b::{array}) AS c{i}")
-            sets.append(f"{qn(f.column)} = v.c{i}" + (f"::{cast}" if cast else ""))
-        plan = _update_plans[(model, fields)] = (
-            f"UPDATE {table} AS t SET {', '.join(sets)} FROM (SELECT unnest(%b::bigint[]) AS id, "
-            f"{', '.join(selects)}) AS v WHERE t.{pk} = v.id", model_fields)
+            if single:
+                sets.append(f"{qn(f.column)} = %b::{array[:-2]}" + (f"::{cast}" if cast else ""))
+            else:
+                selects.append(f"unnest(%b::{array}) AS c{i}")
+                sets.append(f"{qn(f.column)} = v.c{i}" + (f"::{cast}" if cast else ""))
+        if single:  # the key last: the parameters follow the text's order
+            sql = f"UPDATE {table} AS t SET {', '.join(sets)} WHERE t.{pk} = %b::bigint"
+        else:
+            sql = (f"UPDATE {table} AS t SET {', '.join(sets)} FROM (SELECT unnest(%b::bigint[]) AS id, "
+                   f"{', '.join(selects)}) AS v WHERE t.{pk} = v.id")
+        plan = _update_plans[(model, fields, single)] = (sql, model_fields)
     return plan
 
 
