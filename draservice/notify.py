@@ -15,6 +15,7 @@ budget this implies for the web server.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -33,6 +34,8 @@ _lock = threading.Lock()
 _waiters: dict[int, set[threading.Event]] = defaultdict(set)
 _listener: threading.Thread | None = None
 _subscribed = threading.Event()
+_wanted = threading.Event()  # a waiter wants the subscription (set until the listener lets it go)
+LINGER_SECONDS = 10.0
 _redis_clients: dict[str, object] = {}
 
 
@@ -103,12 +106,14 @@ def wake_local(ids: Iterable[int]) -> None:
 def wait_for(claim_id: int, timeout: float, check: Callable[[], object | None]) -> object | None:
     """Call ``check`` until it returns something other than None, or ``timeout`` seconds pass.
 
-    Registers before the first check, so a change between the check and the sleep is not missed.
+    Registers before the first check, so a change between the check and the sleep is not missed; until this
+    process is subscribed (it subscribes only while someone waits) the wait until the next check is the wait for
+    the subscription, so a change published before it is read by the check that follows it.
     """
     ev = threading.Event()
     with _lock:
         _waiters[claim_id].add(ev)
-    _ensure_listener()
+    subscribed = _want_subscription()
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -118,8 +123,11 @@ def wait_for(claim_id: int, timeout: float, check: Callable[[], object | None]) 
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            ev.wait(min(remaining, RECHECK_SECONDS))
-            ev.clear()
+            if subscribed:
+                ev.wait(min(remaining, RECHECK_SECONDS))
+                ev.clear()
+            else:
+                subscribed = _subscribed.wait(min(remaining, RECHECK_SECONDS))
     finally:
         with _lock:
             waiters = _waiters.get(claim_id)
@@ -130,9 +138,11 @@ def wait_for(claim_id: int, timeout: float, check: Callable[[], object | None]) 
 
 
 def start_listener(wait: float = 2.0) -> None:
-    """Start this process's listener (``manage.py serve`` does it as each web worker starts) and wait until
-    it is subscribed: a change published before the subscription would otherwise be seen only at the
-    waiters' next database re-check."""
+    """Start this process's listener thread (``manage.py serve`` does it as each web worker starts). It is
+    subscribed to the channel only while this process has waiters (and ``LINGER_SECONDS`` after the last):
+    every claim change of the deployment is a message to each subscribed process, and a web process that
+    nobody long-polls would spend its CPU reading them for nothing. ``wait``: how long to wait for the
+    subscription when a waiter wants it."""
     global _listener
     if redis_url() is None:
         return
@@ -142,45 +152,73 @@ def start_listener(wait: float = 2.0) -> None:
         _subscribed.clear()
         _listener = threading.Thread(target=_listen, name="claims-notify", daemon=True)
         _listener.start()
-    _subscribed.wait(wait)
+    if _wanted.is_set():
+        _subscribed.wait(wait)
 
 
-def _ensure_listener() -> None:
-    start_listener()
+def _want_subscription() -> bool:
+    """A waiter has registered: True when the listener is subscribed (a message will wake it), else ask for the
+    subscription (the listener starts, or leaves its idle wait)."""
+    if redis_url() is None:
+        return True  # no Redis: the worker runs in this process and wakes its waiters itself (wake_local)
+    with _lock:
+        if _subscribed.is_set():
+            return True
+        _wanted.set()
+    start_listener(wait=0)
+    return False
 
 
 def _listen() -> None:
-    import redis
-
     backoff = 0.5
     while True:
         url = redis_url()
         if url is None:
             return
+        _wanted.wait()
         try:
-            # Its own connection without a read timeout (it blocks until a message comes); the health check
-            # pings an idle connection so that a dead one is noticed and replaced.
-            client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_keepalive=True,
-                                          health_check_interval=30)
-            pubsub = client.pubsub()
-            pubsub.subscribe(channel())
-            deadline = time.monotonic() + 5
-            while not _subscribed.is_set():  # Redis confirms the subscription with a message of its own
-                message = pubsub.get_message(timeout=1.0)
-                if message and message.get("type") == "subscribe":
-                    _subscribed.set()
-                elif time.monotonic() > deadline:
-                    raise TimeoutError("no subscription confirmation from Redis")
+            _subscribe_while_wanted(url)
             backoff = 0.5
-            for message in pubsub.listen():
-                if message.get("type") != "message":
-                    continue
-                try:
-                    wake_local(json.loads(message["data"]))
-                except (ValueError, TypeError):
-                    continue
         except Exception as exc:  # reconnect; waiters keep re-checking the database meanwhile
             _subscribed.clear()
             log.warning("claims notification listener: %s; reconnecting", exc)
             time.sleep(backoff)
             backoff = min(backoff * 2, 10)
+
+
+def _subscribe_while_wanted(url: str) -> None:
+    """Subscribe, wake the local waiters of the claims each message names, and unsubscribe once no waiter has
+    been left for ``LINGER_SECONDS`` (a client that long-polls claim after claim keeps the subscription)."""
+    import redis
+
+    # Its own connection; the health check pings an idle connection so that a dead one is noticed and replaced.
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_keepalive=True, health_check_interval=30)
+    pubsub = client.pubsub()
+    try:
+        pubsub.subscribe(channel())
+        deadline = time.monotonic() + 5
+        while not _subscribed.is_set():  # Redis confirms the subscription with a message of its own
+            message = pubsub.get_message(timeout=1.0)
+            if message and message.get("type") == "subscribe":
+                _subscribed.set()
+            elif time.monotonic() > deadline:
+                raise TimeoutError("no subscription confirmation from Redis")
+        idle_since = time.monotonic()
+        while True:
+            message = pubsub.get_message(timeout=1.0)
+            if message and message.get("type") == "message":
+                with contextlib.suppress(ValueError, TypeError):  # not ours: nothing to wake
+                    wake_local(json.loads(message["data"]))
+            now = time.monotonic()
+            with _lock:
+                if _waiters:
+                    idle_since = now
+                elif now - idle_since >= LINGER_SECONDS:
+                    # Under the lock a waiter registers with: one that comes now sees no subscription and asks
+                    # for it again (_want_subscription), and the outer loop subscribes anew.
+                    _subscribed.clear()
+                    _wanted.clear()
+                    return
+    finally:
+        pubsub.close()
+        client.close()
