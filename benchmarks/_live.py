@@ -43,7 +43,8 @@ def free_port() -> int:
 
 
 class Stack:
-    """``manage.py serve`` and a ``celery worker`` (optionally ``celery beat``) started from this checkout.
+    """``manage.py serve`` and a ``celery worker`` (optionally ``celery beat`` and a notify worker) started from
+    this checkout.
     ``watch_server=False``: gunicorn alone answers on the port, as API clients reach it in a deployment (the
     watch server of ``manage.py serve`` would pass every request on, at its own CPU cost).
 
@@ -51,8 +52,10 @@ class Stack:
     """
 
     def __init__(self, broker: str, *, web_workers: int = 2, web_threads: int = 32, concurrency: int = 1,
-                 beat: bool = False, prefix: str = "", env: dict | None = None, watch_server: bool = True):
+                 beat: bool = False, prefix: str = "", env: dict | None = None, watch_server: bool = True,
+                 notify_worker: bool = False):
         self.broker, self.web_workers, self.web_threads = broker, web_workers, web_threads
+        self.notify_worker = notify_worker
         self.watch_server = watch_server
         self.concurrency, self.beat, self.prefix = concurrency, beat, prefix
         self.env = dict(os.environ, **(env or {}))
@@ -72,6 +75,8 @@ class Stack:
         self.start_worker(self.concurrency)
         if self.beat:
             self.start_beat()
+        if self.notify_worker:
+            self.start_notify_worker()  # beat's notify-queue work (the tables' upkeep, webhooks), as compose runs it
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -90,6 +95,14 @@ class Stack:
         self._spawn("worker", [sys.executable, "-m", "celery", "-A", "draservice", "worker", "--pool", "prefork",
                                "-c", str(concurrency), "--without-gossip", "--without-mingle",
                                "--without-heartbeat", "--loglevel", os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")])
+
+    def start_notify_worker(self) -> None:
+        """A notify worker as compose runs it (fewer threads: nothing here delivers webhooks)."""
+        queue = os.environ.get("NOTIFY_QUEUE", "notify")
+        self._spawn("notify-worker", [sys.executable, "-m", "celery", "-A", "draservice", "worker", "-Q", queue,
+                                      "--pool", "threads", "-c", "2", "-n", f"notify-{self.port}@%h",
+                                      "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel",
+                                      os.environ.get("BENCH_CELERY_LOGLEVEL", "WARNING")])
 
     def start_replay_worker(self, queue: str) -> None:
         """A replay worker as compose runs it: only the replay queue, one process."""

@@ -277,7 +277,7 @@ def main() -> int:
     GC_LOG.unlink(missing_ok=True)
     stack = Stack(BROKER, web_workers=WEB_WORKERS, web_threads=WEB_THREADS, concurrency=CONCURRENCY, beat=True,
                   prefix="soak-", env={"DRASERVICE_GC_PAUSE_LOG": str(GC_LOG), "DATABASE_URL": DB_URL},
-                  watch_server=False)
+                  watch_server=False, notify_worker=True)
     results: dict = {"devices": DEVICES, "slots": slots, "cpus": os.cpu_count(), "web_workers": WEB_WORKERS,
                      "celery_concurrency": CONCURRENCY, "load_average_before": os.getloadavg()}
     heartbeats = phases.Heartbeats()

@@ -274,3 +274,6 @@ WEBHOOK_CA_FILE = os.environ.get("WEBHOOK_CA_FILE", "")
 # The Celery queue of webhook deliveries: a worker of its own (`celery worker -Q notify`), so that a slow
 # receiver holds a notify worker, never an allocation worker.
 NOTIFY_QUEUE = os.environ.get("NOTIFY_QUEUE", "notify")
+# How often the notify workers look at the service's tables' statistics and dead rows, and ANALYZE or VACUUM
+# those past autovacuum's thresholds -- only where the server runs without autovacuum (draservice.upkeep_sql).
+DB_UPKEEP_SECONDS = float(os.environ.get("DB_UPKEEP_SECONDS", "30"))

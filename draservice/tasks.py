@@ -1,9 +1,9 @@
 """Celery tasks of the platform: keeping the change log settled and within its retention window; webhook
-deliveries (on the ``NOTIFY_QUEUE`` queue, which only notify workers consume)."""
+deliveries and the tables' upkeep (on the ``NOTIFY_QUEUE`` queue, which only notify workers consume)."""
 from celery import shared_task
 from django.conf import settings
 
-from draservice import changes, deliveries
+from draservice import changes, deliveries, upkeep_sql
 from draservice.celery import app
 
 
@@ -15,6 +15,12 @@ def seal_changes() -> int:
 @shared_task(name="draservice.tasks.compact_changes", ignore_result=True)
 def compact_changes() -> int:
     return changes.compact()
+
+
+@shared_task(name="draservice.tasks.upkeep", ignore_result=True)
+def upkeep_tables() -> int:
+    """Statistics and vacuum of the service's tables where autovacuum is off (``draservice.upkeep_sql``)."""
+    return len(upkeep_sql.run())
 
 
 @shared_task(name="draservice.tasks.deliver_webhook", ignore_result=True)
