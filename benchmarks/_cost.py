@@ -6,7 +6,7 @@ CPU is read from ``/proc/<pid>/stat`` (utime + stime, and cutime + cstime of chi
 start and at the end of the window, per process:
 
 * web: the ``manage.py serve`` process tree (gunicorn's master and its workers);
-* celery: the worker's tree (main process and pool children) and beat's;
+* celery: the worker's tree (main process and pool children), beat's and the notify worker's (if any);
 * postgres: the server's processes, read with ``pg_stat_activity`` every ``POLL`` seconds (a backend's CPU
   can only be read while it lives; the service keeps its connections, ``CONN_MAX_AGE``): the backends of the
   bench's database, except the bench's own connections (``application_name`` ``soak-bench``), and the
@@ -101,7 +101,7 @@ class CpuLedger(threading.Thread):
 
     def _service(self) -> dict[int, str]:
         parts = {pid: "web" for pid in process_tree(self.stack.pid("web"))}
-        for name in ("worker", "beat"):
+        for name in ("worker", "beat", "notify-worker"):
             if name in self.stack.procs:
                 parts.update({pid: "celery" for pid in process_tree(self.stack.pid(name))})
         return parts
@@ -146,7 +146,7 @@ class CpuLedger(threading.Thread):
         return out
 
 
-def _per(cpu: dict, n: int) -> dict:
+def per_item(cpu: dict, n: int) -> dict:
     """CPU ms per item of each part."""
     return {k[:-2] + "_ms": round(1000 * v / max(1, n), 3) for k, v in cpu.items() if k.endswith("_s")
             and k != "wall_s"}
@@ -178,7 +178,7 @@ def batch_phase(stack, token: str, slots: dict[str, int], n: int, per_post: int,
     release_all(ns)
     wait_quiet()
     reset_cap(stack.port, token, ns)
-    per = _per(cpu, placed)
+    per = per_item(cpu, placed)
     return {"claims": n, "per_post": per_post, "threads": threads, "placed": placed,
             "post_s": round(posted - started, 1), "first_post_to_last_placed_s": round(span, 1),
             "claims_per_s": round(placed / span, 1) if span == span and span > 0 else None,
@@ -250,7 +250,7 @@ def post_phase(stack, token: str, slots: dict[str, int], n: int, clients: int) -
     measured = n - clients
     return {"posts": measured, "clients": clients, "errors": errors, "wall_s": round(cpu["wall_s"], 1),
             "posts_per_s": round(measured / cpu["wall_s"], 1) if cpu["wall_s"] else None,
-            "cpu_ms_per_post": _per(cpu, measured), "load": cpu["load"],
+            "cpu_ms_per_post": per_item(cpu, measured), "load": cpu["load"],
             "floor_web_ms_per_get": round(1000 * floor_cpu["web_s"] / max(1, n - clients), 3)}
 
 

@@ -35,7 +35,9 @@ Per minute of the soak it prints: claims placed/s, p50/p99 submit->allocated (se
 /proc), the longest GC pause in the worker (``DRASERVICE_GC_PAUSE_LOG``, see draservice/celery.py), allocation
 rounds (``claims.AllocationRound``), their mean duration, the rows each read to bring the devices in use up to
 date (mean and max), and the share of round time spent in statements that take locks other workers may hold
-(claim rows, cluster rows, device and pool advisory locks) -- both as the rounds log them. The drain phase
+(claim rows, cluster rows, device and pool advisory locks) -- both as the rounds log them. For the whole soak
+window it prints the CPU of every process of the service per placed claim (``cpu_ms_per_placed``: web, Celery
+workers and beat, PostgreSQL's backends and its own processes; benchmarks/_cost.py). The drain phase
 reports the same per worker count, with the claims lost at commit to another worker.
 
 Goals (issue 32), judged by CPU where load would inflate wall time: p99 submit->allocated <= 250 ms with the
@@ -229,9 +231,12 @@ def soak(stack, token, slots, rate, minutes) -> tuple[dict, Driver]:
     sampler = Sampler(stack, BENCH_DB, driver)
     sampler.start()
     time.sleep(1)
+    ledger = cost.CpuLedger(stack)  # every process of the service, PostgreSQL's included (benchmarks/_cost.py)
+    ledger.start()
     t0 = time.time()
     results: dict = {"soak": {"rate": rate, "minutes": minutes, **driver.run(rate, 60 * minutes)}}
     t1 = time.time()
+    cpu = ledger.stop()
     if "burst" in PHASES and BURST_SECONDS > 0:
         results["burst"] = {"rate": 2 * rate, **driver.run(2 * rate, BURST_SECONDS, 60 * minutes)}
     t2 = time.time()
@@ -247,6 +252,8 @@ def soak(stack, token, slots, rate, minutes) -> tuple[dict, Driver]:
         final_worker_rss_mb=round([s for s in sampler.samples if s.at <= t1][-1].worker_rss_mb))
     if "burst" in results:
         results["burst"].update(phases.window_stats(claims, t1, t2))
+    placed = round(results["soak"]["placed_per_s"] * (t1 - t0))
+    results["soak"]["cpu_ms_per_placed"] = {**cost.per_item(cpu, placed), "load": cpu["load"]}
     results["trace"] = {"sent": driver.sent, "errors": driver.errors, "lifetime_factor": round(driver.factor, 2)}
     return results, driver
 
