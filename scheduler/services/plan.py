@@ -60,7 +60,7 @@ def depth_of(queue) -> int:
 
 
 def sweep_seconds() -> float:
-    every = claims_schedule.SCHEDULE["claims-expire-leases"]["schedule"]
+    every = claims_schedule.SCHEDULE()["claims-expire-leases"]["schedule"]
     return every.total_seconds() if isinstance(every, timedelta) else 5.0
 
 
