@@ -17,7 +17,7 @@ the cache's state.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from claims.services import fleet
@@ -43,20 +43,21 @@ class EngineCache:
         if self.long_lived:  # what the engine counted is in doubt: so is the worker's copy of the rows
             fleet.reset_rows()
 
-    def engine_for(self, view, rows: dict[int, AllocatedDevice]) -> Engine:
+    def engine_for(self, view, rows: Mapping[int, AllocatedDevice]) -> Engine:
         if self.engine is None or self.key != view.key or self.poisoned:
             # The clusters the new view did not rebuild (fleet.current_view keeps their inventory objects)
             # keep their device models: an inventory push costs its cluster's build, not the fleet's. Not after
             # a failure half-way (poisoned): then everything is built afresh.
             old = self.engine
             reuse = old.clusters if old is not None and not self.poisoned else None
+            plain = rows.snapshot() if isinstance(rows, fleet.InUse) else dict(rows)  # kept: ours to change
             self.poisoned = False
             self.engine = self.placer = None
             if self.long_lived:  # the old engine was frozen out of the collector's sight: free it now
                 if reuse is None:
                     memory.release_frozen()  # before the build: the process holds one engine at a time
                 with memory.collector_paused():
-                    engine = Engine(view.snapshot, list(rows.values()), reuse=reuse)
+                    engine = Engine(view.snapshot, list(plain.values()), reuse=reuse)
                 if old is not None and reuse is not None:
                     # Nothing else holds the old engine (rounds and passes ask this cache each time): its
                     # cycles broken, reference counting frees it, and the models it shares live on.
@@ -65,9 +66,9 @@ class EngineCache:
                 self.engine = engine
                 memory.freeze_long_lived(self.engine)
             else:
-                self.engine = Engine(view.snapshot, list(rows.values()), reuse=reuse)
+                self.engine = Engine(view.snapshot, list(plain.values()), reuse=reuse)
             self.key = view.key
-            self.rows = dict(rows)
+            self.rows = plain
         else:
             touched = self._touched(rows)
             ids = self.rows.keys() | rows.keys() if touched is None else touched
@@ -92,7 +93,7 @@ class EngineCache:
             return None
         return rows.touched(self.synced[1])
 
-    def placer_for(self, view, rows: dict[int, AllocatedDevice]) -> GangPlacer:
+    def placer_for(self, view, rows: Mapping[int, AllocatedDevice]) -> GangPlacer:
         """A gang placer over the same engine (it commits the placements it returns into that engine)."""
         engine = self.engine_for(view, rows)
         if self.placer is None:
@@ -121,11 +122,11 @@ class EngineSession:
         self.cache = cache
         self.used = False
 
-    def engine_for(self, view, rows: dict[int, AllocatedDevice]) -> Engine:
+    def engine_for(self, view, rows: Mapping[int, AllocatedDevice]) -> Engine:
         self.used = True
         return self.cache.engine_for(view, rows)
 
-    def placer_for(self, view, rows: dict[int, AllocatedDevice]) -> GangPlacer:
+    def placer_for(self, view, rows: Mapping[int, AllocatedDevice]) -> GangPlacer:
         self.used = True
         return self.cache.placer_for(view, rows)
 

@@ -142,7 +142,7 @@ class _Held:
 
 def advice(*, plans: bool = True, stranded: bool = True) -> Advice:
     view = fleet.current_view()
-    rows = fleet.rows_in_use()
+    rows = fleet.rows_in_use().snapshot()  # a plain dict: the advice keeps it, and reads every row
     engine = Engine(view.snapshot, list(rows.values()))
     shapes = _shapes()
     # Stranded by placement: free on nodes where no claim that waits only for room fits. Claims waiting for

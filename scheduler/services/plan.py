@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -239,7 +240,7 @@ _LEASED = PreparedValues(lambda: DeviceAllocation.objects.filter(claim__phase=Ph
                          .values_list("id", "claim_id", "claim__lease_expires_at"))
 
 
-def _endings(rows: dict, pad: timedelta) -> list[Ending]:
+def _endings(rows: Mapping, pad: timedelta) -> list[Ending]:
     """The running claims' walltime ends, with the devices each frees: the engine's own records of them (those
     it counts in use), so that the plan moves exactly what the engine holds."""
     by_claim: dict[int, tuple[datetime, list]] = {}
