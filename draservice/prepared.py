@@ -8,7 +8,7 @@ into model instances the way Django's ``ModelIterable`` does (``select_related``
 callers get is the same as from the queryset.
 
 Compiled per thread and per database alias: a compiler holds the connection it was compiled for, and Django
-connections are per thread.
+connections are per thread. On PostgreSQL the SQL is also prepared on the connection (``prepared_sql``).
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from typing import Any, Generic, TypeVar
 from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.query import get_related_populators
+
+from draservice import prepared_sql
 
 M = TypeVar("M", bound=Model)
 
@@ -118,7 +120,7 @@ def _execute(compiled: _Compiled | _CompiledValues, values: tuple) -> list[tuple
     params = list(compiled.params)
     for slot, value in zip(compiled.slots, values, strict=True):
         params[slot] = value
-    with connections[compiled.using].cursor() as cursor:
+    with prepared_sql.cursor(connections[compiled.using]) as cursor:
         cursor.execute(compiled.sql, params)
         rows = cursor.fetchall()
     if compiled.converters:

@@ -105,10 +105,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"transaction_mode": "IMMEDIATE", "timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"}
     )
     DATABASES["default"]["ATOMIC_REQUESTS"] = False
-# psycopg prepares a statement bound on the server (the service's bulk statements, draservice.bulk.pg_execute)
-# once it has run this many times on a connection; Django turns that off, for poolers. Off (0) only behind a
-# pooler that hands a session's statements to other server connections (PgBouncer in transaction mode before
-# 1.21). Django's own queries bind on the client and are never prepared either way.
+# psycopg prepares a statement bound on the server (the service's bulk statements, draservice.bulk.pg_execute, and
+# its compiled lookups, draservice.prepared) once it has run this many times on a connection; Django turns that
+# off, for poolers. Off (0) only behind a pooler that hands a session's statements to other server connections
+# (PgBouncer in transaction mode before 1.21). Django's other queries bind on the client, never prepared.
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 if DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5  # psycopg's own default

@@ -1,5 +1,6 @@
-"""``draservice.bulk.pg_execute``: the service's bulk statements are prepared on the connection, so PostgreSQL
-parses and plans each once per connection instead of at every run (``DB_PREPARED_STATEMENTS``)."""
+"""``draservice.bulk.pg_execute`` and ``draservice.prepared``: the service's bulk statements and compiled lookups
+are prepared on the connection, so PostgreSQL parses and plans each once per connection instead of at every run
+(``DB_PREPARED_STATEMENTS``)."""
 from __future__ import annotations
 
 import os
@@ -8,17 +9,20 @@ import sys
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from claims.models import Namespace
 from draservice.bulk import pg_execute
+from draservice.prepared import PreparedValues
 
 pytestmark = pytest.mark.django_db
 
 SQL = "SELECT count(*) FROM unnest(%b::bigint[]) AS k WHERE k > %b::bigint"
 
 
-def _prepared() -> list[str]:
+def _prepared(like: str = "%unnest($1%") -> list[str]:
     with connection.cursor() as cursor:  # Django's own cursor: never prepared, so it does not count itself
-        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", ["%unnest($1%"])
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", [like])
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -51,3 +55,19 @@ def test_behind_a_transaction_pooler_nothing_is_prepared():
     assert out.stdout.strip() == "None"
     if connection.vendor == "postgresql":
         assert connection.connection.prepare_threshold == 5  # on by default
+
+
+_BY_NAME = PreparedValues(lambda name: Namespace.objects.filter(name=name).values_list("id", "name"), ["?stand-in"])
+
+
+def test_a_compiled_lookup_is_prepared_too_and_still_counted_as_a_query():
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's prepared statements")
+    ns = Namespace.objects.create(name="prepared-ns")
+    with CaptureQueriesContext(connection) as ran:
+        for _ in range(6):
+            assert _BY_NAME.rows("prepared-ns") == [(ns.id, "prepared-ns")]
+        assert _BY_NAME.rows("nobody") == []
+    assert len(ran.captured_queries) == 7  # query counts (tests, debug logging) still see every run
+    assert all(q["sql"].startswith('SELECT "claims_namespace"."id"') for q in ran.captured_queries)
+    assert len(_prepared('%FROM "claims_namespace" WHERE%')) == 1

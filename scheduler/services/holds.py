@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from claims.placement import node_pin
+from draservice.prepared import PreparedValues
 
 HOLD_UNTIL = "draservice.io/defrag-hold-until"
 PLAN = "draservice.io/defrag-plan"
@@ -56,13 +57,16 @@ def _until(text: str | None) -> datetime | None:
         return None
 
 
+# Every round asks (``round_screen``): compiled once (draservice.prepared).
+_HOLDING = PreparedValues(lambda: ResourceClaim.objects.filter(phase=Phase.PENDING, annotations__has_key=HOLD_UNTIL)
+                          .values_list("id", "annotations", "allowed_cluster_selector"))
+
+
 def held_nodes(now=None) -> dict[tuple[str, str], int]:
     """(cluster, node) -> id of the pending claim holding it."""
     now = now or timezone.now()
     out: dict[tuple[str, str], int] = {}
-    rows = (ResourceClaim.objects.filter(phase=Phase.PENDING, annotations__has_key=HOLD_UNTIL)
-            .values_list("id", "annotations", "allowed_cluster_selector"))
-    for claim_id, notes, selector in rows:
+    for claim_id, notes, selector in _HOLDING.rows():
         until, node = _until((notes or {}).get(HOLD_UNTIL)), node_pin(notes)
         cluster = (selector or {}).get("name")
         if until is not None and until > now and node and cluster:

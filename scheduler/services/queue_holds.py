@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from claims.models import PendingWake
+from draservice.prepared import PreparedValues
 from queues.services import usage as u
 from queues.services.order import Shares
 from queues.services.resolve import Tree, queue_of
@@ -28,6 +29,11 @@ from scheduler.services.backfill import Backfill
 from scheduler.services.holds import Screen
 
 HELD_FOR_QUEUE_HEAD = "held_for_queue_head"  # an engine outcome reason (the round maps it to HeldForQueueHead)
+
+
+# Every round reads the heads kept from earlier rounds, twice: compiled once (draservice.prepared).
+_KEPT = PreparedValues(lambda: PendingWake.objects.exclude(head_of="").exclude(hold_node="")
+                       .values_list("claim_id", "head_of", "hold_cluster", "hold_node").distinct())
 
 
 class RoundReservations(Screen):
@@ -51,9 +57,7 @@ class RoundReservations(Screen):
             self.heads.add(queue)
 
     def _read_kept(self) -> None:
-        rows = (PendingWake.objects.exclude(head_of="").exclude(hold_node="")
-                .values_list("claim_id", "head_of", "hold_cluster", "hold_node").distinct())
-        for claim_id, queue, cluster, node in rows:
+        for claim_id, queue, cluster, node in _KEPT.rows():
             # One head per queue (``wake.store`` keeps the mark on the oldest only), but every claim of it that
             # preempted keeps the node its victims free (``hold_for_preemptor``).
             self.kept[claim_id] = (queue, (cluster, node))
