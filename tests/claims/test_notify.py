@@ -24,6 +24,10 @@ def deployment(settings, monkeypatch):
     settings.CELERY_BROKER_URL = url
     settings.REDIS_KEY_PREFIX = f"notify-{uuid.uuid4().hex[:8]}"
     monkeypatch.setattr(notify, "LINGER_SECONDS", 0.3)
+    # An earlier test's long polls may have left this process's listener subscribed (for its linger) to that
+    # test's channel: a waiter here would trust it and never be woken. Let it go first.
+    if not _until(lambda: not notify._subscribed.is_set(), 5.0):
+        pytest.fail("the listener an earlier test left subscribed did not let go")
     return redis.Redis.from_url(url)
 
 

@@ -115,8 +115,10 @@ def test_a_trickling_receiver_is_abandoned_at_the_deadline_and_allocation_goes_o
 
     first = wait_for("the trickle abandoned", lambda: trickle.requests[0].closed, 15, notify_worker)
     assert 9.9 <= first - opened <= 11.0, first - opened  # the whole attempt's deadline, not per read
-    delivery = WebhookDelivery.objects.get()
-    assert delivery.attempts >= 1 and delivery.last_error.startswith("attempt 1 failed: timeout"), delivery.last_error
+    # The worker records the attempt after it has closed the connection the receiver saw close.
+    delivery = wait_for("the failed attempt recorded", lambda: WebhookDelivery.objects.filter(
+        attempts__gte=1).first(), 5, notify_worker)
+    assert delivery.last_error.startswith("attempt 1 failed: timeout"), delivery.last_error
 
     wait_for("the retry delivered", lambda: WebhookDelivery.objects.filter(
         status=DeliveryStatus.DELIVERED).exists(), 10, notify_worker)
