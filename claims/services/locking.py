@@ -103,8 +103,11 @@ def new_rows(pools: set[PoolKey], seen_ids: Container[int]) -> tuple[set[DeviceK
     if not pools:
         return set(), set()
     clusters = {p[0] for p in pools}
+    drivers = {p[1] for p in pools}
     names = {p[2] for p in pools}
-    rows = (DeviceAllocation.objects.filter(cluster__in=clusters, pool__in=names)
+    # All three leading columns of the (cluster, driver, pool, device) index: without the driver PostgreSQL can
+    # bound the scan by the cluster alone, and chose to read the whole table for a fleet of few clusters.
+    rows = (DeviceAllocation.objects.filter(cluster__in=clusters, driver__in=drivers, pool__in=names)
             .values_list("id", "cluster", "driver", "pool", "device"))
     devices: set[DeviceKey] = set()
     touched: set[PoolKey] = set()
