@@ -81,8 +81,9 @@ class Price(models.Model):
 
 class DecayedUsage(models.Model):
     """A queue's past use with a half-life (``usage.services.decay``): ``value`` device-seconds as of ``at``;
-    read as ``value * 2^(-(now - at) / half_life_seconds)``. One row per queue whose ``spec.fairSharing.
-    halfLifeSeconds`` is above 0, kept up to date by the ledger's close in the release's transaction."""
+    read as ``value * 2^(-(now - at) / half_life_seconds)`` plus the queue's ``DecayedUsageDelta`` rows, each
+    decayed from its own ``at``. One row per queue whose ``spec.fairSharing.halfLifeSeconds`` is above 0; the
+    deltas are folded into it every few seconds (``decay.fold``)."""
 
     queue = models.CharField(max_length=253, unique=True)
     half_life_seconds = models.FloatField()
@@ -91,3 +92,17 @@ class DecayedUsage(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+
+class DecayedUsageDelta(models.Model):
+    """Device-seconds that closed for a queue with a half-life, as of ``at``: written by the ledger's close in
+    the release's statement. Insert-only, so that releases of one queue never wait for each other on its
+    ``DecayedUsage`` row (an UPDATE held it to commit); ``decay.fold`` moves them into that row."""
+
+    queue = models.CharField(max_length=253)
+    value = models.FloatField()
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["queue"], name="usage_decay_delta_queue")]

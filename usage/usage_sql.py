@@ -13,7 +13,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 
 from draservice.bulk import copy_rows
-from usage.models import DecayedUsage, UsageInterval
+from usage.models import DecayedUsage, DecayedUsageDelta, UsageInterval
 
 
 def insert_intervals(rows: list[dict], columns: list[str]) -> None:
@@ -47,30 +47,87 @@ def close_intervals_ctes() -> str:
 
 
 def _decay_ctes(closed: str) -> str:
-    """Two CTEs (``locked_decay``, ``decayed``) for a statement whose CTE ``closed`` returns the closed
-    intervals; uses ``%(now)s``. The rows are locked in id order first, so two releases touching the same
-    queues never wait for each other in a cycle."""
-    table = connection.ops.quote_name(DecayedUsage._meta.db_table)
-    return (f"locked_decay AS (SELECT d.id FROM {table} d WHERE d.queue IN (SELECT queue FROM {closed}) "
-            "ORDER BY d.id FOR UPDATE), "
-            f"decayed AS (UPDATE {table} d SET "
-            "value = d.value * power(2.0, -GREATEST(0.0, EXTRACT(EPOCH FROM (%(now)s - d.at))::float8) "
-            "/ d.half_life_seconds) + c.ds, at = GREATEST(d.at, %(now)s) "
-            "FROM (SELECT queue, SUM((weight * EXTRACT(EPOCH FROM (ended_at - started_at)))::float8) AS ds "
-            f"FROM {closed} GROUP BY queue) c "
-            "WHERE d.queue = c.queue AND d.id IN (SELECT id FROM locked_decay))")
+    """A CTE (``decayed``) for a statement whose CTE ``closed`` returns the closed intervals; uses ``%(now)s``:
+    one insert-only delta per queue with a half-life. No row another release writes: the ``DecayedUsage`` row
+    is only read here (a queue's first half-life, set while a release commits, may miss that one release, as
+    the release's close is not yet in the ledger ``configure`` reads)."""
+    table = connection.ops.quote_name(DecayedUsageDelta._meta.db_table)
+    rows = connection.ops.quote_name(DecayedUsage._meta.db_table)
+    return (f"decayed AS (INSERT INTO {table} (queue, value, at) "
+            "SELECT c.queue, c.ds, %(now)s FROM (SELECT queue, "
+            "SUM((weight * EXTRACT(EPOCH FROM (ended_at - started_at)))::float8) AS ds "
+            f"FROM {closed} GROUP BY queue) c WHERE EXISTS (SELECT 1 FROM {rows} d WHERE d.queue = c.queue))")
+
+
+def _decay_factor(at: str, half_life: str) -> str:
+    """SQL: 2^(-(now - at) / half_life), never above 1 (no growth for a clock behind ``at``)."""
+    return f"power(2.0, -GREATEST(0.0, EXTRACT(EPOCH FROM (%(now)s - {at}))::float8) / {half_life})"
+
+
+def read_decayed(now) -> dict[str, float]:
+    """Queue name -> its decayed usage at ``now`` (queues with a half-life): the row and its deltas, decayed."""
+    if connection.vendor != "postgresql":  # no deltas: SQLite keeps the rows as ``configure`` made them
+        return {r.queue: r.value * 2.0 ** (-max(0.0, (now - r.at).total_seconds()) / r.half_life_seconds)
+                for r in DecayedUsage.objects.all()}
+    rows = connection.ops.quote_name(DecayedUsage._meta.db_table)
+    deltas = connection.ops.quote_name(DecayedUsageDelta._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT d.queue, d.value * {_decay_factor('d.at', 'd.half_life_seconds')} + COALESCE(("
+            f"SELECT SUM(x.value * {_decay_factor('x.at', 'd.half_life_seconds')}) FROM {deltas} x "
+            f"WHERE x.queue = d.queue), 0) FROM {rows} d", {"now": now})
+        return {queue: float(value) for queue, value in cursor.fetchall()}
+
+
+def fold(now) -> int:
+    """Move every delta into its queue's row (decayed to ``now``), in one statement: it deletes exactly the
+    deltas its snapshot sees and adds exactly those. Deltas of a queue without a row (its half-life set to 0)
+    are dropped. Returns the deltas folded. Locks the rows only against ``configure``, never a release."""
+    if connection.vendor != "postgresql":
+        return 0
+    rows = connection.ops.quote_name(DecayedUsage._meta.db_table)
+    deltas = connection.ops.quote_name(DecayedUsageDelta._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH gone AS (DELETE FROM {deltas} RETURNING queue, value, at), "
+            f"summed AS (SELECT g.queue, SUM(g.value * {_decay_factor('g.at', 'd.half_life_seconds')}) AS v "
+            f"FROM gone g JOIN {rows} d ON d.queue = g.queue GROUP BY g.queue), "
+            f"folded AS (UPDATE {rows} d SET value = d.value * {_decay_factor('d.at', 'd.half_life_seconds')} "
+            "+ s.v, at = GREATEST(d.at, %(now)s) FROM summed s WHERE d.queue = s.queue) "
+            "SELECT count(*) FROM gone", {"now": now})
+        return int(cursor.fetchone()[0])
+
+
+def reset_decayed(queue: str, half_life: float, now) -> None:
+    """The queue's row computed afresh from the ledger's closed intervals, its deltas dropped, in one statement:
+    one snapshot, so a release that commits meanwhile is either in the ledger read or keeps its delta."""
+    if connection.vendor != "postgresql":
+        DecayedUsage.objects.update_or_create(queue=queue, defaults={"half_life_seconds": float(half_life),
+                                                                     "value": 0.0, "at": now})
+        return
+    rows = connection.ops.quote_name(DecayedUsage._meta.db_table)
+    deltas = connection.ops.quote_name(DecayedUsageDelta._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH gone AS (DELETE FROM {deltas} WHERE queue = %(q)s) "
+            f"INSERT INTO {rows} (queue, half_life_seconds, value, at) SELECT %(q)s, %(h)s, ({_ledger_sum()}), %(now)s "
+            "ON CONFLICT (queue) DO UPDATE SET half_life_seconds = EXCLUDED.half_life_seconds, "
+            "value = EXCLUDED.value, at = EXCLUDED.at", {"q": queue, "h": float(half_life), "now": now})
+
+
+def _ledger_sum() -> str:
+    """SQL: queue ``%(q)s``'s closed intervals decayed to ``%(now)s`` with half-life ``%(h)s``."""
+    table = connection.ops.quote_name(UsageInterval._meta.db_table)
+    return ("SELECT COALESCE(SUM((weight * EXTRACT(EPOCH FROM (ended_at - started_at)))::float8 * "
+            f"{_decay_factor('ended_at', '%(h)s')}), 0) FROM {table} WHERE queue = %(q)s AND ended_at IS NOT NULL")
 
 
 def decayed_from_ledger(queue: str, half_life: float, now) -> float:
     """The queue's decayed usage at ``now`` from its closed intervals (0 on SQLite)."""
     if connection.vendor != "postgresql":
         return 0.0
-    table = connection.ops.quote_name(UsageInterval._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT COALESCE(SUM((weight * EXTRACT(EPOCH FROM (ended_at - started_at)))::float8 * power(2.0, "
-            "-GREATEST(0.0, EXTRACT(EPOCH FROM (%(now)s - ended_at))::float8) / %(h)s)), 0) "
-            f"FROM {table} WHERE queue = %(q)s AND ended_at IS NOT NULL", {"now": now, "h": half_life, "q": queue})
+        cursor.execute(_ledger_sum(), {"now": now, "h": half_life, "q": queue})
         return float(cursor.fetchone()[0])
 
 

@@ -16,8 +16,11 @@ from django.utils import timezone
 from claims.models import Phase, ResourceClaim
 from claims.services import claims as claim_services
 from claims.services import preemption
+from draservice import dispatch
 from scheduler.services import allocation
 from tests.claims.fleet import gpu_claim, load_fleet
+from usage.models import DecayedUsageDelta, UsageInterval
+from usage.services import decay
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.live]
 
@@ -102,6 +105,21 @@ def waits_seen(samples: list[list[tuple]]) -> tuple[int, list[str]]:
     return most, [f"{n}x {pair}" for pair, n in pairs.most_common()]
 
 
+class Deferred(dispatch.LocalRunner):
+    """Takes the tasks the writers ask for, as ``manage.py serve``'s runner would, instead of each writer's thread
+    running a round inline (no broker here): the rounds are not the release path, and one process's engine cache
+    serves one round at a time, as a worker or a runner runs them. The test runs the rounds afterwards."""
+
+    def __init__(self) -> None:
+        self.kicked: set[str] = set()
+
+    def serves(self, name: str) -> bool:
+        return True
+
+    def kick(self, name: str) -> None:
+        self.kicked.add(name)
+
+
 def run_writers(releases: list[int], moves: list[int]) -> tuple[list, list[list[tuple]], float]:
     barrier = threading.Barrier(len(releases) + len(moves))
     errors: list = []
@@ -111,27 +129,40 @@ def run_writers(releases: list[int], moves: list[int]) -> tuple[list, list[list[
     sampler.start()
     workers = ([threading.Thread(target=release_and_hold, args=(i, barrier, errors)) for i in releases]
                + [threading.Thread(target=move_and_hold, args=(i, barrier, errors)) for i in moves])
+    runner = Deferred()
+    dispatch.add_local_runner(runner)
     started = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    elapsed = time.perf_counter() - started
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        dispatch.remove_local_runner(runner)
     stop.set()
     sampler.join()
     return errors, samples, elapsed
 
 
-def test_fifty_releases_and_ten_preemption_moves_wait_on_no_row():
+@pytest.mark.parametrize("half_life", [0, 3600], ids=["no-decay", "fair-share-decay"])
+def test_fifty_releases_and_ten_preemption_moves_wait_on_no_row(half_life):
     load_fleet({"c1": [("h100", 8)]})  # 64 GPUs
     claim_services.create_claims("team-a", [gpu_claim(f"c-{i}") for i in range(RELEASES + MOVES)])
     while allocation.allocate_round().taken:
         pass
     ids = list(ResourceClaim.objects.filter(phase=Phase.ALLOCATED).order_by("id").values_list("id", flat=True))
     assert len(ids) == RELEASES + MOVES
+    queues = set(UsageInterval.objects.values_list("queue", flat=True))
+    assert len(queues) == 1 and "" not in queues
+    if half_life:  # the one queue remembers its use: every release and move adds to its decayed usage
+        with transaction.atomic():
+            decay.configure(queues.pop(), half_life)
     errors, samples, elapsed = run_writers(ids[:RELEASES], ids[RELEASES:])
     assert errors == []
     assert ResourceClaim.objects.filter(id__in=ids[:RELEASES], phase=Phase.RELEASED).count() == RELEASES
+    while allocation.allocate_round().taken:  # the rounds the writers asked for
+        pass
     # The requeued victims are pending again, or placed again by the rounds their moves asked for.
     assert ResourceClaim.objects.filter(id__in=ids[RELEASES:], phase__in=(Phase.PENDING, Phase.ALLOCATED)) \
         .count() == MOVES
@@ -139,3 +170,5 @@ def test_fifty_releases_and_ten_preemption_moves_wait_on_no_row():
     most, pairs = waits_seen(samples)
     assert most == 0, f"{most} writers waiting at once; " + " | ".join(pairs)
     assert elapsed < (RELEASES + MOVES) * HOLD_SECONDS / 2  # they did not queue one by one
+    if half_life:
+        assert DecayedUsageDelta.objects.count() == RELEASES + MOVES
