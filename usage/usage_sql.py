@@ -51,9 +51,8 @@ def _decay_ctes(closed: str) -> str:
     one insert-only delta per queue with a half-life. No row another release writes: the ``DecayedUsage`` row
     is only read here (a queue's first half-life, set while a release commits, may miss that one release, as
     the release's close is not yet in the ledger ``configure`` reads)."""
-    table = connection.ops.quote_name(DecayedUsageDelta._meta.db_table)
-    rows = connection.ops.quote_name(DecayedUsage._meta.db_table)
-    return (f"decayed AS (INSERT INTO {table} (queue, value, at) "
+    rows, deltas = _decay_tables()
+    return (f"decayed AS (INSERT INTO {deltas} (queue, value, at) "
             "SELECT c.queue, c.ds, %(now)s FROM (SELECT queue, "
             "SUM((weight * EXTRACT(EPOCH FROM (ended_at - started_at)))::float8) AS ds "
             f"FROM {closed} GROUP BY queue) c WHERE EXISTS (SELECT 1 FROM {rows} d WHERE d.queue = c.queue))")
@@ -64,13 +63,18 @@ def _decay_factor(at: str, half_life: str) -> str:
     return f"power(2.0, -GREATEST(0.0, EXTRACT(EPOCH FROM (%(now)s - {at}))::float8) / {half_life})"
 
 
+def _decay_tables() -> tuple[str, str]:
+    """The quoted tables of the rows and of their deltas."""
+    quote = connection.ops.quote_name
+    return quote(DecayedUsage._meta.db_table), quote(DecayedUsageDelta._meta.db_table)
+
+
 def read_decayed(now) -> dict[str, float]:
     """Queue name -> its decayed usage at ``now`` (queues with a half-life): the row and its deltas, decayed."""
     if connection.vendor != "postgresql":  # no deltas: SQLite keeps the rows as ``configure`` made them
         return {r.queue: r.value * 2.0 ** (-max(0.0, (now - r.at).total_seconds()) / r.half_life_seconds)
                 for r in DecayedUsage.objects.all()}
-    rows = connection.ops.quote_name(DecayedUsage._meta.db_table)
-    deltas = connection.ops.quote_name(DecayedUsageDelta._meta.db_table)
+    rows, deltas = _decay_tables()
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT d.queue, d.value * {_decay_factor('d.at', 'd.half_life_seconds')} + COALESCE(("
@@ -85,8 +89,7 @@ def fold(now) -> int:
     are dropped. Returns the deltas folded. Locks the rows only against ``configure``, never a release."""
     if connection.vendor != "postgresql":
         return 0
-    rows = connection.ops.quote_name(DecayedUsage._meta.db_table)
-    deltas = connection.ops.quote_name(DecayedUsageDelta._meta.db_table)
+    rows, deltas = _decay_tables()
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH gone AS (DELETE FROM {deltas} RETURNING queue, value, at), "
@@ -105,8 +108,7 @@ def reset_decayed(queue: str, half_life: float, now) -> None:
         DecayedUsage.objects.update_or_create(queue=queue, defaults={"half_life_seconds": float(half_life),
                                                                      "value": 0.0, "at": now})
         return
-    rows = connection.ops.quote_name(DecayedUsage._meta.db_table)
-    deltas = connection.ops.quote_name(DecayedUsageDelta._meta.db_table)
+    rows, deltas = _decay_tables()
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH gone AS (DELETE FROM {deltas} WHERE queue = %(q)s) "
