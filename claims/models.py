@@ -67,7 +67,9 @@ class ResourceClaim(Versioned):
     waited: timedelta | None
     queue: dict | None
 
-    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="claims")
+    # No index of its own: the unique (namespace, name) constraint leads with it, and every write of a claim
+    # would maintain a second one.
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="claims", db_index=False)
     name = models.CharField(max_length=253)
     change_seq = models.BigIntegerField(null=True, blank=True, editable=False)  # set by the change-log trigger
     labels = models.JSONField(default=dict, blank=True)

@@ -68,7 +68,8 @@ class Unit(models.TextChoices):
 
 class QuotaCharge(models.Model):
     claim = models.ForeignKey("claims.ResourceClaim", on_delete=models.CASCADE, related_name="quota_charges")
-    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="charges")
+    # No index of its own: queues_charge_queue (queue, device_class) leads with it.
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="charges", db_index=False)
     device_class = models.CharField(max_length=253)
     unit = models.CharField(max_length=16, choices=Unit.choices)
     resource = models.CharField(max_length=253, blank=True, default="")  # counter / capacity name
