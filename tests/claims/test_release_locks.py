@@ -16,8 +16,8 @@ from django.utils import timezone
 from claims.models import Phase, ResourceClaim
 from claims.services import claims as claim_services
 from claims.services import preemption
-from draservice import dispatch
 from scheduler.services import allocation
+from tests.claims.deferred import deferred
 from tests.claims.fleet import gpu_claim, load_fleet
 from usage.models import DecayedUsageDelta, UsageInterval
 from usage.services import decay
@@ -105,21 +105,6 @@ def waits_seen(samples: list[list[tuple]]) -> tuple[int, list[str]]:
     return most, [f"{n}x {pair}" for pair, n in pairs.most_common()]
 
 
-class Deferred(dispatch.LocalRunner):
-    """Takes the tasks the writers ask for, as ``manage.py serve``'s runner would, instead of each writer's thread
-    running a round inline (no broker here): the rounds are not the release path, and one process's engine cache
-    serves one round at a time, as a worker or a runner runs them. The test runs the rounds afterwards."""
-
-    def __init__(self) -> None:
-        self.kicked: set[str] = set()
-
-    def serves(self, name: str) -> bool:
-        return True
-
-    def kick(self, name: str) -> None:
-        self.kicked.add(name)
-
-
 def run_writers(releases: list[int], moves: list[int]) -> tuple[list, list[list[tuple]], float]:
     barrier = threading.Barrier(len(releases) + len(moves))
     errors: list = []
@@ -129,17 +114,15 @@ def run_writers(releases: list[int], moves: list[int]) -> tuple[list, list[list[
     sampler.start()
     workers = ([threading.Thread(target=release_and_hold, args=(i, barrier, errors)) for i in releases]
                + [threading.Thread(target=move_and_hold, args=(i, barrier, errors)) for i in moves])
-    runner = Deferred()
-    dispatch.add_local_runner(runner)
-    started = time.perf_counter()
-    try:
+    # The rounds the writers ask for are not the release path, and one process's engine cache serves one round
+    # at a time (a worker or a runner runs them): the test runs them afterwards.
+    with deferred():
+        started = time.perf_counter()
         for w in workers:
             w.start()
         for w in workers:
             w.join()
         elapsed = time.perf_counter() - started
-    finally:
-        dispatch.remove_local_runner(runner)
     stop.set()
     sampler.join()
     return errors, samples, elapsed
