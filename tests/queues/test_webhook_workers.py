@@ -22,6 +22,7 @@ from tests.claims.workers import ROOT, WorkerPool
 from tests.queues.conftest import queue_body
 from tests.queues.receivers import Receiver
 from tests.queues.test_admission import make, ns, submit
+from usage.models import DecayedUsage, DecayedUsageDelta
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -132,3 +133,27 @@ def test_a_trickling_receiver_is_abandoned_at_the_deadline_and_allocation_goes_o
     assert listed[0]["lastError"].startswith("attempt 1 failed: timeout")
     print(f"canary allocated in {canary_seconds:.2f} s; trickle abandoned after {first - opened:.2f} s "
           f"(load {os.getloadavg()[0]:.2f})")
+
+
+def test_the_notify_worker_folds_the_releases_decayed_usage(admin_client, live_broker, notify_worker, h100_fleet,
+                                                             settings):
+    """The fold beat sends (``usage.tasks.fold_decay``, notify queue) runs on a real notify worker: the releases'
+    delta rows of a fair-sharing queue go into its total, and the figure the queue reports does not change."""
+    make(admin_client, queue_body("team-b", namespaces=["b"], gpus=0, fairSharing={"halfLifeSeconds": 3600}))
+    for i in range(3):
+        submit(admin_client, "b", f"job{i}", 2)
+    allocated = ResourceClaim.objects.filter(phase=Phase.ALLOCATED)
+    wait_for("3 claims allocated", lambda: allocated.count() == 3, 30, live_broker)
+    for i in range(3):
+        assert admin_client.post(f"{ns('b')}/resourceclaims/job{i}/release").status_code == 200
+    assert DecayedUsageDelta.objects.filter(queue="team-b").count() == 3
+    reported = admin_client.get("/api/v1/queues/team-b").json()["status"]["fairSharing"]["decayedUsage"]
+    assert reported > 0
+
+    from draservice.celery import app
+
+    app.send_task("usage.tasks.fold_decay", queue=settings.NOTIFY_QUEUE)  # as beat does every FOLD_SECONDS
+    wait_for("the deltas folded", lambda: not DecayedUsageDelta.objects.exists(), 15, notify_worker)
+    assert DecayedUsage.objects.get(queue="team-b").value > 0
+    after = admin_client.get("/api/v1/queues/team-b").json()["status"]["fairSharing"]["decayedUsage"]
+    assert after == pytest.approx(reported, rel=5e-3)  # a few seconds of a one-hour half-life apart
