@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DEPTH = queue_spec.DEFAULT_PLAN_DEPTH
 HELD = "HeldForQueueHead"
+WAITING_FOR_RESERVATION = "WaitingForReservation"  # the claim reason of reservation_tick.WAITING
 # What a claim's search may cost the plan, in CEL cost units, over all its candidate times: what one group's
 # search may cost a round. A claim with expensive selectors is left unplanned rather than holding up the
 # worker (the plan runs after the worker's rounds, before the next).
@@ -80,7 +81,11 @@ def _head_query(name: str, queue, depth: int):
     and a plan pass must not be the first to pay for a claim whose selectors are expensive (the pass runs on
     the allocation workers)."""
     namespaces = (queue.spec.get("namespaces") or []) if queue else []
+    # A claim waiting for its reservation's window is not planned: it cannot start before the window, and its
+    # reservation holds and reclaims the capacity itself from the start minus the lead time. Planned now on
+    # free devices, it made a claim with no walltime wait for it, or not, by which of them a round saw first.
     return (ResourceClaim.objects.filter(phase=Phase.PENDING, attempts__gt=0)
+            .exclude(reason=WAITING_FOR_RESERVATION)
             .filter(claims_of_queue_q(name, namespaces))
             .order_by(RawSQL(PRIORITY_SQL, [queue.max_priority]).desc(), F("created_at").asc(), "id")[:depth])
 

@@ -8,7 +8,8 @@ import pytest
 
 from claims.models import Phase, ResourceClaim
 from queues.models import QuotaCharge, Reservation
-from scheduler.services import reservation_tick
+from scheduler.models import PlannedStart
+from scheduler.services import plan, reservation_tick
 from tests.claims.fleet import load_fleet
 from tests.queues.conftest import queue_body
 from tests.queues.test_admission import make, rounds, submit
@@ -83,3 +84,22 @@ def test_before_start_minus_lead_nothing_is_withheld(admin_client, cohort):
         submit(admin_client, "a", f"a{i}")
     rounds()
     assert allocated("a") == 12  # 16 − the 4 team-b keeps
+
+
+def test_a_claim_waiting_for_its_window_is_not_planned_ahead_of_a_borrower(admin_client):
+    """Before the hold a claim with no walltime runs on the node the reservation will hold (the reservation
+    reclaims it from its start minus the lead time): the labelled claim waiting for the window is not in the plan,
+    where it would have taken the free devices at once and kept the borrower off them."""
+    load_fleet({"c1": [("h100", 1)]})  # one node, 8 GPUs
+    assert admin_client.post("/api/v1/reservations", reservation(timedelta(minutes=10), 60),
+                             format="json").status_code == 201
+    submit(admin_client, "r", "reserved", 8, labels={"draservice.io/reservation": "nightly"})
+    rounds()
+    reserved = ResourceClaim.objects.get(namespace__name="r", name="reserved")
+    assert (reserved.phase, reserved.reason) == (Phase.PENDING, "WaitingForReservation")
+    plan.refresh(force=True)
+    assert not PlannedStart.objects.filter(claim=reserved).exists()
+    submit(admin_client, "a", "borrower", 4)  # no walltime
+    rounds()
+    borrower = ResourceClaim.objects.get(namespace__name="a", name="borrower")
+    assert borrower.phase == Phase.ALLOCATED, (borrower.reason, borrower.message)
