@@ -124,15 +124,6 @@ def _ledger_sum() -> str:
             f"{_decay_factor('ended_at', '%(h)s')}), 0) FROM {table} WHERE queue = %(q)s AND ended_at IS NOT NULL")
 
 
-def decayed_from_ledger(queue: str, half_life: float, now) -> float:
-    """The queue's decayed usage at ``now`` from its closed intervals (0 on SQLite)."""
-    if connection.vendor != "postgresql":
-        return 0.0
-    with connection.cursor() as cursor:
-        cursor.execute(_ledger_sum(), {"now": now, "h": half_life, "q": queue})
-        return float(cursor.fetchone()[0])
-
-
 def decayed_as_of(queue: str, half_life: float, at) -> float:
     """The queue's decayed usage at ``at`` (a past moment) from the intervals closed by then (0 on SQLite)."""
     if connection.vendor != "postgresql" or half_life <= 0:
