@@ -137,7 +137,11 @@ def tree(w: World, lending: int | None, grace: int = 1) -> None:
         w.equal(s, "notices", Preemption.objects.filter(victim__namespace__name="c1").count(), 0)
     else:
         w.equal(s, "c1 at the end", w.allocated("c1"), 4)
-        w.equal(s, "notices", Preemption.objects.filter(victim__namespace__name="c1").count(), 4)
+        if not w.equal(s, "notices", Preemption.objects.filter(victim__namespace__name="c1").count(), 4):
+            for p in Preemption.objects.filter(victim__namespace__name="c1").select_related("victim", "preemptor"):
+                print(f"    notice {p.id}: {p.victim.name} for {p.preemptor.name if p.preemptor else None} "
+                      f"{p.state} created {p.created_at:%H:%M:%S.%f} "
+                      f"finished {p.finished_at and f'{p.finished_at:%H:%M:%S.%f}'}", flush=True)
     w.at_most(s, "seconds until c2's 4 claims run", served, grace + 2)
 
 

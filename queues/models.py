@@ -109,7 +109,10 @@ class Preemption(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["deadline"], condition=models.Q(state="PreemptionPending"),
-                                name="queues_preemption_due")]
+                                name="queues_preemption_due"),
+                   # The recent requeues, read by every admission that borrows (``queues.services.owed``).
+                   models.Index(fields=["finished_at"], condition=models.Q(state="Preempted"),
+                                name="queues_preemption_requeued")]
 
 
 class Reservation(models.Model):

@@ -45,6 +45,7 @@ from queues import queues_sql
 from queues import spec as queue_spec
 from queues.models import DEFAULT_QUEUE, Queue, QuotaCharge
 from queues.quantities import quantity
+from queues.services import owed as debts
 from queues.services import reservations
 from queues.services import usage as u
 from queues.services.resolve import Tree, queue_of
@@ -140,6 +141,8 @@ class _State:
         self._added: u.Usage = {}  # charged by this commit before usage was read
         self._withheld: list[reservations.Withheld] | None = None
         self._unit = None  # the unit being checked
+        self._owed: list[debts.Owed] | None = None  # read with usage: quota a reclaim freed for its preemptor
+        self._settled: set[int] = set()  # preemptors checked now or admitted: their debt is not counted
         self._lending: dict[tuple[str, str], int] | None = None  # (reservation, class) -> its devices on their nodes
         self.labels = dict(view.cluster_labels) if view is not None else {}
         self.by_id = {q.id: q for q in tree.queues.values()}
@@ -154,6 +157,7 @@ class _State:
         alone, the common case) never needs it."""
         if self._usage is None:
             self._usage = u.load()
+            self._owed = debts.owed(self.tree, self.now)
             for key, amount in self._added.items():
                 self._usage[key] = self._usage.get(key, Fraction(0)) + amount
         return self._usage
@@ -190,10 +194,16 @@ class _State:
         return out
 
     def used(self, queue: Queue, key: tuple[str, str, str], clusters: set[str] | None) -> Fraction:
+        """What ``queue``'s subtree uses of ``key``, plus the devices owed to its preemptors (``debts``) other
+        than the unit's own."""
         ids = self.subtree(queue)
-        return sum((amount for (qid, cls, unit, res, cluster), amount in self.usage.items()
-                    if qid in ids and (cls, unit, res) == key and (clusters is None or cluster in clusters)),
-                   Fraction(0))
+        total = sum((amount for (qid, cls, unit, res, cluster), amount in self.usage.items()
+                     if qid in ids and (cls, unit, res) == key and (clusters is None or cluster in clusters)),
+                    Fraction(0))
+        if clusters is None and key[1] == "devices":
+            total += sum(o.devices for o in self._owed or () if o.queue_id in ids and o.device_class == key[0]
+                         and o.claim_id not in self._settled)
+        return total
 
     def entry(self, queue: Queue, cls: str, cluster: str) -> dict | None:
         """The queue's quota entry for ``cls`` covering ``cluster`` (a selector-specific one first)."""
@@ -224,9 +234,12 @@ class _State:
             for key, amount in need.items():
                 total[(cluster, key)] += amount
         self._unit, self._lending = unit, None
+        mine = {claim.id for claim, _, _ in per_claim} - self._settled
+        self._settled |= mine  # what it is owed is what it asks for now: not counted twice
         for (cluster, key), amount in sorted(total.items()):
             why = self.check(leaf, chain, cluster, key, amount)
             if why is not None:
+                self._settled -= mine  # refused: still owed to it, for the units after it
                 return why, []
         charges = []
         for claim, cluster, need in per_claim:

@@ -17,11 +17,13 @@ from itertools import zip_longest
 from django.db import connection
 from django.db.models import Exists, F, Min, OuterRef
 from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
 from claims.services import fleet, wake
 from gangs.services import preempted as gang_requeue
 from queues.models import Preemption, PreemptionState
+from queues.services import owed as debts
 from queues.services.position import PRIORITY_SQL
 from queues.services.resolve import Tree, claims_of_queue_q, effective_priority, queue_of
 from queues.services.usage import requested_devices
@@ -52,9 +54,10 @@ def run(limit: int = 20, budget: float = PASS_SECONDS) -> dict:
     # as long as it lived: a free GPU nobody was placed on, claims of both queues waiting beside it.
     engine = recheck.cached_engine(fleet.current_view())
     try:
-        # The room notices free is their preemptors', not this pass's.
+        # The room notices free is their preemptors', not this pass's, nor the room requeued victims freed
+        # for preemptors no round has tried since (``queues.services.owed``).
         promised = recheck.place_running(kept, engine=engine)
-        coming = _coming(tree, (waiting - {None}) | promised)
+        coming = _coming(tree, (waiting - {None}) | promised | debts.preemptor_ids(timezone.now()))
         for claim in preemptors(tree, waiting, limit):
             if claim.id in promised:
                 continue

@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.utils import timezone
 
 from claims.models import Phase, ResourceClaim
+from claims.services import taking
 from queues.models import Preemption
+from queues.services import owed
 from scheduler.services import reclaim
 from scheduler.services.allocation import allocate_round
 from tests.queues.conftest import queue_body
@@ -70,3 +73,56 @@ def test_a_claim_blocked_by_its_parents_quota_reclaims_within_grace(admin_client
     assert allocated("c1") == 4
     assert Preemption.objects.count() == 4
     assert set(Preemption.objects.values_list("victim__namespace__name", flat=True)) == {"c1"}
+
+
+def test_quota_a_reclaim_freed_waits_for_its_preemptor(admin_client, h100_fleet):
+    """The victims requeued, a round that decides them before their preemptors (another worker holds those)
+    must not give them back the quota freed for the preemptors: they stay WaitingForQuota, the preemptors are
+    placed by the next round, and the next pass takes no second set of victims (4 notices for 2 claims, before)."""
+    org_tree(admin_client)
+    for i in range(8):
+        submit(admin_client, "c1", f"c1-{i}")
+    allocate_round()
+    assert allocated("c1") == 8
+    for i in range(2):
+        submit(admin_client, "c2", f"c2-{i}")
+    allocate_round()
+    reclaim.run()
+    assert Preemption.objects.count() == 2
+    time.sleep(GRACE + 0.1)
+    reclaim.run()  # requeues the two victims
+    victims = ResourceClaim.objects.filter(namespace__name="c1", phase=Phase.PENDING)
+    assert victims.count() == 2
+    preemptors = list(ResourceClaim.objects.filter(namespace__name="c2").values_list("id", flat=True))
+    taking.mark_taken(preemptors)  # another worker's round holds them
+    allocate_round()
+    assert allocated("c1") == 6, [(c.name, c.phase, c.reason) for c in ResourceClaim.objects.filter(
+        namespace__name="c1")]
+    assert {c.reason for c in victims} == {"WaitingForQuota"}
+    assert all("would borrow" in c.message for c in victims), [c.message for c in victims]
+    taking.clear_taken(preemptors)
+    allocate_round()
+    assert allocated("c2") == 2 and allocated("c1") == 6
+    reclaim.run()
+    assert Preemption.objects.count() == 2
+
+
+def test_a_preemptor_tried_since_owes_nothing(admin_client, h100_fleet):
+    """The debt ends once a round has tried the preemptor, placed or not: one whose devices are gone (its class
+    now selects nothing) does not keep its queue's nominal from the borrower."""
+    org_tree(admin_client)
+    for i in range(8):
+        submit(admin_client, "c1", f"c1-{i}")
+    allocate_round()
+    submit(admin_client, "c2", "c2-0")
+    allocate_round()
+    reclaim.run()
+    time.sleep(GRACE + 0.1)
+    reclaim.run()
+    preemptor = ResourceClaim.objects.get(namespace__name="c2", name="c2-0")
+    assert owed.preemptor_ids(timezone.now()) == {preemptor.id}
+    ResourceClaim.objects.filter(id=preemptor.id).update(last_attempt_at=timezone.now())  # a round tried it
+    assert owed.preemptor_ids(timezone.now()) == set()
+    taking.mark_taken([preemptor.id])
+    allocate_round()
+    assert allocated("c1") == 8  # the victim took its quota back: nothing was owed any more
