@@ -349,7 +349,9 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     if not live:
         return []
     events = []
-    queueing.preemptors_gone([c for c in live if c.phase == Phase.PENDING], reason)
+    pending = [c for c in live if c.phase == Phase.PENDING]
+    queueing.preemptors_gone(pending, reason)
+    held = wake.held_nodes([c.id for c in pending]) if pending else set()  # a head's hold ends with it
     for c in live:
         had = c.phase == Phase.ALLOCATED
         c.phase = Phase.RELEASED
@@ -369,6 +371,8 @@ def _release_locked(claims: list[ResourceClaim], reason: str, message: str, now)
     # PostgreSQL (a round trip, and the driver's and PostgreSQL's per-statement CPU, fewer on every release).
     ids = [c.id for c in live]
     freed = free_devices(ids, now, written=(live, _RELEASED_FIELDS, events))
+    if held:
+        freed.update(wake.offer_again(wake.devices_on(held)))
     if freed:  # counted for the wake-ups: only claims they could serve wake
         transaction.on_commit(dispatch.request_allocation)
     transaction.on_commit(lambda: notify.publish(ids))

@@ -53,6 +53,7 @@ from django.db.models import F, Subquery
 from claims import claims_sql
 from claims.models import FleetState, FreedCount, PendingWake, Phase, ReleasedDevice, ResourceClaim, WakeKey
 from dra.engine.diagnostics import BEST_NODES_LISTED
+from inventory.models import Device
 
 ANY = "*"
 ANY_RELEASE = ((ANY, 1),)
@@ -306,6 +307,39 @@ def offer(devices) -> None:
     way; PostgreSQL runs ``offer_sql`` inside the release's statement)."""
     ReleasedDevice.objects.bulk_create([ReleasedDevice(cluster=c, driver=d, pool=p, device=n)
                                         for c, d, p, n in sorted(set(devices))])
+
+
+def held_nodes(claim_ids: list[int]) -> set[tuple[str, str]]:
+    """The (cluster, node) that these claims hold as their queues' heads."""
+    return set(PendingWake.objects.filter(claim_id__in=claim_ids).exclude(hold_node="")
+               .values_list("hold_cluster", "hold_node"))
+
+
+def devices_on(nodes) -> list[tuple[str, str, str, str]]:
+    """Every device ((cluster, driver, pool, device)) of ``nodes`` ((cluster, node))."""
+    wanted = set(nodes)
+    if not wanted:
+        return []
+    return [(c, d, p, n) for c, d, p, n, node in Device.objects.filter(
+        cluster__name__in={c for c, _ in wanted}, node_name__in={n for _, n in wanted}).values_list(
+        "cluster__name", "driver", "pool_name", "name", "node_name") if (c, node) in wanted]
+
+
+def offer_again(devices) -> Counter:
+    """Those of ``devices`` ((cluster, driver, pool, device)) that no allocation holds, as if released now:
+    counted and offered. For a node a queue's head no longer holds (it moved its hold, was placed, lost its turn
+    or was released): the claims kept off the node waited for a release (their offer was spent while the hold
+    stood), and its free devices would stay idle beside them until one. Returns the devices offered per
+    cluster."""
+    devices = sorted(set(devices))
+    held = claims_sql.allocated_among(devices)
+    free = [d for d in devices if d not in held]
+    per_cluster = Counter(c for c, _, _, _ in free)
+    if free:
+        counts = [FreedCount(key=cluster_key(c), freed=n) for c, n in sorted(per_cluster.items())]
+        FreedCount.objects.bulk_create([*counts, FreedCount(key=ANY, freed=len(free))])
+        offer(free)
+    return per_cluster
 
 
 def candidates_sql() -> str:

@@ -215,6 +215,7 @@ def _decide_in_turns(session: EngineSession, view, groups: list[Group], version,
             result.add(out)
             # Selectors that failed on some device (which then matched nothing): the pool's operator hears once.
             pool_warnings.raise_selector_errors(pool_warnings.selector_errors_of(outcomes), view.cluster_versions)
+    queue_holds.offer_given_up(reservations, groups)
 
 
 CLUSTERS_MEMO_MAX = 10_000

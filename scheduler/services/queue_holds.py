@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from claims.models import PendingWake
+from claims.services import wake
 from draservice.prepared import PreparedValues
 from queues.services import usage as u
 from queues.services.order import Shares
@@ -44,6 +45,7 @@ class RoundReservations(Screen):
         self.held: dict[tuple[str, str], str] = {}  # (cluster, node) -> queue name of the head holding it
         self.heads: set[str] = set()  # queues whose head has been found (this round or kept from before)
         self.kept: dict[int, tuple[str, tuple[str, str]]] = {}  # head claim id -> (queue, node), from before
+        self.given_up: dict[int, tuple[str, str]] = {}  # kept heads decided again -> the node they held
         self.backfill = Backfill()
         self._read_kept()
         # What a holding gang will use once placed, per queue and class: a gang that will borrow is a borrowing
@@ -78,6 +80,7 @@ class RoundReservations(Screen):
         for claim in group.claims:
             if claim.id in self.kept:
                 queue, where = self.kept.pop(claim.id)
+                self.given_up[claim.id] = where
                 if self.held.get(where) == queue:
                     del self.held[where]
                 self.heads.discard(queue)
@@ -138,6 +141,20 @@ class RoundReservations(Screen):
             self.shares.add(q.id, cls, n)
         return True
 
+    def free_on(self, group, where: tuple[str, str]) -> list[tuple[str, str, str, str]]:
+        """The devices of ``group``'s first device class on node ``where`` that this round's engine sees free."""
+        wanted = [r for c in group.claims for r in requested_devices(c.spec)]
+        model = self.engine.clusters.get(where[0]) if wanted else None
+        node = model.nodes.get(where[1]) if model is not None else None
+        klass = self.engine.get_class(None, wanted[0][0]) if node is not None else None
+        if klass is None:
+            return []
+        exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
+                      for s in (klass.get("spec") or {}).get("selectors") or [])
+        sel = self.engine.selector_set(wanted[0][0], exprs, ())
+        return [(d.cluster, d.driver, d.pool, d.name) for d in self.engine.node_selector_candidates(model, node, sel)
+                if self.engine.is_free(d)]
+
     def _reserve(self, group, queue: str) -> None:
         """Hold the node with the most free devices that the head's first device class (and its requests'
         selectors, where they agree) selects, among the nodes that could ever hold it. The free counts come
@@ -163,6 +180,23 @@ class RoundReservations(Screen):
                 self.held[(model.name, name)] = queue
                 group.holds_node, group.held_at = queue, (model.name, name)  # kept for the next rounds (wake rows)
                 return
+
+
+def offer_given_up(screen: RoundReservations, groups) -> int:
+    """After the round's commits: the free devices (of its class) on the nodes its kept heads gave up and do
+    not hold again (placed elsewhere, holding another node, deferred) are offered as if released. The claims
+    held off such a node were woken by its devices' release while the hold stood and wait for the next
+    release; without this a GPU stayed free beside them once the head held another node."""
+    if not screen.given_up:
+        return 0
+    by_claim = {c.id: g for g in groups for c in g.claims}
+    devices = []
+    for claim_id, where in screen.given_up.items():
+        group = by_claim.get(claim_id)
+        if group is not None and group.held_at != where:
+            devices.extend(screen.free_on(group, where))
+    screen.given_up.clear()
+    return sum(wake.offer_again(devices).values())
 
 
 def hold_for_preemptor(claim, queue: str, where: tuple[str, str]) -> None:
