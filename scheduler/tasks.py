@@ -141,6 +141,7 @@ def place_gangs(max_seconds: float = MAX_TASK_SECONDS) -> dict:
     deadline = time.monotonic() + max_seconds
     totals: dict[str, int] = {}
     skip: set[int] = set()
+    behind: set[int] = set()
     retry = False
     while time.monotonic() < deadline:
         attempt = gang_placement.place_next(exclude=skip)
@@ -149,13 +150,16 @@ def place_gangs(max_seconds: float = MAX_TASK_SECONDS) -> dict:
         totals[attempt.result] = totals.get(attempt.result, 0) + 1
         if attempt.result == "behind" and attempt.gang_id is not None:
             skip.add(attempt.gang_id)  # after the older gang, by the worker deciding that one
+            behind.add(attempt.gang_id)
         if attempt.retry_soon:
             if attempt.gang_id is not None:  # always, for these results
                 skip.add(attempt.gang_id)  # not again in this task: its rows are busy or it just lost a race
             retry = True
     else:
         retry = True
-    if retry:
+    # Two passes can each leave a gang behind an older one the other has in hand, and each end: whichever
+    # ends last finds it no longer behind and asks for the pass that decides it.
+    if retry or gang_placement.any_free_to_go(behind):
         gang_dispatch.request_placement()
     if totals:
         log.info("gang placement: %s", totals)

@@ -125,6 +125,14 @@ def _behind(gang: Gang, version: int, exclude) -> bool:
     return Gang.objects.filter(eligible(version), id__lt=gang.id).exclude(id__in=list(exclude)).exists()
 
 
+def any_free_to_go(ids: set[int]) -> bool:
+    """Whether one of the gangs ``ids`` (left behind older ones) is eligible now and behind none any more."""
+    if not ids:
+        return False
+    version = taking.fleet_version()
+    return any(not _behind(g, version, ()) for g in Gang.objects.filter(eligible(version), id__in=list(ids)))
+
+
 def _tidy(gang: Gang, mcs: list[MemberClaims], version: int, now) -> Prepared | str:
     """Bring the members up to date; the members still to place, or the attempt's result when none are."""
     states = {mc.member.id: mc.state for mc in mcs}
