@@ -85,7 +85,12 @@ def test_a_log_without_statistics_gets_them_and_the_rounds_read_uses_its_index()
         time.sleep(0.2)  # a backend reports its counters when idle, at most once a second
     if not had_statistics:  # planned blind: a third of the log guessed for seq > n, and all of it scanned
         assert "Seq Scan on draservice_change" in _follower_plan()
-    done = upkeep.run(force=True)
+    with CaptureQueriesContext(connection) as ran:
+        done = upkeep.run(force=True)
+    # Throttled as autovacuum is, from before its first VACUUM to after its last statement.
+    statements = [q["sql"] for q in ran.captured_queries]
+    first = next(i for i, sql in enumerate(statements) if sql.startswith(("VACUUM", "ANALYZE")))
+    assert "SET vacuum_cost_delay = '2ms'" in statements[:first] and statements[-1] == "RESET vacuum_cost_delay"
     mine = next(d for d in done if d.table == CHANGES)
     assert mine.analyze and mine.vacuum
     after = next(s for s in upkeep.table_stats() if s.table == CHANGES)

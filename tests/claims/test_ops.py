@@ -44,6 +44,30 @@ def test_utilisation_snapshot_and_metrics(admin_client, small_fleet):
 
 
 @pytest.mark.django_db
+def test_a_snapshot_walks_the_inventory_only_when_it_changed(admin_client, small_fleet, monkeypatch):
+    walked = []
+    utilisation._inventory["key"] = None  # what an earlier test of this process counted
+    real = utilisation.product_name
+    monkeypatch.setattr(utilisation, "product_name", lambda device: walked.append(1) or real(device))
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("one"), format="json")
+    run_rounds()
+    utilisation.record_snapshot()
+    first = len(walked)
+    assert first > 0
+    admin_client.post(f"{NS}/resourceclaims", gpu_claim("two"), format="json")
+    run_rounds()
+    utilisation.record_snapshot()
+    assert len(walked) == first  # the same inventory: its counts kept, only the allocations read
+    latest = UtilisationSnapshot.objects.filter(cluster="c1", product="NVIDIA H100 80GB HBM3").latest("taken_at")
+    assert (latest.devices_total, latest.devices_allocated) == (16, 2)
+    sync.push_inventory("c1", cluster_body("c1", [("h100", 3), ("a100-mig", 1)]))  # a third H100 node
+    utilisation.record_snapshot()
+    assert len(walked) > first
+    latest = UtilisationSnapshot.objects.filter(cluster="c1", product="NVIDIA H100 80GB HBM3").latest("taken_at")
+    assert (latest.devices_total, latest.devices_allocated) == (24, 2)
+
+
+@pytest.mark.django_db
 def test_inventory_change_makes_pending_claims_try_again(admin_client, small_fleet,
                                                          django_capture_on_commit_callbacks):
     admin_client.post(f"{NS}/resourceclaims", gpu_claim("big", count=8), format="json")
