@@ -51,6 +51,13 @@ def test_the_utilisation_snapshot_never_holds_up_an_allocation_worker(settings):
     assert "options" not in beat.collect()["claims-expire-leases"]  # releases lead to rounds: the allocation queue
 
 
+def test_the_change_log_is_compacted_beside_the_rounds_not_between_them(settings):
+    entry = beat.collect()["draservice-compact-changes"]
+    assert entry["task"] == "draservice.tasks.compact_changes"
+    assert entry["options"]["queue"] == settings.NOTIFY_QUEUE
+    assert "options" not in beat.collect()["draservice-seal-changes"]  # two small statements: stays
+
+
 def _follower_plan() -> str:
     """The plan of the statement an allocation round reads the change log with (``changes.Follower``)."""
     with connection.cursor() as cursor:
