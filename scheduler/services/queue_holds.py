@@ -146,12 +146,9 @@ class RoundReservations(Screen):
         wanted = [r for c in group.claims for r in requested_devices(c.spec)]
         model = self.engine.clusters.get(where[0]) if wanted else None
         node = model.nodes.get(where[1]) if model is not None else None
-        klass = self.engine.get_class(None, wanted[0][0]) if node is not None else None
-        if klass is None:
+        sel = holds.selector_set(self.engine, [], wanted[0][0]) if node is not None else None  # the class's own
+        if sel is None:
             return []
-        exprs = tuple(((s or {}).get("cel") or {}).get("expression", "")
-                      for s in (klass.get("spec") or {}).get("selectors") or [])
-        sel = self.engine.selector_set(wanted[0][0], exprs, ())
         return [(d.cluster, d.driver, d.pool, d.name) for d in self.engine.node_selector_candidates(model, node, sel)
                 if self.engine.is_free(d)]
 
