@@ -1,4 +1,7 @@
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+
+from draservice.connections import spread_close
 
 
 class DraserviceConfig(AppConfig):
@@ -12,6 +15,7 @@ class DraserviceConfig(AppConfig):
         from draservice.celery import app
 
         beat.install()
+        connection_created.connect(spread_close, dispatch_uid="draservice.spread_close")
         # Register every app's tasks in this process too (the web process runs them without a broker, and the
         # runner by name): Celery's own autodiscovery is lazy and only a worker's start triggers it.
         app.autodiscover_tasks(force=True)

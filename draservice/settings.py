@@ -97,7 +97,11 @@ TEMPLATES = [
 # PostgreSQL is the production database and the one the tests use.
 VAR_DIR = Path(os.environ.get("DRASERVICE_VAR_DIR", BASE_DIR / "var"))
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'draservice.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")))}
+# Persistent connections: each new one costs its server backend the catalog caches and the re-preparing of the
+# service's statements. Each is closed at a random point of the last half of this many seconds
+# (draservice.connections), so connections opened together do not all reconnect in the same second.
+DB_CONN_MAX_AGE = int(os.environ.get("DB_CONN_MAX_AGE", "300"))
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=DB_CONN_MAX_AGE)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["CONN_MAX_AGE"] = 0
