@@ -18,12 +18,7 @@ log = logging.getLogger(__name__)
 
 @shared_task(name="claims.tasks.expire_leases", ignore_result=True)
 def expire_leases() -> int:
-    total = 0
-    while True:
-        n = claim_services.expire_leases()
-        total += n
-        if n < 500:
-            return total
+    return claim_services.expire_leases()
 
 
 @shared_task(name="claims.tasks.record_utilisation", ignore_result=True)

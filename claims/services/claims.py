@@ -527,9 +527,22 @@ def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None =
     return claim
 
 
-def expire_leases(limit: int = 500) -> int:
-    """Release claims whose lease ran out, and pending claims past their ``pending-timeout``. Skips rows another
-    transaction holds (they are retried later)."""
+def expire_leases(limit: int = 500, batches: int = 40) -> int:
+    """Release claims whose lease ran out, and pending claims past their ``pending-timeout``: ``limit`` rows a
+    transaction until a batch takes fewer (at most ``batches``; the next sweep goes on). Returns the number
+    released. "Full" counts rows taken, not released: a watched claim's lapsed lease only gets its notice."""
+    released = 0
+    for _ in range(batches):
+        count, full = _expire_batch(limit)
+        released += count
+        if not full:
+            break
+    return released
+
+
+def _expire_batch(limit: int) -> tuple[int, bool]:
+    """One transaction of ``expire_leases``: (claims released, whether either query found ``limit`` rows).
+    Skips rows another transaction holds (they are retried later)."""
     now = timezone.now()
     with transaction.atomic():
         due = list(ResourceClaim.objects.select_for_update(skip_locked=True, of=("self",))
@@ -552,7 +565,7 @@ def expire_leases(limit: int = 500) -> int:
                                     "nobody confirmed earlier that its devices were no longer used", now)
         released += _release_locked(waited, PENDING_TIMEOUT, "not allocated within its "
                                     "draservice.io/pending-timeout", now)
-    return len(released)
+    return len(released), max(len(due), len(waited)) >= limit
 
 
 # --------------------------------------------------------------------------------------------- templates
