@@ -528,16 +528,26 @@ def renew_lease(claim_id: int, *, ttl: str | None = None, if_match: str | None =
 
 
 def expire_leases(limit: int = 500, batches: int = 40) -> int:
-    """Release claims whose lease ran out, and pending claims past their ``pending-timeout``: ``limit`` rows a
-    transaction until a batch takes fewer (at most ``batches``; the next sweep goes on). Returns the number
-    released. "Full" counts rows taken, not released: a watched claim's lapsed lease only gets its notice."""
+    """Release claims whose lease ran out, and pending claims past their ``pending-timeout`` (``sweep_leases``
+    with no time bound). Returns the number released."""
+    return sweep_leases(limit, batches)[0]
+
+
+def sweep_leases(limit: int = 500, batches: int = 40, seconds: float | None = None) -> tuple[int, bool]:
+    """``expire_leases``: ``limit`` rows a transaction until a batch takes fewer, at most ``batches`` of them and,
+    with ``seconds``, no new batch once that time has passed. Returns (released, whether more may be due). A
+    batch is full by the rows it took, not those it released: a watched claim's lapsed lease gets only its
+    notice, so under load no batch released ``limit``, and a sweep that stopped there fell behind."""
     released = 0
+    deadline = time.monotonic() + seconds if seconds is not None else None
     for _ in range(batches):
         count, full = _expire_batch(limit)
         released += count
         if not full:
+            return released, False
+        if deadline is not None and time.monotonic() >= deadline:
             break
-    return released
+    return released, True
 
 
 def _expire_batch(limit: int) -> tuple[int, bool]:

@@ -4,6 +4,7 @@ gave them their notice (a watched cluster's claim whose lease lapsed is ``Releas
 under load was every batch: leases expired later and later and the fleet filled with claims past their end."""
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from claims import tasks
 from claims.models import Phase, ResourceClaim
 from claims.services import claims as claim_services
 from inventory.models import Cluster
@@ -81,3 +83,20 @@ def test_a_sweep_is_bounded_and_the_next_one_goes_on(admin_client):
     assert len(releasing(ids)) == 8
     claim_services.expire_leases(limit=4, batches=2)
     assert len(releasing(ids)) == 16
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_sweep_past_its_time_asks_for_itself_again_behind_the_rounds(admin_client, live_broker, monkeypatch):
+    """The beat's sweep stops after its time (here: after one batch of 5) and asks for itself again through the
+    broker, debounced: the worker process goes on with the rest."""
+    ids = allocated_leased(admin_client, "job", 24)
+    ResourceClaim.objects.filter(id__in=ids).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    monkeypatch.setattr(tasks, "LEASE_SWEEP_SECONDS", 0.0)
+    monkeypatch.setattr(tasks, "LEASE_SWEEP_BATCH", 5)
+    assert tasks.expire_leases() == 0  # in this process: one batch of notices
+    assert len(releasing(ids)) == 5
+    deadline = time.monotonic() + 30
+    while len(releasing(ids)) < 24:  # the worker's sweep (batches of 500) gave the other 19 theirs
+        assert time.monotonic() < deadline, f"{len(releasing(ids))} of 24 noticed"
+        time.sleep(0.1)
