@@ -23,7 +23,9 @@ serve`` (gunicorn), a real ``celery worker`` and ``celery beat`` (lease expiry),
    at a time from BENCH_BATCH_THREADS (2) clients while the worker places them: the CPU of gunicorn, Celery
    and PostgreSQL per placed claim (goal 0.5 ms), claims/s beside it;
 7. post (issue 32): BENCH_POSTS (3,000) single POSTs from BENCH_POST_CLIENTS (4) clients: the web's CPU per
-   POST (goal 1.2 ms). How CPU is read: benchmarks/_cost.py.
+   POST (goal 1.2 ms). How CPU is read: benchmarks/_cost.py;
+8. lease: leases lapsing at BENCH_LEASE_RATE (80) a second for BENCH_LEASE_SECONDS (90) on clusters whose
+   agents heartbeat: how late their notices and releases come (benchmarks/_lease_phase.py; goal: p99 <= 10 s).
 
 ``--phase batch,post`` (or any list of the phases) runs only those, without the soak. The bench's namespaces
 get room for their pending claims the way an admin gives it (``PATCH …/objectquota``), not from the defaults
@@ -46,8 +48,8 @@ no GC collection over 50 ms of CPU; a release with the pending claims places the
 worker CPU.
 
 Other knobs (environment): BENCH_CLIENTS (32), BENCH_WEB_WORKERS (2), BENCH_WEB_THREADS (32),
-BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (soak,burst,release,drain,batch,post; ``--phase`` wins), BENCH_LOG_LEVEL and
-BENCH_CELERY_LOGLEVEL (WARNING: the service's and the worker's logs in bench-results/). Results:
+BENCH_CELERY_CONCURRENCY (1), BENCH_PHASES (soak,burst,release,drain,batch,post,lease; ``--phase`` wins),
+BENCH_LOG_LEVEL and BENCH_CELERY_LOGLEVEL (WARNING: the service's and the worker's logs in bench-results/). Results:
 bench-results/soak.json.
 Everything runs on this one machine: clients, web server, worker, beat and PostgreSQL share its CPUs.
 """
@@ -64,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _cost as cost  # noqa: E402
+from benchmarks import _lease_phase as lease  # noqa: E402
 from benchmarks import _soak_phases as phases  # noqa: E402
 from benchmarks._live import Stack, bench_database, pct, recreate_database  # noqa: E402
 from benchmarks._soak import SHAPES, Driver, Sampler, Trace, gc_pauses  # noqa: E402
@@ -82,7 +85,7 @@ CLIENTS = int(os.environ.get("BENCH_CLIENTS", "32"))
 WEB_WORKERS = int(os.environ.get("BENCH_WEB_WORKERS", "2"))
 WEB_THREADS = int(os.environ.get("BENCH_WEB_THREADS", "32"))
 CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", "1"))
-PHASES = os.environ.get("BENCH_PHASES", "soak,burst,release,drain,batch,post").split(",")
+PHASES = os.environ.get("BENCH_PHASES", "soak,burst,release,drain,batch,post,lease").split(",")
 BATCH_CLAIMS = int(os.environ.get("BENCH_BATCH_CLAIMS", "20000"))
 BATCH_SIZE = int(os.environ.get("BENCH_BATCH_SIZE", "1000"))
 BATCH_THREADS = int(os.environ.get("BENCH_BATCH_THREADS", "2"))
@@ -216,7 +219,7 @@ def goals(results: dict, rate: float) -> list[tuple[bool, str]]:
         out.append((d["speedup"] >= 1.4, f"{d['claims']} pre-submitted claims: 2 worker processes drain them >= "
                                          f"1.4x faster than one ({d['one']['claims_per_s']} -> "
                                          f"{d['two']['claims_per_s']} claims/s, {d['speedup']}x)"))
-    return out + cost.goals(results)
+    return out + cost.goals(results) + lease.goals(results)
 
 
 def soak(stack, token, slots, rate, minutes) -> tuple[dict, Driver]:
@@ -264,11 +267,11 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100, help="claims/s of the soak (the burst is twice that)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--phase", help="comma-separated phases to run (default BENCH_PHASES: soak,burst,release,"
-                                        "drain,batch,post); e.g. --phase batch,post without the soak")
+                                        "drain,batch,post,lease); e.g. --phase batch,post without the soak")
     args = parser.parse_args()
     if args.phase:
         PHASES[:] = args.phase.split(",")
-    unknown = set(PHASES) - {"soak", "burst", "release", "drain", "batch", "post"}
+    unknown = set(PHASES) - {"soak", "burst", "release", "drain", "batch", "post", "lease"}
     if unknown:
         sys.exit(f"unknown phase(s): {', '.join(sorted(unknown))}")
     if not BASE_URL.startswith("postgres"):
@@ -315,6 +318,9 @@ def main() -> int:
         if "post" in PHASES:
             results["post"] = cost.post_phase(stack, token, slots, POSTS, POST_CLIENTS)
             print(time.strftime('%H:%M:%S'), "post:", results["post"], flush=True)
+        if "lease" in PHASES:
+            results["lease"] = lease.lease_phase(stack.port, token)
+            print(time.strftime('%H:%M:%S'), "lease:", results["lease"], flush=True)
     finally:
         if driver is not None:
             driver.stop()

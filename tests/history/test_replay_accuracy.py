@@ -58,7 +58,9 @@ def check(admin_client, commits, shape: Shape, tolerance: float) -> None:
     changed = shares(what_if, "replayed")
     print("what-if", changed)
     # The direction, not a size: how far a moves depends on how contended the 45-second recording was, which a
-    # loaded machine changes (within nominal quotas weights decide nothing). A replay that ignored the
-    # configuration gives the same shares again (it is deterministic), and fails here.
-    assert changed["a"] > replayed["a"] and changed["b"] < replayed["b"], (changed, replayed)
+    # loaded or slow machine changes (within nominal quotas weights decide nothing). A replay that ignored the
+    # configuration gives the same shares again (it is deterministic), and fails here. a gains, and gains on b:
+    # b's own share may still move up a little when c, not b, gave up what a took (seen on a slow machine).
+    assert changed["a"] > replayed["a"], (changed, replayed)
+    assert changed["a"] - changed["b"] > replayed["a"] - replayed["b"], (changed, replayed)
     assert what_if["configurations"][0]["queues"]["a"]["weight"] == 4
