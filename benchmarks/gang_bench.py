@@ -142,7 +142,7 @@ def e2e(nodes: list[dict]) -> dict:
     original = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     figures = {}
     try:
-        from claims.services import claims as claim_services
+        from claims.services import templates as template_services
         from gangs.models import Gang as GangRow
         from gangs.services import gangs as gang_services
         from inventory.models import DeviceClass
@@ -159,7 +159,7 @@ def e2e(nodes: list[dict]) -> dict:
         t0 = time.perf_counter()
         sync.push_inventory("bench", {"resourceSlices": slices, "nodes": nodes})
         figures["pushS"] = round(time.perf_counter() - t0, 3)
-        claim_services.create_template("bench", {"metadata": {"name": "h100x8"}, "spec": {"spec": {"devices": {
+        template_services.create_template("bench", {"metadata": {"name": "h100x8"}, "spec": {"spec": {"devices": {
             "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}]}}}})
         for i, label in enumerate(("cold", "warm")):  # cold: the first placement builds the worker's engine
             body = {"metadata": {"name": f"train-{i}"}, "spec": {

@@ -14,6 +14,7 @@ from claims.services import claims as claim_services
 from claims.services import consumers as consumer_services
 from claims.services import events as ev
 from claims.services import preemption as claim_preemption
+from claims.services import templates as template_services
 from draservice.permissions import access_for, readable_namespaces
 from draservice.problems import FieldError
 from gangs.api.serializers import render_gang
@@ -217,16 +218,16 @@ class TemplateStore(Store):
                                                               self.resource.api_version(version), "spec")}
 
     def create(self, view, namespace, body):
-        template = claim_services.create_template(namespace, body)
+        template = template_services.create_template(namespace, body)
         return self.get(namespace, template.name)
 
     def replace(self, view, obj, body):
         etag = check_precondition(self.resource, obj, body)
-        template = claim_services.update_template(obj.pk, _strip_version(body), if_match=etag)
+        template = template_services.update_template(obj.pk, _strip_version(body), if_match=etag)
         return self.get(template.namespace.name, template.name)
 
     def delete(self, view, obj) -> None:
-        claim_services.delete_template(obj.pk)
+        template_services.delete_template(obj.pk)
 
 
 class ConsumerStore(Store):

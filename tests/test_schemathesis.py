@@ -64,7 +64,7 @@ NAMES = {"claim": "claim-1", "template": "h100x1", "consumer": "consumer-1", "ga
 SEED_SCRIPT = """
 import json, django
 django.setup()
-from claims.services import claims, consumers
+from claims.services import claims, consumers, templates
 from gangs.services import gangs
 from draservice.models import APIToken
 from inventory.models import Device, Node, Pool, ResourceSlice
@@ -74,7 +74,7 @@ from tests.gangs.fleet import gang_body, template_body
 N = json.loads({names!r})
 fleet.load_fleet({{{cluster!r}: [("h100", 1), ("a100-mig", 1)]}})
 claims.create_claims({ns!r}, [fleet.gpu_claim(N["claim"])])
-claims.create_template({ns!r}, template_body(N["template"], count=1))
+templates.create_template({ns!r}, template_body(N["template"], count=1))
 consumers.create_consumer({ns!r}, {{"apiVersion": "draservice.io/v1alpha1", "kind": "Consumer",
     "metadata": {{"name": N["consumer"]}}, "spec": {{"resourceClaims": [{{"name": "gpu",
     "resourceClaimName": N["claim"]}}]}}}})

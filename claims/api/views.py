@@ -34,6 +34,7 @@ from claims.services import events as ev
 from claims.services import explain as explain_service
 from claims.services import idempotency
 from claims.services import preemption as claim_preemption
+from claims.services import templates as template_services
 from draservice import dryrun, idempotent, notify
 from draservice.errors import Conflict
 from draservice.models import APIToken
@@ -374,7 +375,7 @@ class TemplateListView(ClaimsBase):
                    summary="Create a ResourceClaimTemplate")
     def post(self, request, namespace):
         with diagnosed(request.data):
-            template = claim_services.create_template(namespace, request.data)
+            template = template_services.create_template(namespace, request.data)
         return _etag(Response(s.render_template(template), status=status.HTTP_201_CREATED), template)
 
 
@@ -394,7 +395,7 @@ class TemplateDetailView(ClaimsBase):
     def delete(self, request, namespace, name):
         template = self._get(namespace, name)
         body = s.render_template(template)
-        claim_services.delete_template(template.pk, if_match=request.META.get("HTTP_IF_MATCH"))
+        template_services.delete_template(template.pk, if_match=request.META.get("HTTP_IF_MATCH"))
         return Response(body)
 
 

@@ -14,11 +14,11 @@ NS = "team"
 def rack_fleet(db):
     """Cluster c1: zone-a/rack-a1 (blocks 1 and 2, two 8xH100 nodes each), zone-a/rack-a2 (block-3, two
     nodes), zone-b/rack-b1 (block-4, three nodes); templates h100x8 (8 GPUs) and gpu1 (1 GPU) in "team"."""
-    from claims.services import claims as claim_services
+    from claims.services import templates as template_services
 
     fleet.load()
-    claim_services.create_template(NS, fleet.template_body("h100x8", 8))
-    claim_services.create_template(NS, fleet.template_body("gpu1", 1))
+    template_services.create_template(NS, fleet.template_body("h100x8", 8))
+    template_services.create_template(NS, fleet.template_body("gpu1", 1))
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from claims.models import ResourceClaim
-from claims.services import claims as claim_services
+from claims.services import templates as template_services
 from draservice import changes
 from draservice.models import Change, ChangeLogState
 from kube import watch as kube_watch
@@ -262,7 +262,7 @@ def test_a_pool_status_request_answers_availability_once(admin, ns_client):
 
 
 def test_our_own_kinds_gangs_and_queues(admin, ns_client):
-    claim_services.create_template("team-a", template_body("gpu1", 1))
+    template_services.create_template("team-a", template_body("gpu1", 1))
     gangs = "/k8s/apis/draservice.io/v1alpha1/namespaces/team-a/gangs"
     body = gang_body("g1", 2, template="gpu1", required=None, preferred=None)
     created = post(admin, body, gangs)

@@ -14,6 +14,7 @@ from django.db import connection
 
 from claims.models import Consumer, DeviceAllocation, Phase, ResourceClaim
 from claims.services import claims as claim_services
+from claims.services import templates as template_services
 from draservice import changes
 from gangs.models import Gang
 from kube import workload_watch
@@ -37,8 +38,8 @@ STRATEGIC = "application/strategic-merge-patch+json"
 def gpus(db):
     """Nine 8xH100 nodes (tests/gangs/fleet.py) and templates gpu1 (1 GPU) and h100x8 (a node's 8)."""
     fleet.load()
-    claim_services.create_template(NS, fleet.template_body("gpu1", 1))
-    claim_services.create_template(NS, fleet.template_body("h100x8", 8))
+    template_services.create_template(NS, fleet.template_body("gpu1", 1))
+    template_services.create_template(NS, fleet.template_body("h100x8", 8))
 
 
 def pod_spec(template: str | None = "gpu1", claim: str | None = None, **extra) -> dict:
@@ -135,7 +136,7 @@ def test_a_statefulset_names_pods_by_ordinal_and_scales_from_the_top(admin_clien
 
 def test_scaling_down_takes_the_pods_without_devices_first(admin_client, db):
     fleet.load({"c1": fleet.nodes("c1", {"zone-a": {"rack-a1": {"block-1": 2}}})})  # two nodes, 16 GPUs
-    claim_services.create_template(NS, fleet.template_body("h100x8", 8))
+    template_services.create_template(NS, fleet.template_body("h100x8", 8))
     post(admin_client, f"{APPS}/deployments", deployment("big", 3, "h100x8"))
     pods = sorted(admin_client.get(f"{CORE}/pods").json()["items"], key=lambda p: p["metadata"]["uid"])
     by_reason = sorted(p["status"]["reason"] for p in pods)
@@ -220,7 +221,7 @@ def group_pod(name: str, group: str) -> dict:
 @pytest.mark.parametrize("nodes, placed", [(8, True), (7, False)])
 def test_a_pod_group_of_eight_is_placed_all_or_nothing(admin_client, db, nodes, placed):
     fleet.load({"c1": fleet.nodes("c1", {"zone-a": {"rack-a1": {"block-1": nodes}}})})
-    claim_services.create_template(NS, fleet.template_body("h100x8", 8))
+    template_services.create_template(NS, fleet.template_body("h100x8", 8))
     assert post(admin_client, f"{PG}/podgroups", podgroup("train", 8)).status_code == 201
     for i in range(7):
         assert post(admin_client, f"{CORE}/pods", group_pod(f"w-{i}", "train")).status_code == 201

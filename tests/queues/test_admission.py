@@ -8,6 +8,7 @@ import pytest
 
 from claims.models import DeviceAllocation, Phase, ResourceClaim
 from claims.services import claims as claim_services
+from claims.services import templates as template_services
 from queues.models import QuotaCharge
 from scheduler.services.allocation import allocate_round
 from tests.claims.fleet import gpu_claim
@@ -237,7 +238,7 @@ def test_a_gang_is_admitted_whole_or_not_at_all(admin_client, h100_fleet):
     from tests.gangs.fleet import gang_body, template_body
 
     make(admin_client, queue_body("team-a", namespaces=["a"], gpus=6, borrowing=0))
-    claim_services.create_template("a", template_body("h100x4", 4))
+    template_services.create_template("a", template_body("h100x4", 4))
     resp = admin_client.post(f"{ns('a')}/gangs", gang_body("train", 2, template="h100x4", required=None,
                                                            preferred=None), format="json")
     assert resp.status_code == 201, resp.content

@@ -140,13 +140,13 @@ def test_webhook_is_signed_and_a_dead_receiver_still_preempts(admin_client, h100
 
 
 def test_a_gang_within_quota_reclaims_whole_nodes(admin_client, h100_fleet):
-    from claims.services import claims as claim_services
+    from claims.services import templates as template_services
     from gangs.models import Gang, GangPhase
     from scheduler.services.gang_placement import place_next
     from tests.gangs.fleet import gang_body, template_body
 
     borrowed_fleet(admin_client, grace=0)
-    claim_services.create_template("a", template_body("h100x4", 4))
+    template_services.create_template("a", template_body("h100x4", 4))
     resp = admin_client.post(f"{ns('a')}/gangs", gang_body("train", 2, template="h100x4", required=None,
                                                            preferred=None), format="json")
     assert resp.status_code == 201, resp.content
