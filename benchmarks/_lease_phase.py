@@ -14,43 +14,23 @@ Goal: p99 of both lags <= 10 s (the sweep's period, 5 s, plus its own time), the
 from __future__ import annotations
 
 import os
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 from benchmarks._cost import raise_cap, reset_cap
 from benchmarks._live import pct, release_all
 from benchmarks._soak import SHAPES, claim
-from benchmarks._soak_phases import post_batches, wait_quiet
+from benchmarks._soak_phases import Heartbeats, post_batches, wait_quiet
 
 RATE = float(os.environ.get("BENCH_LEASE_RATE", "80"))
 SECONDS = float(os.environ.get("BENCH_LEASE_SECONDS", "90"))
 NS = "lease"
-LEAD = 10.0  # seconds from setting the lease ends to the first one
+# Seconds from setting the lease ends to the first one: the phase's agents (beating every 10 s, as the soak's own
+# thread beats every 30 s, the freshness bound itself) beat once before it, so every lapse gets its notice.
+LEAD = 15.0
+AGENT_EVERY = 10.0
 FORCE_AFTER = 30.0  # claims.services.walltime.DEFAULT_FORCE_AFTER: these claims are in no queue
 GOAL_S = 10.0
-
-
-class _Agents(threading.Thread):
-    """The clusters' agents heartbeating every 10 s (the soak's own thread beats every 30 s, the freshness
-    bound itself: a lapse between them would be released at once, without its notice)."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        from django.db import connection
-
-        from inventory.models import Cluster
-        from inventory.services.clusters import record_heartbeat
-
-        while True:
-            for cluster in Cluster.objects.all():
-                record_heartbeat(cluster, agent_version="lease-phase")
-            if self.halt.wait(10):
-                break
-        connection.close()
 
 
 def lease_phase(port: int, token: str) -> dict:
@@ -63,7 +43,7 @@ def lease_phase(port: int, token: str) -> dict:
     wait_quiet(timeout=1800)
     ids = list(ResourceClaim.objects.filter(namespace__name=NS, phase="Allocated").order_by("id")
                .values_list("id", flat=True))
-    agents = _Agents()
+    agents = Heartbeats(every=AGENT_EVERY)
     agents.start()
     try:
         start = datetime.now(UTC) + timedelta(seconds=LEAD)
@@ -74,8 +54,7 @@ def lease_phase(port: int, token: str) -> dict:
                 break
             time.sleep(2)
     finally:
-        agents.halt.set()
-        agents.join(15)
+        agents.stop()
     out = _lags(ids, lapses, start)
     release_all(NS)
     wait_quiet()
